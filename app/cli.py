@@ -1,0 +1,56 @@
+"""The ``slabscope`` command line: dispatches to one module per sub-command (see ``app.commands``).
+
+With no sub-command it opens the TUI. Sub-command modules are imported lazily only for parser construction,
+which must stay light (no mlx import), so ``slabscope --help`` is instant and the TUI process stays mlx-free.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> module under app.commands; order is the order shown in --help.
+COMMANDS: dict[str, str] = {
+    "tui": "tui",
+    "run": "run",
+    "generate": "generate",
+    "record": "record",
+    "compare": "compare",
+    "report": "report",
+    "whatif": "whatif",
+    "bench": "bench",
+    "web": "web",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slabscope",
+        description="Terminal dashboard and memory profiler for chunked-slab paged KV pools on MLX. "
+        "With no command, opens the TUI on the default model and scenario.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module in COMMANDS.items():
+        try:
+            mod = importlib.import_module(f"app.commands.{module}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"app.commands.{module}":
+                raise
+            continue  # command not built in this checkout
+        mod.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command is None:
+        args = parser.parse_args(["tui", *(sys.argv[1:] if argv is None else argv)])
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130

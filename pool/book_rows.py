@@ -1,0 +1,224 @@
+"""RowBook: the row/refcount/capacity half of the pool's bookkeeping (plain Python, no mlx). :class:`BlockBook`
+(``pool/bookkeeping.py``) adds the sequence-level operations on top.
+
+Model. Every layer has physical rows ``0..num_rows-1`` (minted lazily, never unminted) and a reserved capacity
+(rows rounded up to whole slabs, or to 32-row grow chunks for the monolithic design). A block is an opaque id,
+unique across layers, that lives in one layer and holds exactly one row from creation to its last reference. Its
+refcount is stored per row (``row_refcount``) and equals the number of block-table, handle and caller ("loose")
+references to it. A row whose block's refcount drops to 0 goes back to the layer's free list; new blocks take the
+lowest free row before a new row is minted. All sequence-level operations act on every layer in lockstep; only
+:meth:`acquire_block` (the restore path) creates a block in a single layer.
+
+Every public method validates completely before it mutates: on an exception nothing has changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pool.block_table import BlockTable, PrefixHandle
+from pool.config import DESIGNS, capacity_for
+from pool.errors import BudgetExceeded, PoolError
+from pool.free_rows import FreeRows
+from pool.stats import BookCounters
+
+OpListener = Callable[[dict], None]
+
+
+@dataclass
+class LayerRows:
+    """Physical rows of one layer. ``row_block[r]`` is the block holding row r (-1: free); ``row_refcount[r]`` is
+    that block's refcount (0: free)."""
+
+    row_block: list[int] = field(default_factory=list)
+    row_refcount: list[int] = field(default_factory=list)
+    free: FreeRows = field(default_factory=FreeRows)
+    capacity: int = 0
+
+    @property
+    def num_live(self) -> int:
+        return len(self.row_block) - len(self.free)
+
+
+@dataclass
+class WritePlan:
+    """What :meth:`BlockBook.prepare_write` did, for storage to execute: per layer, copy-on-write row pairs
+    (src, dst) and capacity changes (layer, old_rows, new_rows)."""
+
+    cow_pairs: list[list[tuple[int, int]]]
+    growth: list[tuple[int, int, int]]
+
+
+class RowBook:
+    """Owns block ids, refcounts, rows, free lists, the budget, modelled capacity and op listeners; holds the
+    tables of sequences and handles that :class:`pool.bookkeeping.BlockBook` operates on."""
+
+    def __init__(self, num_layers: int, block_size: int = 32, design: str = "slab", slab_blocks: int = 32,
+                 max_blocks_per_layer: int | None = None, bytes_per_row: int = 0) -> None:
+        if design not in DESIGNS:
+            raise PoolError(f"unknown pool design {design!r}; choose one of {', '.join(DESIGNS)}")
+        self.num_layers = num_layers
+        self.block_size = block_size
+        self.design = design
+        self.slab_blocks = slab_blocks
+        self.max_blocks_per_layer = max_blocks_per_layer
+        self.bytes_per_row = bytes_per_row
+        self.layers = [LayerRows() for _ in range(num_layers)]
+        self.blocks: dict[int, tuple[int, int]] = {}  # block id -> (layer, row)
+        self.seqs: dict[int, list[BlockTable]] = {}
+        self.handles: dict[int, list[BlockTable]] = {}
+        self.loose: set[int] = set()  # blocks referenced by a caller (restore path), one reference each
+        self.counters = BookCounters()
+        self.geometry: dict | None = None
+        self.versions = [0] * num_layers  # bumped on every row/refcount change of a layer (snapshot cache key)
+        self._next_block_id = 0
+        self._next_handle_id = 0
+        self._listeners: list[OpListener] = []
+
+    # ---- listeners -------------------------------------------------------------------------------------------
+    def add_op_listener(self, fn: OpListener) -> None:
+        self._listeners.append(fn)
+
+    def _emit(self, op: str, **fields) -> None:
+        if self._listeners:
+            record = {"op": op, **fields}
+            for fn in self._listeners:
+                fn(record)
+
+    # ---- configuration ---------------------------------------------------------------------------------------
+    def set_slab_blocks(self, slab_blocks: int) -> None:
+        """Change rows per slab; only before any row is minted (capacity is counted in slabs)."""
+        if not isinstance(slab_blocks, int) or isinstance(slab_blocks, bool) or slab_blocks < 1:
+            raise PoolError(f"slab_blocks must be a positive int, got {slab_blocks!r}")
+        if any(layer.capacity for layer in self.layers):
+            raise PoolError("set_slab_blocks is allowed only before the first write (storage already reserved)")
+        self.slab_blocks = slab_blocks
+        self._emit("set_slab_blocks", slab_blocks=slab_blocks)
+
+    def set_geometry(self, dtype: str, n_kv_heads: int, head_dim: int, bytes_per_row: int) -> None:
+        """Record the row geometry fixed by the first write (byte figures use ``bytes_per_row``, K+V)."""
+        self.geometry = {"dtype": dtype, "n_kv_heads": n_kv_heads, "head_dim": head_dim}
+        self.bytes_per_row = bytes_per_row
+        self._emit("storage_init", dtype=dtype, n_kv_heads=n_kv_heads, head_dim=head_dim,
+                   bytes_per_row=bytes_per_row)
+
+    # ---- lookups ---------------------------------------------------------------------------------------------
+    def tables(self, seq_id: int) -> list[BlockTable]:
+        try:
+            return self.seqs[seq_id]
+        except (KeyError, TypeError):
+            raise PoolError(f"unknown sequence {seq_id!r}") from None
+
+    def handle_tables(self, handle: PrefixHandle) -> list[BlockTable]:
+        handle_id = getattr(handle, "handle_id", handle)
+        try:
+            return self.handles[handle_id]
+        except (KeyError, TypeError):
+            raise PoolError(f"unknown or released prefix handle {handle!r}") from None
+
+    def block_location(self, block_id: int) -> tuple[int, int]:
+        """(layer, row) of a live block."""
+        try:
+            return self.blocks[block_id]
+        except (KeyError, TypeError):
+            raise PoolError(f"unknown or freed block {block_id!r}") from None
+
+    def refcount(self, block_id: int) -> int:
+        layer, row = self.block_location(block_id)
+        return self.layers[layer].row_refcount[row]
+
+    def check_layer(self, layer: int) -> None:
+        if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer < self.num_layers:
+            raise PoolError(f"layer {layer!r} out of range [0, {self.num_layers})")
+
+    def can_allocate(self, num_new_blocks: int) -> bool:
+        """True when every layer can take ``num_new_blocks`` more live blocks within the budget."""
+        budget = self.max_blocks_per_layer
+        return budget is None or all(layer.num_live + num_new_blocks <= budget for layer in self.layers)
+
+    # ---- rows and references (private mutators) --------------------------------------------------------------
+    def _check_budget(self, layer: int, needed: int) -> None:
+        budget = self.max_blocks_per_layer
+        live = self.layers[layer].num_live
+        if budget is not None and live + needed > budget:
+            raise BudgetExceeded(f"layer {layer}: {live} live blocks + {needed} new would exceed "
+                                 f"max_blocks_per_layer={budget}; release sequences or handles first")
+
+    def _new_block(self, layer: int) -> tuple[int, int]:
+        """Create a block with refcount 1 on the lowest free row (or a newly minted one). Returns (id, row)."""
+        rows = self.layers[layer]
+        block_id = self._next_block_id
+        self._next_block_id += 1
+        if len(rows.free):
+            row = rows.free.pop_lowest()
+            rows.row_block[row] = block_id
+            rows.row_refcount[row] = 1
+            self.counters.rows_reused += 1
+        else:
+            row = len(rows.row_block)
+            rows.row_block.append(block_id)
+            rows.row_refcount.append(1)
+            self.counters.rows_minted += 1
+        self.blocks[block_id] = (layer, row)
+        self.counters.blocks_created += 1
+        self.versions[layer] += 1
+        return block_id, row
+
+    def _add_refs(self, layer: int, rows: list[int]) -> None:
+        counts = self.layers[layer].row_refcount
+        for row in rows:
+            counts[row] += 1
+        self.versions[layer] += 1
+
+    def _drop_refs(self, layer: int, rows: list[int]) -> list[int]:
+        """Drop one reference per row; rows reaching refcount 0 are freed. Returns the freed rows."""
+        layer_rows = self.layers[layer]
+        counts = layer_rows.row_refcount
+        freed = []
+        for row in rows:
+            counts[row] -= 1
+            if counts[row] == 0:
+                del self.blocks[layer_rows.row_block[row]]
+                layer_rows.row_block[row] = -1
+                layer_rows.free.push(row)
+                freed.append(row)
+        self.counters.rows_freed += len(freed)
+        self.versions[layer] += 1
+        return freed
+
+    def _drop_tables(self, tables: list[BlockTable]) -> None:
+        freed0: list[int] = []
+        count = 0
+        for layer, table in enumerate(tables):
+            freed = self._drop_refs(layer, table.rows)
+            count += len(freed)
+            if layer == 0:
+                freed0 = freed
+        if count:
+            self._emit("rows_freed", rows=freed0, count=count)
+
+    def _reserve_capacity(self) -> list[tuple[int, int, int]]:
+        """Round every layer's capacity up to hold its minted rows; model the growth. Returns (layer, old, new)."""
+        growth = []
+        for index, layer in enumerate(self.layers):
+            needed = capacity_for(self.design, self.slab_blocks, len(layer.row_block))
+            if needed > layer.capacity:
+                growth.append((index, layer.capacity, needed))
+                layer.capacity = needed
+        if growth:
+            self._model_growth(growth)
+        return growth
+
+    def _model_growth(self, growth: list[tuple[int, int, int]]) -> None:
+        old_rows, new_rows = growth[0][1], growth[0][2]
+        if self.design == "slab":
+            slabs = sum((new - old) // self.slab_blocks for _, old, new in growth)
+            self.counters.slab_appends += slabs
+            added = sum(new - old for _, old, new in growth) * self.bytes_per_row
+            self._emit("slab_append", layers=len(growth), count=slabs, bytes=added)
+        else:
+            copied = sum(old for _, old, _ in growth) * self.bytes_per_row
+            self.counters.grow_events += len(growth)
+            self.counters.bytes_copied += copied
+            self._emit("grow", layers=len(growth), old_rows=old_rows, new_rows=new_rows, bytes_copied=copied)

@@ -1,0 +1,254 @@
+"""BlockBook: the pool's bookkeeping in plain Python (no mlx import, directly or indirectly).
+
+It runs alone (what-if replays drive it with the sequence-level ops of an op log and a different geometry; it counts
+rows, slabs and modelled bytes exactly as the storage would) or is driven by :class:`pool.PagedKVPool`, which
+executes the returned :class:`WritePlan` on storage. Row/refcount/capacity machinery lives in ``pool/book_rows.py``;
+the invariants are checked by ``pool/book_integrity.py``.
+
+Every public method validates completely before it mutates: on an exception nothing has changed. Each successful
+sequence-level method emits its op (``docs/contracts.md``) after its derived ops.
+"""
+
+from __future__ import annotations
+
+from pool.block_table import BlockTable, PrefixHandle
+from pool.book_rows import LayerRows, OpListener, RowBook, WritePlan
+from pool.config import blocks_for_tokens
+from pool.errors import PoolError
+
+__all__ = ["BlockBook", "LayerRows", "OpListener", "WritePlan"]
+
+
+def _check_int(name: str, value, minimum: int = 0) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise PoolError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+class BlockBook(RowBook):
+    """Sequences, handles and loose blocks on top of :class:`RowBook`'s rows and refcounts."""
+
+    # ---- sequences -------------------------------------------------------------------------------------------
+    def add_sequence(self, seq_id: int) -> None:
+        """Register an empty sequence (no blocks yet) in every layer."""
+        _check_int("seq_id", seq_id)
+        if seq_id in self.seqs:
+            raise PoolError(f"sequence {seq_id} already exists")
+        self.seqs[seq_id] = [BlockTable() for _ in range(self.num_layers)]
+        self._emit("add_sequence", seq=seq_id)
+
+    def sequence_ids(self) -> list[int]:
+        return list(self.seqs)
+
+    def seq_length(self, seq_id: int) -> int:
+        return self.tables(seq_id)[0].length
+
+    def logical_start(self, seq_id: int) -> int:
+        return self.tables(seq_id)[0].logical_start
+
+    def block_ids(self, layer: int, seq_id: int) -> list[int]:
+        self.check_layer(layer)
+        return list(self.tables(seq_id)[layer].block_ids)
+
+    def prepare_write(self, seq_id: int, start: int, num_tokens: int) -> WritePlan:
+        """Make tokens ``[start, start+num_tokens)`` writable in every layer: extend the tables, copy-on-write
+        shared blocks in the span (new block + row, one reference moved off the original), mint/reuse rows,
+        reserve capacity. Mutates tables, rows, refcounts, capacity and counters; returns what storage must do."""
+        tables = self.tables(seq_id)
+        _check_int("start", start)
+        _check_int("num_tokens", num_tokens, 1)
+        length = tables[0].length
+        if start > length:
+            raise PoolError(f"sequence {seq_id}: write start {start} is past its length {length} (no gaps)")
+        first, last = start // self.block_size, (start + num_tokens - 1) // self.block_size
+        cow_indices = [self._shared_in_span(layer, table, first, last) for layer, table in enumerate(tables)]
+        new_blocks = max(0, last + 1 - len(tables[0].rows))
+        for layer in range(self.num_layers):
+            self._check_budget(layer, len(cow_indices[layer]) + new_blocks)
+        before = (self.counters.rows_minted, self.counters.rows_reused)
+        cow_pairs = [self._copy_on_write(seq_id, layer, tables[layer], cow_indices[layer])
+                     for layer in range(self.num_layers)]
+        self._extend(tables, new_blocks, cow_pairs, before)
+        for table in tables:
+            table.length = max(length, start + num_tokens)
+        growth = self._reserve_capacity()
+        self._emit("prepare_write", seq=seq_id, start=start, num_tokens=num_tokens)
+        return WritePlan(cow_pairs=cow_pairs, growth=growth)
+
+    def _shared_in_span(self, layer: int, table: BlockTable, first: int, last: int) -> list[int]:
+        counts = self.layers[layer].row_refcount
+        return [i for i in range(first, min(last + 1, len(table.rows))) if counts[table.rows[i]] > 1]
+
+    def _copy_on_write(self, seq_id: int, layer: int, table: BlockTable, indices: list[int]) -> list[tuple]:
+        pairs = []
+        for index in indices:
+            src_row = table.rows[index]
+            block_id, row = self._new_block(layer)
+            self._drop_refs(layer, [src_row])  # refcount was > 1: never frees
+            table.block_ids[index], table.rows[index] = block_id, row
+            pairs.append((src_row, row))
+        self.counters.cow_copies += len(pairs)
+        if layer == 0:
+            for index in indices:
+                self._emit("cow", seq=seq_id, logical_block=index, num_layers=self.num_layers)
+        return pairs
+
+    def _extend(self, tables: list[BlockTable], new_blocks: int, cow_pairs: list[list[tuple]],
+                before: tuple[int, int]) -> None:
+        if not new_blocks and not any(cow_pairs):
+            return
+        minted_before, reused_before = before
+        for layer, table in enumerate(tables):
+            for _ in range(new_blocks):
+                block_id, row = self._new_block(layer)
+                table.block_ids.append(block_id)
+                table.rows.append(row)
+        rows0 = [dst for _, dst in cow_pairs[0]] + (tables[0].rows[-new_blocks:] if new_blocks else [])
+        self._emit("row_mint", layer_count=self.num_layers, rows=rows0,
+                   minted=self.counters.rows_minted - minted_before,
+                   reused=self.counters.rows_reused - reused_before)
+
+    def rows_for_write(self, layer: int, seq_id: int, start: int, num_tokens: int) -> list[int]:
+        """Rows of the blocks covering ``[start, start+num_tokens)`` in one layer, checking the span was prepared
+        (inside the length, every block exclusively owned). Mutates nothing."""
+        self.check_layer(layer)
+        table = self.tables(seq_id)[layer]
+        _check_int("start", start)
+        _check_int("num_tokens", num_tokens, 1)
+        if start + num_tokens > table.length:
+            raise PoolError(f"sequence {seq_id}: positions [{start}, {start + num_tokens}) are not prepared "
+                            f"(length {table.length}); call prepare_write first")
+        first, last = start // self.block_size, (start + num_tokens - 1) // self.block_size
+        rows = table.rows[first:last + 1]
+        counts = self.layers[layer].row_refcount
+        shared = [first + i for i, row in enumerate(rows) if counts[row] != 1]
+        if shared:
+            raise PoolError(f"sequence {seq_id} layer {layer}: blocks {shared} are shared; prepare_write "
+                            f"copies them on write and must come first")
+        return rows
+
+    def release(self, seq_id: int) -> None:
+        """Drop the sequence; blocks whose refcount reaches 0 free their rows."""
+        tables = self.tables(seq_id)
+        del self.seqs[seq_id]
+        self._drop_tables(tables)
+        self._emit("release", seq=seq_id)
+
+    def clone(self, src_id: int, dst_id: int, num_tokens: int) -> None:
+        """New sequence ``dst_id`` sharing (refcount + 1) the blocks covering ``src_id``'s first num_tokens."""
+        src = self.tables(src_id)
+        _check_int("dst_id", dst_id)
+        _check_int("num_tokens", num_tokens)
+        if dst_id in self.seqs:
+            raise PoolError(f"sequence {dst_id} already exists")
+        if num_tokens > src[0].length:
+            raise PoolError(f"clone of {num_tokens} tokens exceeds sequence {src_id}'s length {src[0].length}")
+        count = blocks_for_tokens(num_tokens, self.block_size)
+        start = min(src[0].logical_start, num_tokens)
+        self.seqs[dst_id] = self._share(src, count, num_tokens, start)
+        self._emit("clone", src=src_id, dst=dst_id, num_tokens=num_tokens)
+
+    def _share(self, tables: list[BlockTable], count: int, length: int, logical_start: int) -> list[BlockTable]:
+        shared = [table.prefix(count, length, logical_start) for table in tables]
+        for layer, table in enumerate(shared):
+            self._add_refs(layer, table.rows)
+        return shared
+
+    def detach(self, seq_id: int) -> PrefixHandle:
+        """Move the sequence's blocks into a pinned handle (references move; refcounts unchanged)."""
+        tables = self.tables(seq_id)
+        handle_id = self._next_handle_id
+        self._next_handle_id += 1
+        del self.seqs[seq_id]
+        self.handles[handle_id] = tables
+        for layer in range(self.num_layers):
+            self.versions[layer] += 1  # row owners change (sequence -> handle)
+        self._emit("detach", seq=seq_id, handle=handle_id)
+        return PrefixHandle(handle_id, tables[0].length, tables[0].logical_start)
+
+    def adopt(self, handle: PrefixHandle, seq_id: int) -> None:
+        """New sequence starting from the handle's blocks (shared; the handle keeps its references)."""
+        tables = self.handle_tables(handle)
+        _check_int("seq_id", seq_id)
+        if seq_id in self.seqs:
+            raise PoolError(f"sequence {seq_id} already exists")
+        self.seqs[seq_id] = self._share(tables, len(tables[0].rows), tables[0].length, tables[0].logical_start)
+        self._emit("adopt", handle=handle.handle_id, seq=seq_id)
+
+    def release_handle(self, handle: PrefixHandle) -> None:
+        tables = self.handle_tables(handle)
+        del self.handles[handle.handle_id]
+        self._drop_tables(tables)
+        self._emit("release_handle", handle=handle.handle_id)
+
+    def trim(self, seq_id: int, num_tokens: int) -> None:
+        """Keep the first ``num_tokens`` tokens: a multiple of block_size (or the current length), not below the
+        logical start. Blocks past it drop one reference."""
+        tables = self.tables(seq_id)
+        _check_int("num_tokens", num_tokens)
+        length, start = tables[0].length, tables[0].logical_start
+        if num_tokens > length or num_tokens < start:
+            raise PoolError(f"trim to {num_tokens} outside sequence {seq_id}'s [{start}, {length}]")
+        if num_tokens % self.block_size and num_tokens != length:
+            raise PoolError(f"trim to {num_tokens} is not block-aligned (block_size {self.block_size})")
+        keep = blocks_for_tokens(num_tokens, self.block_size)
+        dropped = [BlockTable(t.block_ids[keep:], t.rows[keep:]) for t in tables]
+        for table in tables:
+            del table.block_ids[keep:], table.rows[keep:]
+            table.length = num_tokens
+        self._drop_tables(dropped)
+        self._emit("trim", seq=seq_id, num_tokens=num_tokens)
+
+    def set_logical_start(self, seq_id: int, logical_start: int) -> None:
+        """Hide tokens before ``logical_start`` from gathers (e.g. a sliding window); blocks stay referenced."""
+        tables = self.tables(seq_id)
+        _check_int("logical_start", logical_start)
+        if logical_start > tables[0].length:
+            raise PoolError(f"logical_start {logical_start} past sequence {seq_id}'s length {tables[0].length}")
+        for table in tables:
+            table.logical_start = logical_start
+        self._emit("set_logical_start", seq=seq_id, logical_start=logical_start)
+
+    # ---- loose blocks (serialization restore path) -----------------------------------------------------------
+    def acquire_block(self, layer: int) -> tuple[int, int, list]:
+        """A fresh block in one layer, referenced once by the caller. Returns (block id, row, growth)."""
+        self.check_layer(layer)
+        self._check_budget(layer, 1)
+        block_id, row = self._new_block(layer)
+        self.loose.add(block_id)
+        return block_id, row, self._reserve_capacity()
+
+    def release_block(self, block_id: int) -> None:
+        """Drop the caller's reference to a block obtained from :meth:`acquire_block`."""
+        layer, row = self.block_location(block_id)
+        if block_id not in self.loose:
+            raise PoolError(f"block {block_id} is not held by the caller (only restored blocks can be released)")
+        self.loose.discard(block_id)
+        self._drop_refs(layer, [row])
+
+    def handle_from_blocks(self, block_ids: list[list[int]], num_tokens: int) -> PrefixHandle:
+        """Turn caller-held blocks (one list per layer, logical order) into an adoptable prefix handle."""
+        _check_int("num_tokens", num_tokens)
+        count = blocks_for_tokens(num_tokens, self.block_size)
+        if len(block_ids) != self.num_layers or any(len(ids) != count for ids in block_ids):
+            raise PoolError(f"need {self.num_layers} lists of {count} block ids for {num_tokens} tokens")
+        flat = [b for ids in block_ids for b in ids]
+        if len(set(flat)) != len(flat) or not all(b in self.loose for b in flat):
+            raise PoolError("every block must be a distinct block held by the caller (from restore_block)")
+        if any(self.blocks[b][0] != layer for layer, ids in enumerate(block_ids) for b in ids):
+            raise PoolError("block ids must be listed under the layer they were restored in")
+        tables = [BlockTable(list(ids), [self.blocks[b][1] for b in ids], num_tokens, 0) for ids in block_ids]
+        self.loose.difference_update(flat)
+        handle_id = self._next_handle_id
+        self._next_handle_id += 1
+        self.handles[handle_id] = tables
+        return PrefixHandle(handle_id, num_tokens, 0)
+
+    # ---- figures ---------------------------------------------------------------------------------------------
+    def live_rows(self, layer: int) -> int:
+        return self.layers[layer].num_live
+
+    def check_integrity(self) -> None:
+        """Raise PoolError naming the first broken invariant (see ``pool/book_integrity.py``)."""
+        from pool.book_integrity import check_book
+
+        check_book(self)

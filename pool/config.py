@@ -1,0 +1,57 @@
+"""Pool configuration and the capacity arithmetic both storage designs (and the storage-free bookkeeping) share.
+
+Capacity is counted in physical rows (one row = one block of ``block_size`` tokens, K and V). The slab design
+reserves whole slabs of ``slab_blocks`` rows; the monolithic design grows its single tensor in chunks of
+``MONOLITHIC_CHUNK_BLOCKS`` rows. Both are "round the needed rows up to a chunk", so one function serves both and
+the bookkeeping can model slab counts and bytes without any storage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pool.errors import PoolError
+
+DESIGNS = ("slab", "monolithic")
+DEFAULT_BLOCK_SIZE = 32
+DEFAULT_SLAB_BLOCKS = 32
+MONOLITHIC_CHUNK_BLOCKS = 32  # the grow chunk of the design being replaced (origin: POOL_GROW_CHUNK_BLOCKS)
+
+
+@dataclass
+class PoolConfig:
+    """What a :class:`pool.PagedKVPool` is built from. ``max_blocks_per_layer=None`` means no budget."""
+
+    num_layers: int
+    block_size: int = DEFAULT_BLOCK_SIZE
+    slab_blocks: int = DEFAULT_SLAB_BLOCKS
+    design: str = "slab"
+    max_blocks_per_layer: int | None = None
+
+    def validate(self) -> None:
+        """Raise PoolError naming the first bad field."""
+        if self.design not in DESIGNS:
+            raise PoolError(f"unknown pool design {self.design!r}; choose one of {', '.join(DESIGNS)}")
+        for name in ("num_layers", "block_size", "slab_blocks"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise PoolError(f"PoolConfig.{name} must be a positive int, got {value!r}")
+        budget = self.max_blocks_per_layer
+        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 0):
+            raise PoolError(f"PoolConfig.max_blocks_per_layer must be None or an int >= 0, got {budget!r}")
+
+
+def chunk_rows(design: str, slab_blocks: int) -> int:
+    """Rows added by one unit of growth: a slab (slab design) or a grow chunk (monolithic design)."""
+    return slab_blocks if design == "slab" else MONOLITHIC_CHUNK_BLOCKS
+
+
+def capacity_for(design: str, slab_blocks: int, needed_rows: int) -> int:
+    """Smallest capacity (rows) of the design that holds ``needed_rows`` rows."""
+    chunk = chunk_rows(design, slab_blocks)
+    return -(-needed_rows // chunk) * chunk
+
+
+def blocks_for_tokens(num_tokens: int, block_size: int) -> int:
+    """Number of blocks a table needs to cover ``num_tokens`` tokens."""
+    return -(-num_tokens // block_size)

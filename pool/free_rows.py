@@ -1,0 +1,95 @@
+"""Free physical rows of one layer: a min-heap for lowest-row-first reuse plus a set for membership.
+
+Reusing the lowest free row first makes reuse deterministic (tests can assert exact rows) and keeps live rows packed
+toward the front, so fragmentation that remains is real and visible in snapshots.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+
+class FreeRows:
+    """Owns the free rows of one layer. Mutated only by :meth:`push` and :meth:`pop_lowest`."""
+
+    __slots__ = ("_heap", "_members")
+
+    def __init__(self) -> None:
+        self._heap: list[int] = []
+        self._members: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def __contains__(self, row: int) -> bool:
+        return row in self._members
+
+    def push(self, row: int) -> None:
+        """Mark ``row`` free. A row freed twice is a bookkeeping bug, so it raises."""
+        if row in self._members:
+            raise ValueError(f"row {row} is already free")
+        self._members.add(row)
+        heapq.heappush(self._heap, row)
+
+    def pop_lowest(self) -> int:
+        """Take the lowest free row (IndexError when empty)."""
+        row = heapq.heappop(self._heap)
+        self._members.discard(row)
+        return row
+
+    def peek_lowest(self, count: int) -> list[int]:
+        """The ``count`` lowest free rows without taking them (used to plan before mutating)."""
+        return heapq.nsmallest(count, self._heap)
+
+    def sorted_rows(self) -> list[int]:
+        return sorted(self._members)
+
+    def heap_consistent(self) -> bool:
+        """True when the heap and the membership set hold the same rows (an integrity check)."""
+        return len(self._heap) == len(self._members) and set(self._heap) == self._members
+
+
+def free_run_stats(free_sorted: list[int], tail_start: int, capacity: int) -> tuple[int, int, int]:
+    """(free rows, holes, largest free run) over rows ``[0, capacity)``.
+
+    ``free_sorted``: freed (reusable) rows below ``tail_start``, ascending; rows ``[tail_start, capacity)`` are
+    reserved capacity that was never minted, also free. A hole is a maximal run of consecutive free rows.
+    """
+    free = len(free_sorted) + (capacity - tail_start)
+    holes = 0
+    largest = 0
+    run = 0
+    previous = -2
+    for row in free_sorted:
+        if row == previous + 1:
+            run += 1
+        else:
+            if run:
+                holes += 1
+                largest = max(largest, run)
+            run = 1
+        previous = row
+    tail = capacity - tail_start
+    if tail and run and previous == tail_start - 1:
+        run += tail  # the last freed run touches the unminted tail: one hole
+    elif tail:
+        if run:
+            holes += 1
+            largest = max(largest, run)
+        run = tail
+    if run:
+        holes += 1
+        largest = max(largest, run)
+    return free, holes, largest
+
+
+def fragmentation_index(free_rows: int, largest_free_run: int) -> float:
+    """``1 - largest_free_run / free_rows`` (0.0 with no free rows).
+
+    0 means all free rows form one contiguous run (a new sequence's blocks land in one run of rows, so its gathers
+    take few runs); it approaches 1 as free space splits into many small holes (new sequences' rows interleave with
+    others', gathers split into more runs, and in the slab design partly-empty slabs cannot be returned).
+    """
+    if free_rows == 0:
+        return 0.0
+    return 1.0 - largest_free_run / free_rows

@@ -1,0 +1,43 @@
+"""Splitting a block table's rows into maximal same-slab runs (plain Python, shared by storage and snapshots)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+
+def split_runs(rows: list[int], locate: Callable[[int], tuple[int, int]]) -> list[tuple[int, list[int]]]:
+    """Group ``rows`` (logical order) into maximal runs of consecutive entries that live in the same slab.
+
+    ``locate(row) -> (slab, row_in_slab)`` is the storage's row mapping. Returns ``[(slab, [row_in_slab, ...])]``
+    in logical order; one gather (take or slice) per run, concatenated in order, rebuilds the table's contents.
+    """
+    runs: list[tuple[int, list[int]]] = []
+    current_slab = None
+    for row in rows:
+        slab, local = locate(row)
+        if slab != current_slab:
+            runs.append((slab, [local]))
+            current_slab = slab
+        else:
+            runs[-1][1].append(local)
+    return runs
+
+
+def count_runs(rows: list[int], slab_blocks: int) -> int:
+    """Number of same-slab runs for the slab design's mapping (row // slab_blocks), without building them."""
+    runs = 0
+    current = -1
+    for row in rows:
+        slab = row // slab_blocks
+        if slab != current:
+            runs += 1
+            current = slab
+    return runs
+
+
+def contiguous_range(local_rows: list[int]) -> tuple[int, int] | None:
+    """(first, stop) when ``local_rows`` are consecutive ascending (a slice reads them), else None (take)."""
+    first = local_rows[0]
+    if local_rows[-1] - first + 1 == len(local_rows) and local_rows == list(range(first, first + len(local_rows))):
+        return first, first + len(local_rows)
+    return None

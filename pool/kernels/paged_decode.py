@@ -1,0 +1,70 @@
+"""Paged decode attention over a :class:`pool.PagedKVPool` layer: the fused kernel of the running backend, or the
+gather + SDPA path it replaces (also the reference the kernels are tested against).
+
+Both take ``queries`` shaped [B, Hq, 1, D] (mlx-lm's decode layout) for the sequences ``seq_ids`` and return the
+attention output in the same shape. Neither mutates the pool's storage; ``gather_decode`` goes through
+``pool.gather_visible`` and so counts gathers like any other read. This module imports mlx only inside functions.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from pool.kernels.plan import DecodePlan, KernelUnsupported, plan_decode
+
+
+def plan_for_pool(pool, layer: int, seq_ids: Sequence[int], *, scale: float,
+                  num_splits: int | None = None) -> DecodePlan:
+    """The launch plan of ``seq_ids`` in ``layer``: their block tables (physical rows), visible ranges
+    [logical_start, length) and the layer's slab geometry. Reads the pool; changes nothing."""
+    storage = pool.storage
+    if not storage.has_layer(layer):
+        raise KernelUnsupported(f"layer {layer} has no storage yet")
+    geometry = storage.geometry[layer]
+    slabs = storage.keys[layer]
+    tables = [pool.book.tables(seq_id)[layer] for seq_id in seq_ids]
+    return plan_decode([t.rows for t in tables], [t.length for t in tables], [t.logical_start for t in tables],
+                       block_size=pool.config.block_size, slab_blocks=int(slabs[0].shape[0]),
+                       num_slabs=len(slabs), n_kv_heads=geometry.n_kv_heads, scale=scale,
+                       num_splits=num_splits)
+
+
+def kernel_for_backend(backend: str):
+    """The fused decode function of ``backend`` ("cuda" or "metal")."""
+    if backend == "cuda":
+        from pool.kernels.paged_decode_cuda import paged_decode_cuda
+        return paged_decode_cuda
+    if backend == "metal":
+        from pool.kernels.paged_decode_metal import paged_decode_metal
+        return paged_decode_metal
+    raise KernelUnsupported(f"no fused kernel for backend {backend!r}")
+
+
+def fused_decode(pool, layer: int, seq_ids: Sequence[int], queries, *, scale: float, backend: str,
+                 plan: DecodePlan | None = None):
+    """Fused paged attention of one new token per sequence, reading the layer's slabs in place."""
+    plan = plan_for_pool(pool, layer, seq_ids, scale=scale) if plan is None else plan
+    storage = pool.storage
+    return kernel_for_backend(backend)(queries, storage.keys[layer], storage.values[layer], plan)
+
+
+def gather_decode(pool, layer: int, seq_ids: Sequence[int], queries, *, scale: float, upcast: bool = False):
+    """Gather + SDPA: each sequence's visible K/V gathered from the slabs (one read per same-slab run,
+    concatenated), then ``mx.fast.scaled_dot_product_attention``. Equal lengths run as one batched call, unequal
+    ones per sequence. ``upcast=True`` computes in float32 (the high-precision reference)."""
+    import mlx.core as mx
+
+    gathered = [pool.gather_visible(layer, seq_id) for seq_id in seq_ids]
+    keys = [g.keys for g in gathered]
+    values = [g.values for g in gathered]
+    q = queries.astype(mx.float32) if upcast else queries
+    if upcast:
+        keys = [k.astype(mx.float32) for k in keys]
+        values = [v.astype(mx.float32) for v in values]
+    if len({k.shape[1] for k in keys}) == 1:
+        out = mx.fast.scaled_dot_product_attention(q, mx.stack(keys), mx.stack(values), scale=scale)
+    else:
+        out = mx.concatenate([
+            mx.fast.scaled_dot_product_attention(q[i:i + 1], k[None], v[None], scale=scale)
+            for i, (k, v) in enumerate(zip(keys, values))])
+    return out.astype(queries.dtype) if upcast else out

@@ -1,0 +1,418 @@
+"""Fused paged-attention decode for MLX on CUDA (``mx.fast.cuda_kernel``): one query token per sequence, K/V read
+straight from every slab through the block table, no gather copy.
+
+Design (docs/gpu.md has the full write-up and the measurements):
+
+* One thread block per (split, KV head, sequence); 4 warps. A token's head row (head_dim elements) is spread over
+  head_dim/8 lanes, each holding 8 elements (one 16-byte load), so a warp reads 2 (head_dim 128) or 4 (head_dim
+  64) tokens per step, ``UNROLL`` steps in flight. All GROUP query heads of the KV head are processed together, so
+  every K/V byte is read once per launch (GQA costs no extra traffic).
+* Warps take whole blocks of the pool round-robin; the block's physical row resolves once per block to
+  (slab, row in slab) and a slab base pointer from a shared-memory table filled from the kernel's slab inputs
+  ``k0..kN-1`` / ``v0..vN-1``. ``mx.fast.cuda_kernel`` takes a fixed list of inputs, so one kernel is generated
+  per slab-count bucket (the next power of two; padding repeats slab 0, never read).
+* Online softmax in float32 (log2 domain, ``exp2f``), one max/correction per UNROLL tile; warps merge through
+  shared memory. Long contexts are split into chunks (``pool.kernels.plan.choose_splits``) whose partial states a
+  second small kernel merges; with one split the first kernel writes the output directly.
+
+Kernel names carry a hash of their source: MLX caches compiled PTX on disk by kernel name, so an edited kernel
+never reuses a stale binary. This module imports mlx only inside functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+from pool.kernels.plan import (DecodePlan, KernelUnsupported, slab_bucket, tokens_per_warp_step,
+                               unsupported_reason)
+
+MAX_SLABS = 512               # slab inputs per launch: 2 * 512 pointers = 8 KiB of kernel parameters (< 32 KiB)
+THREADS = 128                 # 4 warps per block
+UNROLL = 4                    # warp steps whose loads are issued before any is consumed
+
+HEADER = r"""
+#define SSP_NEG_INF __int_as_float(0xff800000)
+#define SSP_NEG_BIG (-1.0e30f)
+#define SSP_LOG2E 1.4426950408889634f
+
+__device__ __forceinline__ float ssp_to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float ssp_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ void ssp_store(__half* p, float x) { *p = __float2half_rn(x); }
+__device__ __forceinline__ void ssp_store(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
+
+// 8 half-precision values packed in 16 bytes -> 8 floats.
+template <typename T>
+__device__ __forceinline__ void ssp_unpack8(const uint4& raw, float* out) {
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    out[i] = ssp_to_float(e[i]);
+  }
+}
+"""
+
+# Pass 1. Template constants: T, HEAD_DIM, GROUP, N_KV, BLOCK_SIZE, UNROLL, NUM_SLABS.
+# {slab_setup} fills the shared pointer tables; {epilogue} writes the output (direct) or the split's partials.
+PASS1_SOURCE = r"""
+  constexpr int VEC = 8;
+  constexpr int LANES = HEAD_DIM / VEC;
+  constexpr int TPW = 32 / LANES;
+  constexpr int STEP = TPW * UNROLL;
+  constexpr int NUM_WARPS = 4;
+  constexpr int HQ = N_KV * GROUP;
+  constexpr long long TOKEN_STRIDE = (long long)N_KV * HEAD_DIM;
+  constexpr long long ROW_STRIDE = (long long)BLOCK_SIZE * TOKEN_STRIDE;
+  static_assert(HEAD_DIM % 8 == 0 && 32 % LANES == 0, "head_dim must be 8 * a divisor of 32");
+  static_assert(BLOCK_SIZE % STEP == 0, "a warp step must not cross a block");
+
+  __shared__ const T* k_ptrs[NUM_SLABS];
+  __shared__ const T* v_ptrs[NUM_SLABS];
+  __shared__ float sm_m[NUM_WARPS][GROUP];
+  __shared__ float sm_l[NUM_WARPS][GROUP];
+  __shared__ float sm_acc[NUM_WARPS][GROUP][HEAD_DIM];
+
+{slab_setup}
+  __syncthreads();
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int sub = lane / LANES;
+  const int part = lane % LANES;
+  const int split = blockIdx.x;
+  const int kvh = blockIdx.y;
+  const int b = blockIdx.z;
+  const int num_splits = gridDim.x;
+  const int batch = gridDim.z;
+
+  const int slab_blocks = meta[0];
+  const int table_stride = meta[1];
+  const int chunk = meta[2];
+  const float qscale = __int_as_float(meta[3]) * SSP_LOG2E;
+  const int seq_start = meta[4 + 2 * b];
+  const int seq_end = meta[5 + 2 * b];
+  const int* table = meta + 4 + 2 * batch + (long long)b * table_stride;
+  const int c0 = max(seq_start, split * chunk);
+  const int c1 = min(seq_end, (split + 1) * chunk);
+
+  float q[GROUP][VEC];
+  float acc[GROUP][VEC];
+  float m[GROUP];
+  float l[GROUP];
+#pragma unroll
+  for (int g = 0; g < GROUP; ++g) {
+    const T* qrow = queries + ((long long)b * HQ + kvh * GROUP + g) * HEAD_DIM + part * VEC;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      q[g][i] = ssp_to_float(qrow[i]) * qscale;
+      acc[g][i] = 0.0f;
+    }
+    m[g] = SSP_NEG_BIG;
+    l[g] = 0.0f;
+  }
+
+  if (c0 < c1) {
+    const int blk_first = c0 / BLOCK_SIZE;
+    const int blk_last = (c1 - 1) / BLOCK_SIZE;
+    for (int blk = blk_first + warp; blk <= blk_last; blk += NUM_WARPS) {
+      const int row = table[blk];
+      const int slab = row / slab_blocks;
+      const long long base =
+          (long long)(row - slab * slab_blocks) * ROW_STRIDE + (long long)kvh * HEAD_DIM + part * VEC;
+      const T* kb = k_ptrs[slab] + base;
+      const T* vb = v_ptrs[slab] + base;
+      const int pos0 = blk * BLOCK_SIZE;
+      for (int t0 = 0; t0 < BLOCK_SIZE; t0 += STEP) {
+        uint4 kr[UNROLL];
+        uint4 vr[UNROLL];
+        bool valid[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+          const int t = t0 + u * TPW + sub;
+          const int pos = pos0 + t;
+          valid[u] = pos >= c0 && pos < c1;
+          if (valid[u]) {
+            kr[u] = *reinterpret_cast<const uint4*>(kb + t * TOKEN_STRIDE);
+            vr[u] = *reinterpret_cast<const uint4*>(vb + t * TOKEN_STRIDE);
+          } else {
+            kr[u] = make_uint4(0u, 0u, 0u, 0u);
+            vr[u] = make_uint4(0u, 0u, 0u, 0u);
+          }
+        }
+        float score[GROUP][UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+          float kf[VEC];
+          ssp_unpack8<T>(kr[u], kf);
+#pragma unroll
+          for (int g = 0; g < GROUP; ++g) {
+            float dot = 0.0f;
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+              dot = fmaf(q[g][i], kf[i], dot);
+            }
+#pragma unroll
+            for (int off = LANES / 2; off > 0; off >>= 1) {
+              dot += __shfl_xor_sync(0xffffffffu, dot, off);
+            }
+            score[g][u] = valid[u] ? dot : SSP_NEG_INF;
+          }
+        }
+        float vf[UNROLL][VEC];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+          ssp_unpack8<T>(vr[u], vf[u]);
+        }
+#pragma unroll
+        for (int g = 0; g < GROUP; ++g) {
+          float tile_max = score[g][0];
+#pragma unroll
+          for (int u = 1; u < UNROLL; ++u) {
+            tile_max = fmaxf(tile_max, score[g][u]);
+          }
+          const float m_new = fmaxf(m[g], tile_max);
+          const float corr = exp2f(m[g] - m_new);
+          l[g] *= corr;
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) {
+            acc[g][i] *= corr;
+          }
+#pragma unroll
+          for (int u = 0; u < UNROLL; ++u) {
+            const float p = exp2f(score[g][u] - m_new);
+            l[g] += p;
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+              acc[g][i] = fmaf(p, vf[u][i], acc[g][i]);
+            }
+          }
+          m[g] = m_new;
+        }
+      }
+    }
+  }
+
+  // Merge the TPW token lanes of each warp (lanes that share `part`).
+#pragma unroll
+  for (int g = 0; g < GROUP; ++g) {
+#pragma unroll
+    for (int off = LANES; off < 32; off <<= 1) {
+      const float m_o = __shfl_xor_sync(0xffffffffu, m[g], off);
+      const float l_o = __shfl_xor_sync(0xffffffffu, l[g], off);
+      const float m_new = fmaxf(m[g], m_o);
+      const float a = exp2f(m[g] - m_new);
+      const float c = exp2f(m_o - m_new);
+      l[g] = l[g] * a + l_o * c;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const float acc_o = __shfl_xor_sync(0xffffffffu, acc[g][i], off);
+        acc[g][i] = acc[g][i] * a + acc_o * c;
+      }
+      m[g] = m_new;
+    }
+  }
+  if (sub == 0) {
+#pragma unroll
+    for (int g = 0; g < GROUP; ++g) {
+      if (part == 0) {
+        sm_m[warp][g] = m[g];
+        sm_l[warp][g] = l[g];
+      }
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        sm_acc[warp][g][part * VEC + i] = acc[g][i];
+      }
+    }
+  }
+  __syncthreads();
+
+  // Merge the warps; one thread per (query head of the group, element).
+  for (int idx = threadIdx.x; idx < GROUP * HEAD_DIM; idx += blockDim.x) {
+    const int g = idx / HEAD_DIM;
+    const int d = idx % HEAD_DIM;
+    float m_all = SSP_NEG_BIG;
+#pragma unroll
+    for (int w = 0; w < NUM_WARPS; ++w) {
+      m_all = fmaxf(m_all, sm_m[w][g]);
+    }
+    float l_all = 0.0f;
+    float a_all = 0.0f;
+#pragma unroll
+    for (int w = 0; w < NUM_WARPS; ++w) {
+      const float f = exp2f(sm_m[w][g] - m_all);
+      l_all += sm_l[w][g] * f;
+      a_all += sm_acc[w][g][d] * f;
+    }
+    const long long head = (long long)b * HQ + kvh * GROUP + g;
+{epilogue}
+  }
+"""
+
+DIRECT_EPILOGUE = r"""
+    ssp_store(out + head * HEAD_DIM + d, l_all > 0.0f ? a_all / l_all : 0.0f);"""
+
+SPLIT_EPILOGUE = r"""
+    const long long slot = head * num_splits + split;
+    part_acc[slot * HEAD_DIM + d] = a_all;
+    if (d == 0) {
+      part_ml[2 * slot] = m_all;
+      part_ml[2 * slot + 1] = l_all;
+    }"""
+
+# Pass 2: merge the splits of one (sequence, query head); one thread per element. Template: T, HEAD_DIM.
+MERGE_SOURCE = r"""
+  const int d = threadIdx.x;
+  const int h = blockIdx.y;
+  const int b = blockIdx.z;
+  const int hq = gridDim.y;
+  const int num_splits = part_ml_shape[2];
+  const long long first = ((long long)b * hq + h) * num_splits;
+  float m_all = SSP_NEG_BIG;
+  for (int s = 0; s < num_splits; ++s) {
+    m_all = fmaxf(m_all, part_ml[2 * (first + s)]);
+  }
+  float l_all = 0.0f;
+  float a_all = 0.0f;
+  for (int s = 0; s < num_splits; ++s) {
+    const float f = exp2f(part_ml[2 * (first + s)] - m_all);
+    l_all += part_ml[2 * (first + s) + 1] * f;
+    a_all += part_acc[(first + s) * HEAD_DIM + d] * f;
+  }
+  ssp_store(out + ((long long)b * hq + h) * HEAD_DIM + d, l_all > 0.0f ? a_all / l_all : 0.0f);
+"""
+
+
+def slab_setup_source(num_slabs: int, threads: int = THREADS) -> str:
+    """CUDA that fills the shared k_ptrs/v_ptrs tables from the kernel's slab parameters: thread t stores slabs
+    t, t + threads, ... (a switch, so each thread executes only its own stores)."""
+    cases = []
+    for t in range(min(num_slabs, threads)):
+        stores = " ".join(f"k_ptrs[{s}] = k{s}; v_ptrs[{s}] = v{s};" for s in range(t, num_slabs, threads))
+        cases.append(f"    case {t}: {stores} break;")
+    return "  switch (threadIdx.x) {\n" + "\n".join(cases) + "\n    default: break;\n  }"
+
+
+def pass1_source(num_slabs: int, direct: bool) -> str:
+    return (PASS1_SOURCE.replace("{slab_setup}", slab_setup_source(num_slabs))
+            .replace("{epilogue}", DIRECT_EPILOGUE if direct else SPLIT_EPILOGUE))
+
+
+def slab_input_names(num_slabs: int) -> list[str]:
+    return [f"k{i}" for i in range(num_slabs)] + [f"v{i}" for i in range(num_slabs)]
+
+
+def _source_tag(*parts: str) -> str:
+    return hashlib.sha1("\n".join(parts).encode()).hexdigest()[:10]
+
+
+_PASS1: dict[tuple[int, bool], object] = {}
+_MERGE: list[object] = []
+
+
+def pass1_kernel(num_slabs: int, direct: bool):
+    """The cached first-pass kernel for ``num_slabs`` slab inputs (built on first use)."""
+    key = (num_slabs, direct)
+    if key not in _PASS1:
+        import mlx.core as mx
+
+        source = pass1_source(num_slabs, direct)
+        kind = "direct" if direct else "split"
+        _PASS1[key] = mx.fast.cuda_kernel(
+            name=f"ssp_paged_decode_{kind}_s{num_slabs}_{_source_tag(HEADER, source)}",
+            input_names=["queries", "meta", *slab_input_names(num_slabs)],
+            output_names=["out"] if direct else ["part_acc", "part_ml"],
+            source=source, header=HEADER, ensure_row_contiguous=True)
+    return _PASS1[key]
+
+
+def merge_kernel():
+    """The cached split-merge kernel (built on first use)."""
+    if not _MERGE:
+        import mlx.core as mx
+
+        _MERGE.append(mx.fast.cuda_kernel(
+            name=f"ssp_paged_decode_merge_{_source_tag(HEADER, MERGE_SOURCE)}",
+            input_names=["part_acc", "part_ml"], output_names=["out"],
+            source=MERGE_SOURCE, header=HEADER, ensure_row_contiguous=True))
+    return _MERGE[0]
+
+
+def unroll_for(block_size: int, head_dim: int) -> int:
+    """Largest power of two <= UNROLL whose warp step (tokens_per_warp_step * unroll) divides block_size, so a
+    step never crosses into the next block."""
+    unroll = UNROLL
+    while unroll > 1 and block_size % (tokens_per_warp_step(head_dim) * unroll):
+        unroll //= 2
+    return unroll
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).rsplit(".", 1)[-1]
+
+
+def check_inputs(queries, k_slabs: Sequence, v_slabs: Sequence, plan: DecodePlan) -> tuple[int, int, int, int]:
+    """Validate shapes against the plan; return (n_q_heads, n_kv_heads, head_dim, block_size).
+    Raises KernelUnsupported naming the first problem."""
+    if len(k_slabs) != len(v_slabs) or not k_slabs:
+        raise KernelUnsupported(f"need as many V slabs as K slabs (>= 1), got {len(k_slabs)}/{len(v_slabs)}")
+    shape = tuple(k_slabs[0].shape)
+    if len(shape) != 4:
+        raise KernelUnsupported(f"slabs must be [slab_blocks, block_size, n_kv_heads, head_dim], got {shape}")
+    # The pool's slabs share one geometry by construction; checking the ends keeps this O(1) per call (a decode
+    # step calls it once per layer with up to hundreds of slabs).
+    for slab in (k_slabs[-1], v_slabs[0], v_slabs[-1]):
+        if tuple(slab.shape) != shape or slab.dtype != queries.dtype:
+            raise KernelUnsupported("every slab must share one shape and the queries' dtype")
+    if k_slabs[0].dtype != queries.dtype:
+        raise KernelUnsupported("slabs and queries must share one dtype")
+    slab_blocks, block_size, n_kv, head_dim = shape
+    if queries.ndim not in (3, 4) or queries.shape[0] != plan.batch or queries.shape[-1] != head_dim \
+            or (queries.ndim == 4 and queries.shape[2] != 1):
+        raise KernelUnsupported(f"queries must be [B, Hq, D] or [B, Hq, 1, D] with B={plan.batch}, D={head_dim}; "
+                                f"got {tuple(queries.shape)}")
+    if plan.slab_blocks != slab_blocks or plan.block_size != block_size or plan.num_slabs != len(k_slabs):
+        raise KernelUnsupported("plan was made for another slab geometry")
+    n_q = queries.shape[1]
+    reason = unsupported_reason(dtype=_dtype_name(queries.dtype), head_dim=head_dim, n_q_heads=n_q,
+                                n_kv_heads=n_kv, block_size=block_size, num_slabs=len(k_slabs),
+                                max_slabs=MAX_SLABS)
+    if reason:
+        raise KernelUnsupported(reason)
+    return n_q, n_kv, head_dim, block_size
+
+
+def paged_decode_cuda(queries, k_slabs: Sequence, v_slabs: Sequence, plan: DecodePlan, *, meta=None):
+    """Attention of one new token per sequence over its paged K/V: ``softmax(q k^T * scale) v`` per query head.
+
+    queries: [B, Hq, D] or [B, Hq, 1, D] (fp16/bf16); k_slabs/v_slabs: the layer's slabs, each
+    [slab_blocks, block_size, n_kv_heads, D]; plan: ``pool.kernels.plan.plan_decode`` (block tables, visible
+    ranges, scale, splits). ``meta`` may pass ``mx.array(plan.meta)`` made once by the caller. Returns an array
+    shaped like ``queries``. Reads only; mutates nothing. Raises KernelUnsupported on shapes it cannot run."""
+    import mlx.core as mx
+
+    n_q, n_kv, head_dim, block_size = check_inputs(queries, k_slabs, v_slabs, plan)
+    bucket = slab_bucket(len(k_slabs))
+    pad_k = [k_slabs[0]] * (bucket - len(k_slabs))
+    pad_v = [v_slabs[0]] * (bucket - len(v_slabs))
+    q3 = queries.reshape(plan.batch, n_q, head_dim)
+    meta_array = mx.array(plan.meta) if meta is None else meta
+    unroll = unroll_for(block_size, head_dim)
+    template = [("T", queries.dtype), ("HEAD_DIM", head_dim), ("GROUP", n_q // n_kv), ("N_KV", n_kv),
+                ("BLOCK_SIZE", block_size), ("UNROLL", unroll), ("NUM_SLABS", bucket)]
+    inputs = [q3, meta_array, *k_slabs, *pad_k, *v_slabs, *pad_v]
+    grid = (THREADS * plan.num_splits, n_kv, plan.batch)
+    direct = plan.num_splits == 1
+    if direct:
+        (out,) = pass1_kernel(bucket, True)(
+            inputs=inputs, template=template, grid=grid, threadgroup=(THREADS, 1, 1),
+            output_shapes=[(plan.batch, n_q, head_dim)], output_dtypes=[queries.dtype])
+    else:
+        part_acc, part_ml = pass1_kernel(bucket, False)(
+            inputs=inputs, template=template, grid=grid, threadgroup=(THREADS, 1, 1),
+            output_shapes=[(plan.batch, n_q, plan.num_splits, head_dim), (plan.batch, n_q, plan.num_splits, 2)],
+            output_dtypes=[mx.float32, mx.float32])
+        (out,) = merge_kernel()(
+            inputs=[part_acc, part_ml], template=[("T", queries.dtype), ("HEAD_DIM", head_dim)],
+            grid=(head_dim, n_q, plan.batch), threadgroup=(head_dim, 1, 1),
+            output_shapes=[(plan.batch, n_q, head_dim)], output_dtypes=[queries.dtype])
+    return out.reshape(queries.shape)

@@ -1,0 +1,131 @@
+"""Host-side plan of one paged-decode launch, shared by the CUDA and Metal kernels (plain Python + numpy, no mlx).
+
+A plan turns the pool's block tables (physical rows per sequence, in logical order) into one int32 ``meta`` array
+that a kernel reads, and splits every sequence's context into equal chunks so that small batches still fill the
+GPU (flash-decoding: each chunk yields a partial softmax state; a second pass merges them).
+
+``meta`` layout (int32): ``[slab_blocks, table_stride, chunk_tokens, scale_bits, (start, end) * B, table * B]``;
+``scale_bits`` is the float32 softmax scale reinterpreted as int32 (kernels take no float scalars). A physical row
+``r`` lives in slab ``r // slab_blocks`` at row ``r % slab_blocks`` (the pool's ``_slab_for_row``).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+SUPPORTED_DTYPES = frozenset({"float16", "bfloat16"})
+SUPPORTED_HEAD_DIMS = frozenset({64, 128})
+MAX_GROUP = 8                 # query heads per KV head held in registers (q and acc: 2 * 8 * 8 floats per lane)
+META_HEADER = 4               # slab_blocks, table_stride, chunk_tokens, scale_bits
+TARGET_BLOCKS = 2048          # thread blocks wanted per launch (~15 per SM on a 132-SM H200: short tail wave)
+MIN_CHUNK_TOKENS = 256        # never split a sequence finer than this (the merge pass costs more than it saves)
+
+
+class KernelUnsupported(ValueError):
+    """The fused kernel cannot run this configuration; the message is the reason (callers fall back to gather)."""
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """One launch: the int32 meta array, the split layout and the geometry it was planned for."""
+
+    meta: np.ndarray          # int32, layout in the module docstring
+    batch: int
+    num_splits: int
+    chunk_tokens: int
+    max_blocks: int
+    num_slabs: int
+    slab_blocks: int
+    block_size: int
+
+
+def tokens_per_warp_step(head_dim: int) -> int:
+    """Tokens one warp reads per step: each token's row is split over head_dim / 8 lanes (16-byte loads)."""
+    return 32 // (head_dim // 8)
+
+
+def unsupported_reason(*, dtype: str, head_dim: int, n_q_heads: int, n_kv_heads: int, block_size: int,
+                       num_slabs: int, max_slabs: int) -> str | None:
+    """Why the fused kernel cannot run this geometry, or None when it can."""
+    if dtype not in SUPPORTED_DTYPES:
+        return f"dtype {dtype} unsupported by the fused kernel (float16, bfloat16)"
+    if head_dim not in SUPPORTED_HEAD_DIMS:
+        return f"head_dim {head_dim} unsupported by the fused kernel (64, 128)"
+    if n_kv_heads < 1 or n_q_heads % n_kv_heads:
+        return f"{n_q_heads} query heads are not a multiple of {n_kv_heads} KV heads"
+    if n_q_heads // n_kv_heads > MAX_GROUP:
+        return f"GQA group {n_q_heads // n_kv_heads} above the kernel's {MAX_GROUP}"
+    if block_size % tokens_per_warp_step(head_dim):
+        return f"block_size {block_size} not a multiple of {tokens_per_warp_step(head_dim)} tokens per warp step"
+    if num_slabs > max_slabs:
+        return f"{num_slabs} slabs above the kernel's {max_slabs} slab inputs"
+    return None
+
+
+def slab_bucket(num_slabs: int) -> int:
+    """Number of slab inputs a kernel is compiled for: the next power of two (padding repeats slab 0), so a
+    growing pool compiles O(log slabs) kernel variants, not one per slab count."""
+    bucket = 1
+    while bucket < num_slabs:
+        bucket *= 2
+    return bucket
+
+
+def choose_splits(max_end: int, batch: int, n_kv_heads: int, block_size: int,
+                  target_blocks: int = TARGET_BLOCKS, min_chunk: int = MIN_CHUNK_TOKENS) -> tuple[int, int]:
+    """(num_splits, chunk_tokens): enough (batch x kv-head x split) blocks to fill the GPU, chunks a multiple of
+    block_size and at least ``min_chunk`` tokens (unless the whole context is shorter)."""
+    if max_end <= 0:
+        return 1, block_size
+    wanted = -(-target_blocks // max(1, batch * n_kv_heads))
+    most = max(1, -(-max_end // min_chunk))
+    splits = max(1, min(wanted, most))
+    chunk = -(-max_end // splits)
+    chunk = -(-chunk // block_size) * block_size
+    return -(-max_end // chunk), chunk
+
+
+def scale_bits(scale: float) -> int:
+    """The float32 bit pattern of ``scale`` as a signed int32 (what the kernels' ``__int_as_float`` reads)."""
+    return struct.unpack("<i", struct.pack("<f", float(scale)))[0]
+
+
+def plan_decode(block_tables: Sequence[Sequence[int]], seq_ends: Sequence[int], seq_starts: Sequence[int] | None,
+                *, block_size: int, slab_blocks: int, num_slabs: int, n_kv_heads: int, scale: float,
+                num_splits: int | None = None) -> DecodePlan:
+    """Plan one launch over ``len(block_tables)`` sequences. Sequence i attends to positions
+    ``[seq_starts[i], seq_ends[i])`` whose blocks are ``block_tables[i][p // block_size]`` (physical rows).
+    Raises KernelUnsupported for tables that do not cover their ends or rows outside the slabs."""
+    batch = len(block_tables)
+    if batch == 0 or len(seq_ends) != batch or (seq_starts is not None and len(seq_starts) != batch):
+        raise KernelUnsupported("block_tables, seq_ends and seq_starts must be non-empty and of equal length")
+    starts = [0] * batch if seq_starts is None else [int(s) for s in seq_starts]
+    ends = [int(e) for e in seq_ends]
+    capacity = num_slabs * slab_blocks
+    for i, (table, start, end) in enumerate(zip(block_tables, starts, ends)):
+        if not 0 <= start < end:
+            raise KernelUnsupported(f"sequence {i}: visible range [{start}, {end}) is empty or negative")
+        if len(table) * block_size < end:
+            raise KernelUnsupported(f"sequence {i}: {len(table)} blocks cannot cover {end} tokens")
+        needed = table[start // block_size:-(-end // block_size)]
+        if needed and not all(0 <= r < capacity for r in needed):
+            raise KernelUnsupported(f"sequence {i}: a row is outside the {capacity} rows of the slabs")
+    max_blocks = max(1, max(len(t) for t in block_tables))
+    if num_splits is None:
+        splits, chunk = choose_splits(max(ends), batch, n_kv_heads, block_size)
+    else:
+        chunk = -(-max(ends) // max(1, num_splits))
+        chunk = -(-chunk // block_size) * block_size
+        splits = -(-max(ends) // chunk)
+    meta = np.zeros(META_HEADER + 2 * batch + batch * max_blocks, dtype=np.int32)
+    meta[:META_HEADER] = (slab_blocks, max_blocks, chunk, scale_bits(scale))
+    meta[META_HEADER:META_HEADER + 2 * batch] = np.array(list(zip(starts, ends)), dtype=np.int32).reshape(-1)
+    table_view = meta[META_HEADER + 2 * batch:].reshape(batch, max_blocks)
+    for i, table in enumerate(block_tables):
+        table_view[i, :len(table)] = table
+    return DecodePlan(meta=meta, batch=batch, num_splits=splits, chunk_tokens=chunk, max_blocks=max_blocks,
+                      num_slabs=num_slabs, slab_blocks=slab_blocks, block_size=block_size)

@@ -1,0 +1,259 @@
+"""PagedKVPool: the facade that drives a :class:`pool.bookkeeping.BlockBook` and one storage design.
+
+The bookkeeping decides (block ids, rows, refcounts, copy-on-write, capacity); storage executes (slab appends or
+grow-by-copy, slice-update writes, run-wise gathers). This module imports mlx only inside methods that touch
+arrays, so ``import pool`` stays mlx-free (the TUI process imports it).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
+
+from pool.block_table import PrefixHandle
+from pool.bookkeeping import BlockBook, OpListener, WritePlan
+from pool.config import PoolConfig, blocks_for_tokens
+from pool.errors import PoolError
+from pool.fused_decision import DecisionCounters, FusedDecision, decide
+from pool.stats import PoolStats
+
+
+class GatherResult(NamedTuple):
+    keys: Any      # mx.array [n_kv_heads, length - logical_start, head_dim]
+    values: Any
+    num_runs: int  # same-slab runs read (1 for the monolithic design)
+
+
+@dataclass
+class BlockContents:
+    """One block's K and V bytes in one layer: mx.arrays [block_size, n_kv_heads, head_dim] (own buffers)."""
+
+    layer: int
+    keys: Any
+    values: Any
+
+
+def _make_storage(config: PoolConfig):
+    if config.design == "slab":
+        from pool.storage_slab import SlabStorage as storage_class
+    else:
+        from pool.storage_monolithic import MonolithicStorage as storage_class
+    return storage_class(config.num_layers, config.block_size, config.slab_blocks)
+
+
+class PagedKVPool:
+    """Chunked-slab (or monolithic) paged KV pool; see docs/contracts.md section 1 and docs/pool.md."""
+
+    def __init__(self, config: PoolConfig) -> None:
+        config.validate()
+        self.config = replace(config)  # own copy: set_slab_blocks updates it
+        self.book = BlockBook(config.num_layers, config.block_size, config.design, config.slab_blocks,
+                              config.max_blocks_per_layer)
+        self.storage = _make_storage(config)
+        self.gathers = 0
+        self.gather_runs_total = 0
+        self.gather_runs_hist: list[Counter] = [Counter() for _ in range(config.num_layers)]
+        self.decisions = DecisionCounters()
+        self._snapshot_cache: dict[int, tuple] = {}
+
+    # ---- configuration and sequences -------------------------------------------------------------------------
+    def set_slab_blocks(self, slab_blocks: int) -> None:
+        """Rows per slab; only before the first write (PoolError afterwards)."""
+        if any(self.storage.has_layer(layer) for layer in range(self.config.num_layers)):
+            raise PoolError("set_slab_blocks is allowed only before the first write")
+        self.book.set_slab_blocks(slab_blocks)
+        self.storage.slab_blocks = slab_blocks
+        self.config.slab_blocks = slab_blocks
+
+    def add_op_listener(self, fn: OpListener) -> None:
+        """``fn(op)`` for every topology-changing operation (op dicts in docs/contracts.md)."""
+        self.book.add_op_listener(fn)
+
+    def add_sequence(self, seq_id: int) -> None:
+        self.book.add_sequence(seq_id)
+
+    def seq_length(self, seq_id: int) -> int:
+        return self.book.seq_length(seq_id)
+
+    def logical_start(self, seq_id: int) -> int:
+        return self.book.logical_start(seq_id)
+
+    def set_logical_start(self, seq_id: int, logical_start: int) -> None:
+        self.book.set_logical_start(seq_id, logical_start)
+
+    def sequence_ids(self) -> list[int]:
+        return self.book.sequence_ids()
+
+    def block_ids(self, layer: int, seq_id: int) -> list[int]:
+        return self.book.block_ids(layer, seq_id)
+
+    def can_allocate(self, num_new_blocks: int) -> bool:
+        return self.book.can_allocate(num_new_blocks)
+
+    def release(self, seq_id: int) -> None:
+        self.book.release(seq_id)
+
+    def clone(self, src_id: int, dst_id: int, num_tokens: int) -> None:
+        self.book.clone(src_id, dst_id, num_tokens)
+
+    def detach(self, seq_id: int) -> PrefixHandle:
+        return self.book.detach(seq_id)
+
+    def adopt(self, handle: PrefixHandle, seq_id: int) -> None:
+        self.book.adopt(handle, seq_id)
+
+    def release_handle(self, handle: PrefixHandle) -> None:
+        self.book.release_handle(handle)
+
+    def trim(self, seq_id: int, num_tokens: int) -> None:
+        self.book.trim(seq_id, num_tokens)
+
+    # ---- writes ----------------------------------------------------------------------------------------------
+    def prepare_write(self, seq_id: int, start: int, num_tokens: int) -> None:
+        """Bookkeeping half of a write for all layers (see BlockBook.prepare_write), then the storage half of its
+        plan: presize every layer that has storage (one step) and copy-on-write the shared blocks' rows."""
+        plan = self.book.prepare_write(seq_id, start, num_tokens)
+        self._execute(plan)
+
+    def _execute(self, plan: WritePlan) -> None:
+        for layer in range(self.config.num_layers):
+            if not self.storage.has_layer(layer):
+                continue  # nothing written in this layer yet: storage is created at its first write
+            self.storage.ensure_rows(layer, self.book.layers[layer].capacity)
+            for src, dst in plan.cow_pairs[layer]:
+                self.storage.copy_row(layer, src, dst)
+
+    def write(self, layer: int, seq_id: int, start: int, keys, values) -> None:
+        """Store K/V ([num_tokens, n_kv_heads, head_dim]) at positions [start, start+num_tokens) of a prepared
+        span. The layer's first write fixes its dtype/n_kv_heads/head_dim; later writes must match."""
+        from pool.storage_base import geometry_of
+
+        self.book.check_layer(layer)
+        geometry = geometry_of(keys, values)
+        self.storage.check_geometry(layer, geometry)
+        rows = self.book.rows_for_write(layer, seq_id, start, int(keys.shape[0]))
+        self._ensure_layer(layer, geometry)
+        self.storage.write_span(layer, rows, start % self.config.block_size, keys, values)
+
+    def _ensure_layer(self, layer: int, geometry) -> None:
+        if self.storage.has_layer(layer):
+            return
+        self.storage.init_layer(layer, geometry)
+        if self.book.geometry is None:
+            self.book.set_geometry(geometry.dtype, geometry.n_kv_heads, geometry.head_dim,
+                                   geometry.bytes_per_row(self.config.block_size))
+        self.storage.ensure_rows(layer, self.book.layers[layer].capacity)
+
+    # ---- reads -----------------------------------------------------------------------------------------------
+    def gather_visible(self, layer: int, seq_id: int) -> GatherResult:
+        """K and V of tokens [logical_start, length) as [n_kv_heads, tokens, head_dim]; one read per same-slab run
+        of the visible blocks. Records the run count in the layer's histogram."""
+        self.book.check_layer(layer)
+        table = self.book.tables(seq_id)[layer]
+        if not self.storage.has_layer(layer):
+            raise PoolError(f"layer {layer} has no storage yet (nothing written to it)")
+        bs = self.config.block_size
+        first = table.logical_start // bs
+        last = blocks_for_tokens(table.length, bs)
+        rows = table.rows[first:last]
+        if not rows:
+            return self._empty_gather(layer)
+        keys, values, runs = self.storage.gather(layer, rows)
+        lo, hi = table.logical_start - first * bs, table.length - first * bs
+        self.gathers += 1
+        self.gather_runs_total += runs
+        self.gather_runs_hist[layer][runs] += 1
+        return GatherResult(keys[lo:hi].transpose(1, 0, 2), values[lo:hi].transpose(1, 0, 2), runs)
+
+    def _empty_gather(self, layer: int) -> GatherResult:
+        import mlx.core as mx
+
+        from pool.storage_base import DTYPES
+
+        geometry = self.storage.geometry[layer]
+        shape = (geometry.n_kv_heads, 0, geometry.head_dim)
+        empty = mx.zeros(shape, dtype=DTYPES[geometry.dtype])
+        return GatherResult(empty, empty, 0)
+
+    def read_block(self, block_id: int) -> BlockContents:
+        """Copies of a live block's K/V bytes (serialization touch point)."""
+        layer, row = self.book.block_location(block_id)
+        if not self.storage.has_layer(layer):
+            raise PoolError(f"block {block_id}: layer {layer} has no storage yet (never written)")
+        keys, values = self.storage.read_row(layer, row)
+        return BlockContents(layer, keys, values)
+
+    def restore_block(self, layer: int, contents: BlockContents) -> int:
+        """Acquire a fresh block in ``layer`` (held by the caller), write ``contents`` into it, return its id. The
+        block is released again if the write fails. Use :meth:`handle_from_blocks` to make restored blocks a
+        prefix a sequence can adopt, or :meth:`release_block` to drop them."""
+        from pool.storage_base import geometry_of
+
+        self.book.check_layer(layer)
+        geometry = geometry_of(contents.keys, contents.values, "block contents", self.config.block_size)
+        self.storage.check_geometry(layer, geometry)
+        block_id, row, _ = self.book.acquire_block(layer)
+        try:
+            self._ensure_layer(layer, geometry)
+            self.storage.ensure_rows(layer, self.book.layers[layer].capacity)
+            self.storage.write_row(layer, row, contents.keys, contents.values)
+        except BaseException:
+            self.book.release_block(block_id)
+            raise
+        return block_id
+
+    def release_block(self, block_id: int) -> None:
+        self.book.release_block(block_id)
+
+    def handle_from_blocks(self, block_ids: list[list[int]], num_tokens: int) -> PrefixHandle:
+        return self.book.handle_from_blocks(block_ids, num_tokens)
+
+    # ---- observation -----------------------------------------------------------------------------------------
+    def fused_decision(self, layer: int, *, dtype: str, head_dim: int, batch_size: int,
+                       context_len: int | None = None) -> FusedDecision:
+        """Fused paged-decode kernel or gather for this layer, and why (pool/fused_decision.py); counted."""
+        self.book.check_layer(layer)
+        decision = decide(num_slabs=self.storage.num_buffers(layer), dtype=dtype, head_dim=head_dim,
+                          batch_size=batch_size, context_len=context_len)
+        self.decisions.record(layer, decision)
+        return decision
+
+    def stats(self) -> PoolStats:
+        layers = self.book.layers
+        live = sum(rows.num_live for rows in layers)
+        allocated = sum(len(rows.row_block) for rows in layers)
+        in_use = sum(rows.num_live * self.storage.bytes_per_row(i) for i, rows in enumerate(layers))
+        return PoolStats(allocated_blocks=allocated, live_blocks=live, free_blocks=allocated - live,
+                         bytes_reserved=self.storage.bytes_reserved(), bytes_in_use=in_use,
+                         num_sequences=len(self.book.seqs), num_handles=len(self.book.handles))
+
+    def counters(self) -> dict:
+        book = self.book.counters
+        return {"slab_appends": self.storage.slab_appends, "grow_events": self.storage.grow_events,
+                "bytes_copied": self.storage.bytes_copied, "cow_copies": book.cow_copies,
+                "rows_minted": book.rows_minted, "rows_reused": book.rows_reused, "gathers": self.gathers,
+                "gather_runs_total": self.gather_runs_total, "fused_decisions": self.decisions.fused,
+                "gather_decisions": self.decisions.gather}
+
+    def snapshot(self) -> dict:
+        """Plain-data snapshot (docs/contracts.md); see pool/snapshot.py for its cost and the fragmentation index."""
+        from pool.snapshot import build_snapshot
+
+        return build_snapshot(self)
+
+    def check_integrity(self) -> None:
+        """Bookkeeping invariants plus storage agreement: every layer with storage holds exactly the capacity the
+        bookkeeping reserved, and the slab design never copied a byte."""
+        self.book.check_integrity()
+        for layer in range(self.config.num_layers):
+            if not self.storage.has_layer(layer):
+                continue
+            real, booked = self.storage.capacity_rows(layer), self.book.layers[layer].capacity
+            if real != booked:
+                raise PoolError(f"integrity: storage capacity == booked capacity: layer {layer} has {real} rows, "
+                                f"bookkeeping reserved {booked}")
+        if self.config.design == "slab" and self.storage.bytes_copied:
+            raise PoolError(f"integrity: slab growth copies nothing: {self.storage.bytes_copied} bytes copied")
+        if self.gather_runs_total != sum(r * n for hist in self.gather_runs_hist for r, n in hist.items()):
+            raise PoolError("integrity: gather run histogram sums to gather_runs_total")

@@ -1,0 +1,200 @@
+"""Storage shared by both designs: per layer, lists of K and V tensors shaped
+``[rows_in_tensor, block_size, n_kv_heads, head_dim]`` and one mapping ``_slab_for_row(row) -> (tensor, row in
+tensor)`` that every touch point (write, copy-on-write, gather, block read/restore) goes through.
+
+The slab design keeps many fixed-size tensors (``pool/storage_slab.py``); the monolithic design keeps one that it
+grows by copying (``pool/storage_monolithic.py``). Storage never decides which rows to use: the bookkeeping does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import mlx.core as mx
+
+from pool.errors import PoolError
+from pool.gather_runs import contiguous_range, split_runs
+
+DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+
+
+def dtype_name(dtype) -> str:
+    """'float32' for mx.float32 etc."""
+    return str(dtype).rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class LayerGeometry:
+    dtype: str
+    n_kv_heads: int
+    head_dim: int
+
+    def row_shape(self, block_size: int) -> tuple[int, int, int]:
+        return (block_size, self.n_kv_heads, self.head_dim)
+
+    def bytes_per_row(self, block_size: int) -> int:
+        """K + V bytes of one row."""
+        return 2 * block_size * self.n_kv_heads * self.head_dim * DTYPES[self.dtype].size
+
+
+def geometry_of(keys, values, what: str = "keys/values", tokens: int | None = None) -> LayerGeometry:
+    """Validate a K/V pair shaped [tokens, n_kv_heads, head_dim] and return its geometry (PoolError if bad)."""
+    if not isinstance(keys, mx.array) or not isinstance(values, mx.array):
+        raise PoolError(f"{what} must be mx.array, got {type(keys).__name__}/{type(values).__name__}")
+    if keys.ndim != 3 or keys.shape != values.shape:
+        raise PoolError(f"{what} must both be [num_tokens, n_kv_heads, head_dim]; got keys {tuple(keys.shape)}, "
+                        f"values {tuple(values.shape)}")
+    if keys.dtype != values.dtype or dtype_name(keys.dtype) not in DTYPES:
+        raise PoolError(f"{what} dtype must match and be one of {', '.join(DTYPES)}; got "
+                        f"{dtype_name(keys.dtype)}/{dtype_name(values.dtype)}")
+    if keys.shape[0] < 1 or (tokens is not None and keys.shape[0] != tokens):
+        expected = "at least 1" if tokens is None else str(tokens)
+        raise PoolError(f"{what} hold {keys.shape[0]} tokens; expected {expected}")
+    return LayerGeometry(dtype_name(keys.dtype), int(keys.shape[1]), int(keys.shape[2]))
+
+
+class RowStorage:
+    """Physical K/V rows of every layer. Subclasses define the row mapping, capacity and growth."""
+
+    design = "abstract"
+
+    def __init__(self, num_layers: int, block_size: int, slab_blocks: int) -> None:
+        self.num_layers = num_layers
+        self.block_size = block_size
+        self.slab_blocks = slab_blocks
+        self.keys: list[list[mx.array]] = [[] for _ in range(num_layers)]
+        self.values: list[list[mx.array]] = [[] for _ in range(num_layers)]
+        self.geometry: list[LayerGeometry | None] = [None] * num_layers
+        self.slab_appends = 0
+        self.grow_events = 0
+        self.bytes_copied = 0
+        self.after_alloc: Callable[[], None] | None = None  # called after each layer's allocation (sampling)
+
+    # ---- mapping and capacity (design-specific) --------------------------------------------------------------
+    def _slab_for_row(self, row: int) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def capacity_rows(self, layer: int) -> int:
+        raise NotImplementedError
+
+    def ensure_rows(self, layer: int, rows: int) -> None:
+        """Grow ``layer`` so rows ``[0, rows)`` exist (``rows`` is already rounded by the bookkeeping)."""
+        raise NotImplementedError
+
+    def num_slabs(self, layer: int) -> int:
+        return len(self.keys[layer])
+
+    def num_buffers(self, layer: int) -> int:
+        """Separate K tensors a kernel would have to address (what the fused decision's multi-slab rule asks)."""
+        return len(self.keys[layer])
+
+    # ---- geometry --------------------------------------------------------------------------------------------
+    def has_layer(self, layer: int) -> bool:
+        return self.geometry[layer] is not None
+
+    def init_layer(self, layer: int, geometry: LayerGeometry) -> None:
+        self.geometry[layer] = geometry
+
+    def check_geometry(self, layer: int, geometry: LayerGeometry) -> None:
+        """PoolError when a write's geometry differs from the one captured at the layer's first write."""
+        fixed = self.geometry[layer]
+        if fixed is not None and fixed != geometry:
+            raise PoolError(f"layer {layer} stores {fixed.dtype} [n_kv_heads={fixed.n_kv_heads}, "
+                            f"head_dim={fixed.head_dim}]; got {geometry.dtype} [n_kv_heads={geometry.n_kv_heads},"
+                            f" head_dim={geometry.head_dim}]")
+
+    def bytes_per_row(self, layer: int) -> int:
+        geometry = self.geometry[layer]
+        return 0 if geometry is None else geometry.bytes_per_row(self.block_size)
+
+    def bytes_reserved(self) -> int:
+        return sum(self.capacity_rows(layer) * self.bytes_per_row(layer) for layer in range(self.num_layers))
+
+    def _zeros(self, layer: int, rows: int) -> mx.array:
+        geometry = self.geometry[layer]
+        return mx.zeros((rows, *geometry.row_shape(self.block_size)), dtype=DTYPES[geometry.dtype])
+
+    def _allocated(self) -> None:
+        if self.after_alloc is not None:
+            self.after_alloc()
+
+    # ---- touch points ----------------------------------------------------------------------------------------
+    def write_span(self, layer: int, rows: list[int], offset: int, keys: mx.array, values: mx.array) -> None:
+        """Write ``keys``/``values`` ([n, H, D]) starting at token ``offset`` of ``rows[0]`` and continuing through
+        ``rows`` in order. Full blocks on consecutive rows of one slab are written with one slice update; partial
+        blocks (head/tail) with one each. Each update is assigned back into the slab so MLX can donate its buffer
+        (O(written), not O(slab))."""
+        bs = self.block_size
+        total = keys.shape[0]
+        done = index = 0
+        while done < total:
+            pos = offset if index == 0 else 0
+            count = min(bs - pos, total - done)
+            slab, local = self._slab_for_row(rows[index])
+            if pos == 0 and count == bs:
+                span = self._full_block_run(rows, index, (total - done) // bs)
+                shape = (span, *self.geometry[layer].row_shape(bs))
+                self.keys[layer][slab][local:local + span] = keys[done:done + span * bs].reshape(shape)
+                self.values[layer][slab][local:local + span] = values[done:done + span * bs].reshape(shape)
+                done += span * bs
+                index += span
+                continue
+            self.keys[layer][slab][local, pos:pos + count] = keys[done:done + count]
+            self.values[layer][slab][local, pos:pos + count] = values[done:done + count]
+            done += count
+            index += 1
+
+    def _full_block_run(self, rows: list[int], index: int, limit: int) -> int:
+        """How many of ``rows[index:index+limit]`` are consecutive rows of one slab."""
+        slab, local = self._slab_for_row(rows[index])
+        span = 1
+        while span < limit and index + span < len(rows) and self._slab_for_row(rows[index + span]) == (
+                slab, local + span):
+            span += 1
+        return span
+
+    def copy_row(self, layer: int, src: int, dst: int) -> None:
+        """Copy-on-write: row ``src`` (read from its own slab) into row ``dst``. The source is materialised first so
+        the destination slab's update can still donate its buffer when both rows share a slab."""
+        src_slab, src_local = self._slab_for_row(src)
+        dst_slab, dst_local = self._slab_for_row(dst)
+        index = mx.array([src_local])
+        for tensors in (self.keys[layer], self.values[layer]):
+            block = mx.take(tensors[src_slab], index, axis=0)[0]
+            mx.eval(block)
+            tensors[dst_slab][dst_local] = block
+
+    def gather(self, layer: int, rows: list[int]) -> tuple[mx.array, mx.array, int]:
+        """Rows in logical order -> (K, V) shaped [len(rows)*block_size, H, D] and the number of runs. One read per
+        maximal same-slab run (a slice when the run's rows are consecutive, else a take), concatenated in order."""
+        runs = split_runs(rows, self._slab_for_row)
+        geometry = self.geometry[layer]
+        flat = (len(rows) * self.block_size, geometry.n_kv_heads, geometry.head_dim)
+        out = []
+        for tensors in (self.keys[layer], self.values[layer]):
+            parts = []
+            for slab, local_rows in runs:
+                bounds = contiguous_range(local_rows)
+                if bounds is not None:
+                    parts.append(tensors[slab][bounds[0]:bounds[1]])
+                else:
+                    parts.append(mx.take(tensors[slab], mx.array(local_rows), axis=0))
+            joined = parts[0] if len(parts) == 1 else mx.concatenate(parts, axis=0)
+            out.append(joined.reshape(flat))
+        return out[0], out[1], len(runs)
+
+    def read_row(self, layer: int, row: int) -> tuple[mx.array, mx.array]:
+        """Copies (own buffers, evaluated) of one row's K and V, [block_size, H, D]."""
+        slab, local = self._slab_for_row(row)
+        index = mx.array([local])
+        keys = mx.take(self.keys[layer][slab], index, axis=0)[0]
+        values = mx.take(self.values[layer][slab], index, axis=0)[0]
+        mx.eval(keys, values)
+        return keys, values
+
+    def write_row(self, layer: int, row: int, keys: mx.array, values: mx.array) -> None:
+        """Overwrite one whole row (restore path)."""
+        slab, local = self._slab_for_row(row)
+        self.keys[layer][slab][local] = keys
+        self.values[layer][slab][local] = values

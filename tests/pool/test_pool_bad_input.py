@@ -1,0 +1,96 @@
+"""Bad input raises a clear PoolError and leaves the pool exactly as it was (snapshot, stats, counters, tables)."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from pool import BlockContents, BudgetExceeded, PoolError, PrefixHandle
+
+from pool_helpers import full_state, make_kv
+
+
+@pytest.fixture(params=["slab", "monolithic"])
+def busy_pool(request, tiny_pool):
+    """Two layers, sequence 1 (10 tokens), clone 2 (6 tokens, shared), a handle; budget 6 blocks per layer."""
+    pool = tiny_pool(request.param, num_layers=2, budget=6)
+    keys, values = make_kv(10, seed=1)
+    pool.add_sequence(1)
+    pool.prepare_write(1, 0, 10)
+    for layer in range(2):
+        pool.write(layer, 1, 0, keys, values)
+    pool.clone(1, 2, 6)
+    pool.add_sequence(3)
+    pool.prepare_write(3, 0, 4)
+    for layer in range(2):
+        pool.write(layer, 3, 0, *make_kv(4, seed=3))
+    pool.handle = pool.detach(3)
+    pool.gather_visible(0, 1)
+    return pool
+
+
+def _bad_calls(pool):
+    keys, values = make_kv(2, seed=7)
+    return [
+        (lambda: pool.write(0, 1, 0, keys.astype(mx.float16), values.astype(mx.float16)), "stores float32"),
+        (lambda: pool.write(0, 1, 0, *make_kv(2, n_kv_heads=3)), "n_kv_heads=2"),
+        (lambda: pool.write(0, 1, 0, *make_kv(2, head_dim=8)), "head_dim=4"),
+        (lambda: pool.write(0, 1, 0, keys, values[:1]), "must both be"),
+        (lambda: pool.write(0, 1, 0, keys[None], values[None]), "must both be"),
+        (lambda: pool.write(0, 1, 0, np.zeros((2, 2, 4)), values), "must be mx.array"),
+        (lambda: pool.write(0, 1, 0, keys.astype(mx.int32), values.astype(mx.int32)), "dtype must"),
+        (lambda: pool.write(0, 1, 9, keys, values), "not prepared"),
+        (lambda: pool.write(0, 2, 4, keys, values), "shared; prepare_write"),
+        (lambda: pool.write(5, 1, 0, keys, values), "layer 5 out of range"),
+        (lambda: pool.write(0, 42, 0, keys, values), "unknown sequence 42"),
+        (lambda: pool.prepare_write(1, 11, 2), "past its length"),
+        (lambda: pool.prepare_write(1, 0, 0), "num_tokens must be"),
+        (lambda: pool.prepare_write(42, 0, 1), "unknown sequence 42"),
+        (lambda: pool.prepare_write(2, 6, 4 * 4), "max_blocks_per_layer=6"),
+        (lambda: pool.add_sequence(1), "already exists"),
+        (lambda: pool.add_sequence(-1), "seq_id must be"),
+        (lambda: pool.clone(1, 2, 4), "already exists"),
+        (lambda: pool.clone(1, 9, 11), "exceeds sequence 1"),
+        (lambda: pool.clone(42, 9, 1), "unknown sequence 42"),
+        (lambda: pool.trim(1, 3), "not block-aligned"),
+        (lambda: pool.trim(1, 12), "outside sequence 1"),
+        (lambda: pool.release(42), "unknown sequence 42"),
+        (lambda: pool.detach(42), "unknown sequence 42"),
+        (lambda: pool.adopt(PrefixHandle(99, 4), 9), "unknown or released prefix handle"),
+        (lambda: pool.adopt(pool.handle, 1), "already exists"),
+        (lambda: pool.release_handle(PrefixHandle(99, 4)), "unknown or released prefix handle"),
+        (lambda: pool.read_block(10_000), "unknown or freed block 10000"),
+        (lambda: pool.release_block(pool.block_ids(0, 1)[0]), "not held by the caller"),
+        (lambda: pool.restore_block(0, BlockContents(0, keys, values)), "hold 2 tokens; expected 4"),
+        (lambda: pool.restore_block(0, BlockContents(0, *make_kv(4, dtype="bfloat16"))), "stores float32"),
+        (lambda: pool.gather_visible(0, 42), "unknown sequence 42"),
+        (lambda: pool.gather_visible(-1, 1), "out of range"),
+        (lambda: pool.set_slab_blocks(8), "before the first write"),
+        (lambda: pool.set_logical_start(1, 11), "past sequence 1's length"),
+        (lambda: pool.handle_from_blocks([[0], [1]], 4), "held by the caller"),
+    ]
+
+
+def test_every_bad_call_raises_and_changes_nothing(busy_pool):
+    for call, message in _bad_calls(busy_pool):
+        before = full_state(busy_pool)
+        with pytest.raises(PoolError, match=message):
+            call()
+        assert full_state(busy_pool) == before, message
+        busy_pool.check_integrity()
+
+
+def test_budget_error_is_budget_exceeded(busy_pool):
+    with pytest.raises(BudgetExceeded):
+        busy_pool.prepare_write(2, 6, 16)
+    assert busy_pool.can_allocate(2) and not busy_pool.can_allocate(3)  # 4 live of 6
+
+
+def test_bad_config_is_rejected():
+    from pool import PagedKVPool, PoolConfig
+
+    for kwargs, message in (({"design": "paged"}, "unknown pool design"), ({"block_size": 0}, "block_size"),
+                            ({"max_blocks_per_layer": -1}, "max_blocks_per_layer")):
+        with pytest.raises(PoolError, match=message):
+            PagedKVPool(PoolConfig(num_layers=2, **kwargs))

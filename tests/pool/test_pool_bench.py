@@ -1,0 +1,44 @@
+"""The pool's benchmark commands run end to end on tiny sizes (one subprocess per design) and report their keys."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from app.commands import bench_growth, bench_snapshot
+
+
+def parse(module, argv):
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_bench_growth_json_per_design(capsys):
+    args = parse(bench_growth, ["--layers", "2", "--kv-heads", "1", "--head-dim", "8", "--block-size", "4",
+                                "--slab-blocks", "4", "--prefills", "3", "--tokens", "40", "--dtype", "float16",
+                                "--json"])
+    assert bench_growth.main(args) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert set(results) == {"slab", "monolithic"}
+    for design, figures in results.items():
+        assert set(bench_growth.REQUIRED_KEYS) <= set(figures)
+        assert figures["live_bytes"] == 2 * 30 * 2 * 4 * 8 * 2  # 2 layers x 30 blocks x K+V x 4 tok x 8 x fp16
+        assert figures["max_active_plus_cache_bytes"] >= figures["live_bytes"]
+    assert results["slab"]["bytes_copied"] == 0 and results["slab"]["growth_events"] == 2 * 8  # 30 rows -> 8 slabs
+    assert results["monolithic"]["growth_events"] == 2  # 30 rows fit one 32-row chunk
+    more = parse(bench_growth, ["--layers", "1", "--kv-heads", "1", "--head-dim", "8", "--block-size", "4",
+                                "--prefills", "5", "--tokens", "64", "--designs", "monolithic", "--json"])
+    assert bench_growth.main(more) == 0
+    mono = json.loads(capsys.readouterr().out)["monolithic"]
+    # 16 rows per prefill: capacity 32, 32, 64, 64, 96 rows -> 3 allocations, copies of 32 then 64 rows
+    assert mono["growth_events"] == 3 and mono["bytes_copied"] == (32 + 64) * 2 * 4 * 8 * 2
+
+
+def test_bench_snapshot_prints_costs(capsys):
+    args = parse(bench_snapshot, ["--layers", "3", "--slabs", "4", "--slab-blocks", "4", "--block-size", "4",
+                                  "--sequences", "4", "--repeat", "2", "--json"])
+    assert bench_snapshot.main(args) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert set(figures["ms_per_snapshot"]) == {"cold", "after_decode", "unchanged"}
+    assert figures["layers"] == 3 and figures["live_blocks"] > 0

@@ -1,0 +1,85 @@
+"""Every reason of the fused-decode decision, on CPU, by injecting kernel capabilities and the backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from pool import KernelCaps, register_kernel, unregister_kernel
+from pool.fused_decision import ENV_VAR, REASON_NO_KERNEL, decide, detect_backend
+
+CAPS = KernelCaps(backend="cuda", dtypes=frozenset({"bfloat16", "float16"}), head_dims=frozenset({64, 128}),
+                  multi_slab=False, min_batch=2, max_batch=64, min_context=1024)
+
+
+def ask(**overrides):
+    args = dict(num_slabs=1, dtype="bfloat16", head_dim=128, batch_size=8, context_len=4096, backend="cuda",
+                caps=CAPS, environ={})
+    args.update(overrides)
+    return decide(**args)
+
+
+@pytest.mark.parametrize("overrides, fused, reason", [
+    ({}, True, "fused cuda kernel (1 slab)"),
+    ({"environ": {ENV_VAR: "0"}}, False, f"disabled by {ENV_VAR}=0"),
+    ({"environ": {ENV_VAR: "1"}}, True, "fused cuda kernel"),
+    ({"backend": "cpu"}, False, "no GPU kernel backend (cpu)"),
+    ({"dtype": "float32"}, False, "dtype float32 unsupported by the cuda kernel (bfloat16, float16)"),
+    ({"head_dim": 96}, False, "head_dim 96 unsupported by the cuda kernel (64, 128)"),
+    ({"batch_size": 1}, False, "batch 1 below measured break-even 2"),
+    ({"batch_size": 65}, False, "batch 65 above the kernel's maximum 64"),
+    ({"num_slabs": 3}, False, "layer has 3 slabs; the cuda kernel reads one pool buffer"),
+    ({"num_slabs": 3, "caps": CAPS.__class__(**{**CAPS.__dict__, "multi_slab": True})}, True, "3 slabs"),
+    ({"context_len": 512}, False, "context 512 below measured break-even 1024"),
+])
+def test_decision_reasons(overrides, fused, reason):
+    decision = ask(**overrides)
+    assert decision.use_fused is fused and reason in decision.reason
+
+
+def test_no_registered_kernel_means_gather():
+    unregister_kernel("metal")
+    decision = decide(num_slabs=1, dtype="bfloat16", head_dim=128, batch_size=8, backend="metal", environ={})
+    assert decision.reason == REASON_NO_KERNEL and not decision.use_fused
+
+
+def test_pool_counts_outcomes_and_uses_registry(tiny_pool, monkeypatch):
+    import pool.fused_decision as fused_module
+
+    pool = tiny_pool("slab", num_layers=2)
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    assert detect_backend() == "cpu"
+    assert pool.fused_decision(0, dtype="bfloat16", head_dim=128, batch_size=4).reason == \
+        "no GPU kernel backend (cpu)"
+    monkeypatch.setattr(fused_module, "detect_backend", lambda: "cuda")
+    register_kernel(KernelCaps("cuda", frozenset({"bfloat16"}), frozenset({128}), multi_slab=False))
+    try:
+        assert pool.fused_decision(1, dtype="bfloat16", head_dim=128, batch_size=4).use_fused
+        monkeypatch.setenv(ENV_VAR, "0")
+        assert not pool.fused_decision(1, dtype="bfloat16", head_dim=128, batch_size=4).use_fused
+    finally:
+        unregister_kernel("cuda")
+    counters = pool.counters()
+    assert counters["fused_decisions"] == 1 and counters["gather_decisions"] == 2
+    layers = pool.snapshot()["layers"]
+    assert layers[1]["fused"] == {"use_fused": False, "reason": f"disabled by {ENV_VAR}=0"}
+    assert layers[0]["fused"]["reason"] == "no GPU kernel backend (cpu)"
+
+
+def test_monolithic_layer_is_one_buffer_for_the_multi_slab_rule(tiny_pool, monkeypatch):
+    import mlx.core as mx
+
+    import pool.fused_decision as fused_module
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setattr(fused_module, "detect_backend", lambda: "metal")
+    register_kernel(KernelCaps("metal", frozenset({"float32"}), frozenset({4}), multi_slab=False))
+    try:
+        for design, fused in (("slab", False), ("monolithic", True)):
+            pool = tiny_pool(design, num_layers=1)  # 8-token slabs; 20 tokens -> 3 slabs or one 32-row tensor
+            pool.add_sequence(0)
+            pool.prepare_write(0, 0, 20)
+            pool.write(0, 0, 0, mx.zeros((20, 2, 4)), mx.zeros((20, 2, 4)))
+            decision = pool.fused_decision(0, dtype="float32", head_dim=4, batch_size=1)
+            assert decision.use_fused is fused, decision.reason
+    finally:
+        unregister_kernel("metal")

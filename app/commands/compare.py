@@ -1,0 +1,87 @@
+"""``slabscope compare SESSION...``: per-phase comparison table (or --json) with CI gates (exit 1 when exceeded)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("compare", help="compare recorded sessions per phase; gates exit non-zero when exceeded",
+                       description="Compare two or more recorded sessions per phase. The first session (or "
+                       "--baseline) is the baseline for ratios. Exit status: 0 ok, 1 a gate was exceeded, "
+                       "2 unreadable input.")
+    p.add_argument("sessions", nargs="+", help="session files (.slabrec) or directories holding them")
+    p.add_argument("--baseline", default=None, help="label, backend or file of the baseline (default: dense if "
+                   "present, else the first session)")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--max-ratio", type=float, default=None, help="fail if a footprint ratio vs baseline exceeds R")
+    p.add_argument("--max-fragmentation", type=float, default=None, help="fail if fragmentation exceeds F")
+    p.add_argument("--max-mean-runs", type=float, default=None, help="fail if mean gather runs exceed N")
+    p.add_argument("--max-decline-rate", type=float, default=None, help="fail if the fused decline rate exceeds D")
+    p.set_defaults(func=main)
+
+
+def expand_paths(paths: list[str]) -> list[str]:
+    """Session files named directly, plus every *.slabrec inside named directories (sorted)."""
+    from pathlib import Path
+
+    out: list[str] = []
+    for raw in paths:
+        path = Path(raw)
+        out.extend(sorted(str(p) for p in path.glob("*.slabrec")) if path.is_dir() else [raw])
+    return out
+
+
+def open_sessions(paths: list[str]):
+    """(sessions, None) or (None, one-line error) for the first unreadable file."""
+    from probes.errors import RecordingError
+    from probes.replay import Session
+
+    sessions = []
+    for path in expand_paths(paths):
+        try:
+            sessions.append(Session.open(path))
+        except RecordingError as exc:
+            return None, str(exc)
+    if not sessions:
+        return None, "no session files found"
+    return sessions, None
+
+
+def pick_baseline(sessions, wanted: str | None) -> int:
+    """Index of the baseline: matching --baseline (label/backend/path), else the dense session, else 0."""
+    for index, s in enumerate(sessions):
+        keys = {str(s.meta.get("label")), str(s.meta.get("backend")), s.path}
+        if wanted is not None and wanted in keys:
+            return index
+    if wanted is None:
+        for index, s in enumerate(sessions):
+            if s.meta.get("backend") == "dense":
+                return index
+    return 0
+
+
+def main(args) -> int:
+    from probes.compare import Gates, check_gates, compare_sessions, format_table, rows_to_json
+
+    sessions, error = open_sessions(args.sessions)
+    if error:
+        print(f"slabscope compare: {error}", file=sys.stderr)
+        return 2
+    baseline = pick_baseline(sessions, args.baseline)
+    rows = compare_sessions(sessions, baseline=baseline)
+    gates = Gates(args.max_ratio, args.max_fragmentation, args.max_mean_runs, args.max_decline_rate)
+    failures = check_gates(rows, gates)
+    if args.json:
+        print(json.dumps({"baseline": sessions[baseline].path, "rows": rows_to_json(rows), "gate_failures": failures},
+                         indent=2))
+    else:
+        print(f"baseline: {sessions[baseline].meta.get('backend', '?')} ({sessions[baseline].path})")
+        print(format_table(rows))
+        for s in sessions:
+            if not s.complete:
+                print(f"note: {s.path} is incomplete (writer stopped early); figures cover what it holds")
+        for failure in failures:
+            print(f"GATE FAILED: {failure}")
+    return 1 if failures else 0

@@ -1,0 +1,157 @@
+"""``slabscope record``: headless recording of a scenario on several backends, then the compare table.
+
+Each backend runs in its own worker process (``app.workloads.WorkerHandle``), one after another by default (so
+they do not share the CPU, caches or memory bandwidth), side by side with ``--together`` (one BLAS thread each).
+Every worker writes ``DIR/<scenario>-<backend>.slabrec`` through its probes. Parser construction imports no mlx.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+MIB = 1024 * 1024
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("record", help="record a scenario on several backends (own processes) and compare them",
+                       description="Runs each backend in its own process, writes one session file per backend "
+                       "into --out and prints the compare table. Exit status 1 if a backend failed.")
+    p.add_argument("--scenario", default=None, help="scenario name or .toml path (default: the default scenario)")
+    p.add_argument("--backends", default="slab,dense,monolithic", help="comma-separated: slab,dense,monolithic")
+    p.add_argument("--out", required=True, help="directory for the session files")
+    p.add_argument("--model", default="smollm2-135m", help="model name or mlx-lm directory")
+    p.add_argument("--together", action="store_true", help="run the backends side by side (default: one by one)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario parameter")
+    p.add_argument("--block-size", type=int, default=None)
+    p.add_argument("--slab-blocks", type=int, default=None)
+    p.add_argument("--sample-hz", type=float, default=10.0, help="memory samples per second (default 10)")
+    p.add_argument("--snapshot-hz", type=float, default=2.0, help="pool snapshots per second (default 2)")
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--device", choices=("cpu", "gpu"), default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds before a backend is cancelled")
+    p.set_defaults(func=main)
+
+
+class _Progress:
+    """Folds a worker's events into one status line per backend (phase, step, tokens, footprint)."""
+
+    def __init__(self, backend: str, stream) -> None:
+        self.backend, self.stream = backend, stream
+        self.phase, self.step, self.tokens, self.footprint = "-", 0, 0, 0
+        self._last_print = 0.0
+        self.tty = stream.isatty()
+
+    def on_event(self, event: dict) -> None:
+        kind = event.get("kind")
+        if kind == "phase" and event.get("edge") == "start":
+            self.phase = event.get("name", "-")
+        elif kind == "sample":
+            self.footprint = event.get("footprint", 0)
+        elif kind == "error":
+            self.stream.write(f"\n[{self.backend}] error: {event.get('text')}\n")
+        self.step = max(self.step, int(event.get("step", 0) or 0))
+        self.tokens = max(self.tokens, int(event.get("tokens", 0) or 0))
+
+    def line(self) -> str:
+        return (f"[{self.backend:<10}] phase {self.phase:<12} step {self.step:>6} tokens {self.tokens:>8} "
+                f"max(act+cache) now {self.footprint / MIB:8.1f} MiB")
+
+    def show(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or (self.tty and now - self._last_print > 0.2) or now - self._last_print > 5.0:
+            self.stream.write(("\r" if self.tty else "") + self.line() + ("" if self.tty else "\n"))
+            self.stream.flush()
+            self._last_print = now
+
+
+def _specs(args, backends: list[str]):
+    from app.workloads.scenarios import DEFAULT_SCENARIO, load_scenario, parse_overrides
+    from app.workloads.spec import RunSpec
+
+    scenario = args.scenario or DEFAULT_SCENARIO
+    overrides = parse_overrides(args.set)
+    load_scenario(scenario, overrides)  # validate before starting anything
+    stem = os.path.splitext(os.path.basename(scenario))[0]
+    return [RunSpec(scenario=scenario, backend=b, model=args.model, block_size=args.block_size,
+                    slab_blocks=args.slab_blocks, sample_hz=args.sample_hz, snapshot_hz=args.snapshot_hz,
+                    dtype=args.dtype, device=args.device, seed=args.seed, overrides=overrides,
+                    record_path=os.path.join(args.out, f"{stem}-{b}.slabrec"),
+                    blas_threads=1 if args.together else None) for b in backends]
+
+
+def _run(handles_and_progress, timeout: float) -> None:
+    """Poll the given workers until each finished, died or timed out (then cancelled)."""
+    deadline = time.monotonic() + timeout
+    pending = list(handles_and_progress)
+    while pending:
+        for handle, progress in list(pending):
+            for event in handle.poll():
+                progress.on_event(event)
+            progress.show()
+            if handle.done or (not handle.alive and handle.exitcode is not None):
+                for event in handle.poll():
+                    progress.on_event(event)
+                progress.show(force=True)
+                if progress.tty:
+                    progress.stream.write("\n")
+                pending.remove((handle, progress))
+            elif time.monotonic() > deadline:
+                handle.cancel()
+                progress.stream.write(f"\n[{progress.backend}] cancelled after {timeout:.0f} s\n")
+                pending.remove((handle, progress))
+        time.sleep(0.1)
+
+
+def main(args) -> int:
+    from app.workloads import WorkerHandle
+    from app.workloads.scenarios import ScenarioError
+
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    try:
+        specs = _specs(args, backends)
+    except (ScenarioError, ValueError) as exc:
+        print(f"slabscope record: {exc}", file=sys.stderr)
+        return 2
+    os.makedirs(args.out, exist_ok=True)
+    out = sys.stderr
+    handles = []
+    groups = [specs] if args.together else [[s] for s in specs]
+    for group in groups:
+        started = [(WorkerHandle(spec).start(), _Progress(spec.backend, out)) for spec in group]
+        handles.extend(started)
+        _run(started, args.timeout)
+    failed = [h.spec.backend for h, _ in handles if h.error or not h.done]
+    for handle, _ in handles:
+        state = "ok" if handle.done and not handle.error else f"FAILED: {handle.error}"
+        print(f"{handle.spec.backend}: {handle.spec.record_path} ({state}; worker log {handle.log_path})")
+    paths = [h.spec.record_path for h, _ in handles if os.path.exists(h.spec.record_path)]
+    if paths:
+        _print_compare(paths)
+    return 1 if failed else 0
+
+
+def _print_compare(paths: list[str]) -> None:
+    from app.commands.compare import open_sessions, pick_baseline
+    from probes.compare import compare_sessions, format_table
+
+    sessions, error = open_sessions(paths)
+    if error:
+        print(f"slabscope record: {error}", file=sys.stderr)
+        return
+    baseline = pick_baseline(sessions, None)
+    print(f"\nbaseline: {sessions[baseline].meta.get('backend')}")
+    print(format_table(compare_sessions(sessions, baseline=baseline)))
+    for s in sessions:
+        print(f"probe cost ({s.meta.get('backend')}): {_overhead_line(s.overhead)}")
+
+
+def _overhead_line(o: dict) -> str:
+    if not o:
+        return "not recorded"
+    return (f"{100 * o.get('cost_fraction', 0):.2f}% of wall time (probe thread CPU {o.get('probe_thread_cpu_s')} s, "
+            f"workload-thread time in probes {o.get('workload_thread_s')} s, {o.get('samples')} samples at "
+            f"{o.get('sample_cost_us_mean')} us, {o.get('snapshots')} snapshots at "
+            f"{o.get('snapshot_cost_ms_mean')} ms)")

@@ -1,0 +1,27 @@
+"""``slabscope report SESSION... --out DIR``: Markdown report with tables and PNG plots, ready for a pull request."""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("report", help="write a Markdown report with PNG plots for recorded sessions",
+                       description="Writes DIR/report.md plus timeline, accounting, slab-count and gather-run plots.")
+    p.add_argument("sessions", nargs="+", help="session files (.slabrec) or directories holding them")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--baseline", default=None, help="label, backend or file of the baseline (default: dense)")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from app.commands.compare import open_sessions, pick_baseline
+    from probes.report import write_report
+
+    sessions, error = open_sessions(args.sessions)
+    if error:
+        print(f"slabscope report: {error}", file=sys.stderr)
+        return 2
+    path = write_report(sessions, args.out, baseline=pick_baseline(sessions, args.baseline))
+    print(path)
+    return 0

@@ -1,0 +1,174 @@
+"""Compare sessions per phase and gate on the figures (mlx-free).
+
+For every session and every phase (plus a whole-run row "all"): max(active+cache) ("max in window" of the
+phase), max RSS, footprint ratio to the baseline session's same phase, throughput (tokens of the phase's step
+events / phase wall time) and its ratio, slab count (max over layers and snapshots), fragmentation (max), gather
+runs (mean and max, from the pool's run histograms over the phase) and the fused-decode decline rate (gather
+decisions / all decisions in the phase). Pool figures are None for sessions without a pool (dense).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class PhaseRow:
+    session: str
+    backend: str
+    phase: str
+    footprint_max: float | None
+    rss_max: float | None
+    footprint_ratio: float | None
+    tokens_per_s: float | None
+    throughput_ratio: float | None
+    max_slabs: int | None
+    max_fragmentation: float | None
+    mean_runs: float | None
+    max_runs: int | None
+    decline_rate: float | None
+
+
+def _label(view, index: int) -> str:
+    meta = view.meta
+    return str(meta.get("label") or meta.get("backend") or f"session{index}")
+
+
+def _windows(view) -> list[tuple[str, float, float]]:
+    end = view.duration
+    spans = [(p["name"], p["start"], p["end"] if p["end"] is not None else end) for p in view.phases()]
+    return spans + [("all", 0.0, end)]
+
+
+def _peak(view, field: str, t0: float, t1: float) -> float | None:
+    """Max of a sample field in [t0, t1]; None when no sample fell in the window (a phase shorter than the
+    sampling period): shown as "-", never as 0."""
+    peak = view.peak(field, t0, t1)
+    return peak.value if peak.t is not None else None
+
+
+def _throughput(view, t0: float, t1: float) -> float | None:
+    steps = [e for e in view.events_between(t0, t1, "step")]
+    tokens = sum(int(e.get("num_tokens", 0)) for e in steps)
+    if not steps or t1 <= t0:
+        return None
+    return tokens / (t1 - t0)
+
+
+def _hist_delta(view, t0: float, t1: float) -> Counter:
+    """Gather-run histogram (all layers) accumulated between the snapshots bracketing [t0, t1]."""
+    def total(snap):
+        hist: Counter = Counter()
+        for layer in (snap or {}).get("snapshot", {}).get("layers", []):
+            hist.update({int(k): v for k, v in layer.get("gather_runs_hist", {}).items()})
+        return hist
+
+    end, start = view._latest_at(view.snapshots, t1), view._latest_at(view.snapshots, t0)
+    delta = total(end)
+    delta.subtract(total(start) if start is not end else Counter())
+    return +delta
+
+
+def _counter_delta(view, t0: float, t1: float, key: str) -> int:
+    end, start = view._latest_at(view.snapshots, t1), view._latest_at(view.snapshots, t0)
+    value = lambda s: (s or {}).get("snapshot", {}).get("counters", {}).get(key, 0)  # noqa: E731
+    return value(end) - (value(start) if start is not end else 0)
+
+
+def _pool_figures(view, t0: float, t1: float) -> dict:
+    if not view.snapshots:
+        return {"max_slabs": None, "max_fragmentation": None, "mean_runs": None, "max_runs": None,
+                "decline_rate": None}
+    snaps = [s["snapshot"] for s in view.snapshots if t0 <= s["t"] <= t1]
+    at_end = view.snapshot_at(t1)  # exact state at the phase end (short phases may hold no periodic snapshot)
+    if at_end is not None:
+        snaps.append(at_end)
+    layers = [layer for snap in snaps for layer in snap.get("layers", [])]
+    hist = _hist_delta(view, t0, t1)
+    gathers = sum(hist.values())
+    fused = _counter_delta(view, t0, t1, "fused_decisions")
+    declined = _counter_delta(view, t0, t1, "gather_decisions")
+    return {
+        "max_slabs": max((layer.get("num_slabs", 0) for layer in layers), default=0),
+        "max_fragmentation": max((layer.get("fragmentation", 0.0) for layer in layers), default=0.0),
+        "mean_runs": sum(r * n for r, n in hist.items()) / gathers if gathers else None,
+        "max_runs": max(hist, default=None),
+        "decline_rate": declined / (fused + declined) if fused + declined else None,
+    }
+
+
+def compare_sessions(views: list, baseline: int = 0, labels: list[str] | None = None) -> list[PhaseRow]:
+    """Rows for every session x phase; ratios are against ``views[baseline]``'s same-named phase."""
+    base = views[baseline]
+    base_rows = {}
+    for name, t0, t1 in _windows(base):
+        base_rows[name] = (_peak(base, "footprint", t0, t1), _throughput(base, t0, t1))
+    rows = []
+    for index, view in enumerate(views):
+        label = labels[index] if labels else _label(view, index)
+        for name, t0, t1 in _windows(view):
+            foot = _peak(view, "footprint", t0, t1)
+            tps = _throughput(view, t0, t1)
+            base_foot, base_tps = base_rows.get(name, (None, None))
+            rows.append(PhaseRow(
+                session=label, backend=str(view.meta.get("backend", "?")), phase=name,
+                footprint_max=foot, rss_max=_peak(view, "rss", t0, t1),
+                footprint_ratio=foot / base_foot if foot is not None and base_foot else None,
+                tokens_per_s=tps, throughput_ratio=tps / base_tps if tps and base_tps else None,
+                **_pool_figures(view, t0, t1)))
+    return rows
+
+
+@dataclass
+class Gates:
+    max_ratio: float | None = None
+    max_fragmentation: float | None = None
+    max_mean_runs: float | None = None
+    max_decline_rate: float | None = None
+
+
+def check_gates(rows: list[PhaseRow], gates: Gates) -> list[str]:
+    """Human-readable failures (empty: all gates pass). Each gate applies to every row that has the figure."""
+    checks = (("footprint_ratio", gates.max_ratio, "footprint ratio"),
+              ("max_fragmentation", gates.max_fragmentation, "fragmentation"),
+              ("mean_runs", gates.max_mean_runs, "mean gather runs"),
+              ("decline_rate", gates.max_decline_rate, "fused decline rate"))
+    failures = []
+    for row in rows:
+        for attr, limit, what in checks:
+            value = getattr(row, attr)
+            if limit is not None and value is not None and value > limit:
+                failures.append(f"{row.session} [{row.phase}]: {what} {value:.3f} > {limit}")
+    return failures
+
+
+def _fmt_bytes(n: float | None) -> str:
+    return "-" if n is None else f"{n / 2**20:,.1f}"
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+COLUMNS = ("session", "phase", "max(act+cache) MiB", "RSS MiB", "x base", "tok/s", "x base", "slabs", "frag",
+           "runs mean/max", "decline")
+
+
+def format_table(rows: list[PhaseRow]) -> str:
+    """A plain-text table (one line per session x phase)."""
+    body = []
+    for r in rows:
+        runs = "-" if r.mean_runs is None else f"{r.mean_runs:.2f}/{r.max_runs}"
+        body.append((r.session, r.phase, _fmt_bytes(r.footprint_max), _fmt_bytes(r.rss_max),
+                     _fmt(r.footprint_ratio, ".2f"), _fmt(r.tokens_per_s, ",.1f"), _fmt(r.throughput_ratio, ".2f"),
+                     _fmt(r.max_slabs, "d"), _fmt(r.max_fragmentation, ".2f"), runs, _fmt(r.decline_rate, ".2f")))
+    widths = [max(len(str(x)) for x in col) for col in zip(COLUMNS, *body)]
+    lines = ["  ".join(str(c).rjust(w) if i > 1 else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+             for row in (COLUMNS, *body)]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def rows_to_json(rows: list[PhaseRow]) -> list[dict]:
+    return [asdict(r) for r in rows]

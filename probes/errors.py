@@ -1,0 +1,20 @@
+"""Exceptions raised by the probes package.
+
+``RecordingError`` is the one exception a reader of session files ever sees: truncated headers, corrupt records,
+foreign files and unsupported versions all become a one-line message naming the file and the problem.
+"""
+
+from __future__ import annotations
+
+
+class RecordingError(Exception):
+    """A session file cannot be read (corrupt, foreign, too new) or written. The message is one line."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class ReplayError(Exception):
+    """A replay/what-if request cannot be served (for example a session without an op log)."""

@@ -1,0 +1,269 @@
+"""``WorkerProbes``: the probes inside a workload worker (docs/contracts.md section 2b).
+
+Threads: the *workload thread* calls ``emit``, ``tick`` and ``stop`` and runs the pool's op listener; one *probe
+thread* takes memory samples at ``sample_hz`` and every ``flush_s`` (75 ms) moves the pending events, in
+emission order, to the recording file (probes.recording) and to the parent (probes.transport). The workload
+thread only appends to a list under a short lock: it never waits for the disk or the reader. Pool snapshots are
+taken only in the workload thread (in ``tick``), so they never race pool mutations.
+
+Cost is measured, not assumed: the probe thread's own CPU time (``time.thread_time``), the time the workload
+thread spends inside the probes (listener, emit, tick/snapshots), and per-sample cost. Not included: the
+multiprocessing queue's feeder thread, which pickles batches to the parent (``slabscope bench probes`` measures
+the total effect on throughput, feeder included). ``overhead()`` returns
+them; a ``probe_stats`` event carries them every ``stats_every_s`` and the END summary keeps the final figure.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from probes.meta import collect_meta
+from probes.recording import SessionRecorder
+from probes.transport import BatchSender
+
+FLUSH_S = 0.075       # transport batches to the parent
+FILE_FLUSH_S = 0.5    # recording writes: fewer, larger records keep long sessions fast to open; a SIGKILL loses
+                      # at most the last half second (everything written before it stays readable)
+
+
+class WorkerProbes:
+    """Sampling, events, snapshots, recording and transport for one backend run (see module docstring)."""
+
+    def __init__(self, out_queue: Any = None, sample_hz: float = 10.0, snapshot_hz: float = 2.0,
+                 record_path: str | os.PathLike | None = None, meta: dict | None = None, weight_bytes: int = 0,
+                 flush_s: float = FLUSH_S, stats_every_s: float = 5.0, keyframe_interval_s: float = 10.0,
+                 file_flush_s: float = FILE_FLUSH_S) -> None:
+        self.sender = BatchSender(out_queue)
+        self.sample_hz = float(sample_hz)
+        self.snapshot_hz = float(snapshot_hz)
+        self.record_path = os.fspath(record_path) if record_path else None
+        self.meta = dict(meta or {})
+        self.weight_bytes = int(weight_bytes)
+        self.flush_s = flush_s
+        self.file_flush_s = file_flush_s
+        self._file_pending: list[dict] = []
+        self._next_file_write = 0.0
+        self.stats_every_s = stats_every_s
+        self.keyframe_interval_s = keyframe_interval_s
+        self.step = 0
+        self.tokens = 0
+        self.recorder: SessionRecorder | None = None
+        self.sampler = None
+        self._pool = None
+        self._lock = threading.Lock()
+        self._buffer: list[dict] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t_start = time.monotonic()
+        self._next_snapshot = 0.0
+        self._workload_side_s = 0.0
+        self._num_snapshots = 0
+        self._snapshot_s = 0.0
+        self._thread_cpu_s = 0.0
+        self._num_ops = 0
+        self._keyframe_ops = 0
+        self._keyframe_t: float | None = None
+        self.keyframe_max_ops = 20000
+        self._last_stats: tuple[int, int] | None = None
+        self._reported_drops = 0
+        self.record_error: str | None = None
+        self.stopped = False
+
+    # ---- setup -----------------------------------------------------------------------------------------------
+    def attach_pool(self, pool) -> None:
+        """Listen to the pool's ops and take its snapshots from ``tick`` (pool backends only). Takes a first
+        keyframe now, so every later instant can be rebuilt from a keyframe plus ops."""
+        self._pool = pool
+        pool.add_op_listener(self._on_op)
+        self.meta.setdefault("pool", _pool_config(pool))
+        if self.sampler is not None:  # already started; otherwise start() takes it
+            self._take_snapshot()
+
+    def start(self) -> None:
+        """Open the recording, emit the meta event and start the probe thread."""
+        from probes.sampler import MemorySampler
+
+        sampler = MemorySampler(self.weight_bytes)  # imports mlx/psutil before the clock starts
+        full_meta = collect_meta(self.meta)
+        self._t_start = time.monotonic()
+        full_meta.update(sample_hz=self.sample_hz, snapshot_hz=self.snapshot_hz, t_start=self._t_start)
+        self.meta = full_meta
+        if self.record_path:
+            self.recorder = SessionRecorder(self.record_path, full_meta, self._t_start,
+                                            keyframe_interval_s=self.keyframe_interval_s)
+        self.sender.send([dict(full_meta, kind="meta", t=self._t_start)])
+        self.sampler = sampler
+        if self._pool is not None:
+            self._take_snapshot()
+        self._push(self.sampler.sample(self.step, self.tokens))
+        self._thread = threading.Thread(target=self._run, name="slabscope-probes", daemon=True)
+        self._thread.start()
+
+    # ---- workload thread -------------------------------------------------------------------------------------
+    def _push(self, event: dict) -> None:
+        with self._lock:
+            self._buffer.append(event)
+
+    def _on_op(self, op: dict) -> None:
+        """Pool op listener (workload thread): stamps the op and appends it to the open op batch."""
+        start = time.perf_counter()
+        op = dict(op, t=time.monotonic())
+        self._num_ops += 1
+        with self._lock:
+            buf = self._buffer
+            if buf and buf[-1].get("kind") == "op":
+                buf[-1]["ops"].append(op)
+            else:
+                buf.append({"kind": "op", "t": op["t"], "step": self.step, "tokens": self.tokens, "ops": [op]})
+        self._workload_side_s += time.perf_counter() - start
+
+    def emit(self, event: dict) -> None:
+        """Queue a workload event (phase/step/log/error/gather/fused/...): stamped, recorded, forwarded."""
+        start = time.perf_counter()
+        event = dict(event)
+        event.setdefault("t", time.monotonic())
+        event.setdefault("step", self.step)
+        event.setdefault("tokens", self.tokens)
+        self._push(event)
+        self._workload_side_s += time.perf_counter() - start
+
+    def tick(self, step: int, tokens: int) -> None:
+        """Step boundary (workload thread): update counters; take a pool snapshot if one is due."""
+        start = time.perf_counter()
+        self.step, self.tokens = int(step), int(tokens)
+        if self._pool is not None and time.monotonic() >= self._next_snapshot:
+            self._take_snapshot()
+        self._workload_side_s += time.perf_counter() - start
+
+    def _take_snapshot(self) -> None:
+        """Snapshot the pool (workload thread). A keyframe (with the bookkeeping state, probes.bookstate) is
+        flagged every ``keyframe_interval_s`` or ``keyframe_max_ops`` ops, and for the first snapshot."""
+        start = time.perf_counter()
+        snap = self._pool.snapshot()
+        now = time.monotonic()
+        self._next_snapshot = now + (1.0 / self.snapshot_hz if self.snapshot_hz > 0 else float("inf"))
+        stats = snap.get("stats", {})
+        self._last_stats = (int(stats.get("bytes_in_use", 0)), int(stats.get("bytes_reserved", 0)))
+        if self.sampler is not None:
+            self.sampler.pool_bytes = self._last_stats
+        event = {"kind": "snapshot", "t": now, "step": self.step, "tokens": self.tokens, "snapshot": snap,
+                 "keyframe": False}
+        if (self._keyframe_t is None or now - self._keyframe_t >= self.keyframe_interval_s
+                or self._num_ops - self._keyframe_ops >= self.keyframe_max_ops):
+            from probes.bookstate import book_to_state
+
+            event.update(keyframe=True, book=book_to_state(self._pool.book))
+            self._keyframe_t, self._keyframe_ops = now, self._num_ops
+        self._push(event)
+        self._num_snapshots += 1
+        self._snapshot_s += time.perf_counter() - start
+
+    def stop(self, summary: dict | None = None) -> dict:
+        """Final snapshot, stop the probe thread, flush, close the recording (END) and emit "done".
+
+        Returns the summary as recorded (with ``probe_overhead`` added). Idempotent."""
+        if self.stopped:
+            return dict(summary or {})
+        self.stopped = True
+        if self._pool is not None:
+            self._keyframe_t = None  # the final state is a keyframe: the end of a session seeks instantly
+            self._take_snapshot()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.sampler is not None:
+            self._push(self.sampler.sample(self.step, self.tokens))
+        summary = dict(summary or {}, probe_overhead=self.overhead())
+        self._flush(final=True)
+        done = {"kind": "done", "t": time.monotonic(), "step": self.step, "tokens": self.tokens, "summary": summary}
+        self.sender.send([done])
+        if self.recorder is not None and self.record_error is None:
+            self.recorder.close(summary, t=done["t"])
+        return summary
+
+    # ---- probe thread ----------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        period = 1.0 / self.sample_hz if self.sample_hz > 0 else float("inf")
+        now = time.monotonic()
+        next_sample, next_flush, next_stats = now + period, now + self.flush_s, now + self.stats_every_s
+        cpu0 = time.thread_time()
+        while not self._stop.wait(max(0.0, min(next_sample, next_flush) - time.monotonic())):
+            now = time.monotonic()
+            if now >= next_sample:
+                self._push(self.sampler.sample(self.step, self.tokens))
+                next_sample = max(next_sample + period, now)
+            if now >= next_stats:
+                self._push({"kind": "probe_stats", "t": now, "step": self.step, "tokens": self.tokens,
+                            "overhead": self.overhead()})
+                next_stats = now + self.stats_every_s
+            if now >= next_flush:
+                self._flush()
+                next_flush = now + self.flush_s
+            self._thread_cpu_s = time.thread_time() - cpu0
+        self._thread_cpu_s = time.thread_time() - cpu0
+
+    def _flush(self, final: bool = False) -> None:
+        """Move pending events to the parent now and to the recording every ``file_flush_s`` (or when final);
+        report new queue drops as an event."""
+        with self._lock:
+            batch, self._buffer = self._buffer, []
+        drops = self.sender.dropped_batches
+        if drops != self._reported_drops:
+            batch.append({"kind": "dropped", "t": time.monotonic(), "step": self.step, "tokens": self.tokens,
+                          "batches": drops, "events": self.sender.dropped_events})
+            self._reported_drops = drops
+        if self.recorder is not None and self.record_error is None:
+            self._file_pending.extend(batch)
+            now = time.monotonic()
+            if final or now >= self._next_file_write:
+                self._next_file_write = now + self.file_flush_s
+                pending, self._file_pending = self._file_pending, []
+                try:
+                    self.recorder.write(pending)
+                except OSError as exc:  # disk full, etc.: keep the workload running, say so once
+                    self.record_error = f"recording stopped: {exc}"
+                    batch.append({"kind": "error", "t": now, "text": self.record_error, "traceback": ""})
+        if batch:
+            self.sender.send(batch)
+
+    # ---- figures ---------------------------------------------------------------------------------------------
+    def overhead(self) -> dict:
+        """Measured probe cost so far: probe-thread CPU, workload-thread time inside probes, per-sample cost."""
+        wall = max(time.monotonic() - self._t_start, 1e-9)
+        sampler = self.sampler
+        samples = sampler.num_samples if sampler else 0
+        return {
+            "wall_s": round(wall, 3),
+            "probe_thread_cpu_s": round(self._thread_cpu_s, 4),
+            "workload_thread_s": round(self._workload_side_s, 4),
+            "cost_fraction": round((self._thread_cpu_s + self._workload_side_s) / wall, 5),
+            "samples": samples,
+            "sample_cost_us_mean": round(sampler.total_cost_s / samples * 1e6, 1) if samples else 0.0,
+            "snapshots": self._num_snapshots,
+            "snapshot_cost_ms_mean": round(self._snapshot_s / self._num_snapshots * 1e3, 3)
+            if self._num_snapshots else 0.0,
+            "dropped_batches": self.sender.dropped_batches,
+        }
+
+
+def _pool_config(pool) -> dict:
+    """The pool's configuration as plain data (whatever of PoolConfig's fields the pool exposes)."""
+    cfg = getattr(pool, "config", None) or getattr(pool, "cfg", None)
+    fields = ("num_layers", "block_size", "slab_blocks", "design", "max_blocks_per_layer")
+    return {name: getattr(cfg, name) for name in fields if cfg is not None and hasattr(cfg, name)}
+
+
+def redirect_output(log_path: str | os.PathLike) -> None:
+    """Point this process's stdout/stderr (file descriptors 1 and 2) at ``log_path`` (append), so a stray print in
+    a worker cannot corrupt the parent's terminal. Call first thing in a worker process."""
+    import sys
+
+    fd = os.open(os.fspath(log_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)

@@ -1,0 +1,70 @@
+"""Session metadata: versions, device, platform and code commit (worker side; mlx imported inside the call)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from importlib import metadata
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def git_commit(root: str = REPO_ROOT) -> str | None:
+    """The checkout's commit (with "+dirty" when files changed), or None when unknown (no git, no commits)."""
+    try:
+        head = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=2)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=2)
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def device_description() -> str:
+    """MLX's default device (e.g. "cpu" or "gpu"), plus the GPU's name when MLX reports one."""
+    try:
+        import mlx.core as mx
+
+        dev = mx.default_device()
+        name = str(getattr(dev, "type", dev)).replace("DeviceType.", "")
+        if "gpu" in name:
+            try:
+                info = mx.device_info() if hasattr(mx, "device_info") else mx.metal.device_info()
+                name += f" ({info.get('device_name', info.get('architecture', ''))})"
+            except Exception:  # device_info is optional per backend; the type alone is still true
+                pass
+        return name
+    except ImportError:
+        return "unknown (mlx not importable)"
+
+
+def collect_meta(extra: dict | None = None) -> dict:
+    """Metadata for a session: what ``extra`` says (workload: model, scenario, params, backend, pool) plus
+    versions, device, host, Python, commit and wall-clock start time. ``extra`` wins on conflicts."""
+    meta = {
+        "slabscope_version": _version("slabscope"),
+        "mlx_version": _version("mlx"),
+        "mlx_lm_version": _version("mlx-lm"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "device": device_description(),
+        "commit": git_commit(),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "pid": os.getpid(),
+    }
+    meta.update(extra or {})
+    return meta

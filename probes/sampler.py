@@ -1,0 +1,86 @@
+"""Memory sampling and footprint accounting (worker side; mlx is imported only when a sampler is built).
+
+One sample is a small dict (picklable, JSON-safe). Memory figures are bytes:
+
+    active        MLX active memory (mx.get_active_memory)
+    cache         MLX buffer cache (mx.get_cache_memory): freed buffers MLX keeps; part of the real footprint
+    footprint     active + cache, the figure we report (MLX's own peak counter misses the cache)
+    peak          MLX peak *active* memory, max since start (mx.get_peak_memory); labelled as such in the UI
+    footprint_max max of sampled footprint since start ("max since start"; windows are computed by readers)
+    rss, rss_max  process resident set size (psutil), and its sampled max since start
+    sys_available system available memory (psutil)
+Accounting (signed: a negative remainder is shown, never clamped, because it means memory was counted twice or
+is not resident):
+    weights       model weight bytes (given by the workload)
+    pool_live     pool bytes_in_use, pool_free = bytes_reserved - bytes_in_use (as of the latest pool snapshot)
+    other_active  active - weights - pool reserved bytes (activations, logits, temporaries)
+    rss_other     rss - (active + cache): RSS not explained by MLX (interpreter, libraries, tokenizer, ...)
+    cost_us       what taking this sample cost, measured inline (microseconds)
+"""
+
+from __future__ import annotations
+
+import time
+
+SAMPLE_FIELDS = ("t", "step", "tokens", "active", "cache", "footprint", "peak", "footprint_max", "rss", "rss_max",
+                 "sys_available", "weights", "pool_live", "pool_free", "other_active", "rss_other", "cost_us")
+
+
+class MemorySampler:
+    """Reads MLX and process memory; owns the running maxima since start. Not thread-safe: one thread samples.
+
+    ``pool_bytes`` is a ``(bytes_in_use, bytes_reserved)`` pair updated by the workload thread (a tuple swap is
+    atomic under the GIL, so no lock is needed).
+    """
+
+    def __init__(self, weight_bytes: int = 0) -> None:
+        import mlx.core as mx
+        import psutil
+
+        self._mx = mx
+        self._psutil = psutil
+        self._proc = psutil.Process()
+        self.weight_bytes = int(weight_bytes)
+        self.pool_bytes: tuple[int, int] = (0, 0)
+        self.footprint_max = 0
+        self.rss_max = 0
+        self.num_samples = 0
+        self.total_cost_s = 0.0
+
+    def sample(self, step: int, tokens: int) -> dict:
+        """Take one sample now; updates the running maxima and cost totals."""
+        start = time.perf_counter()
+        mx = self._mx
+        active = mx.get_active_memory()
+        cache = mx.get_cache_memory()
+        peak = mx.get_peak_memory()
+        rss = self._proc.memory_info().rss
+        available = self._psutil.virtual_memory().available
+        t = time.monotonic()
+        footprint = active + cache
+        self.footprint_max = max(self.footprint_max, footprint)
+        self.rss_max = max(self.rss_max, rss)
+        in_use, reserved = self.pool_bytes
+        cost = time.perf_counter() - start
+        self.num_samples += 1
+        self.total_cost_s += cost
+        return {
+            "kind": "sample", "t": t, "step": step, "tokens": tokens,
+            "active": active, "cache": cache, "footprint": footprint, "peak": peak,
+            "footprint_max": self.footprint_max, "rss": rss, "rss_max": self.rss_max, "sys_available": available,
+            "weights": self.weight_bytes, "pool_live": in_use, "pool_free": reserved - in_use,
+            "other_active": active - self.weight_bytes - reserved, "rss_other": rss - footprint,
+            "cost_us": round(cost * 1e6, 1),
+        }
+
+
+def accounting_parts(sample: dict) -> dict[str, int]:
+    """The footprint split of one sample, in display order; parts sum to ``footprint`` (and + rss_other to rss)."""
+    return {
+        "weights": sample.get("weights", 0),
+        "pool live": sample.get("pool_live", 0),
+        "pool reserved-free": sample.get("pool_free", 0),
+        "other MLX active": sample.get("other_active", 0),
+        "MLX cache": sample.get("cache", 0),
+        "RSS not explained by MLX": sample.get("rss_other", 0),
+    }

@@ -1,0 +1,138 @@
+"""Scripted pool traffic and synthetic sessions (mlx-free): for tests and the open-time benchmark.
+
+``ScriptedTraffic`` drives anything with the pool's sequence API (a ``PagedKVPool`` or a bare ``pool.BlockBook``)
+through a deterministic serving-like mix: admit sequences with a prefill, decode tokens, fork (clone), park and
+resume prefixes (detach/adopt), trim, finish (release). ``write_synthetic_session`` writes a long session with
+fake time through the real recorder: samples at ``sample_hz``, snapshots at ``snapshot_hz``, keyframes with the
+bookkeeping state, and the op log of a real BlockBook, so readers are benchmarked on realistic files.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+from probes.bookstate import book_to_state
+from probes.recording import SessionRecorder
+
+
+class ScriptedTraffic:
+    """Deterministic traffic on ``target``. ``write(seq_id, start, num_tokens)`` is called after every
+    ``prepare_write`` (tests write real K/V there); ``max_live`` bounds concurrent sequences."""
+
+    def __init__(self, target, seed: int = 0, write: Callable[[int, int, int], None] | None = None,
+                 max_live: int = 6, prefill: tuple[int, int] = (5, 40)) -> None:
+        self.target = target
+        self.rng = random.Random(seed)
+        self.write = write or (lambda seq, start, n: None)
+        self.max_live = max_live
+        self.prefill = prefill
+        self.next_seq = 0
+        self.live: list[int] = []
+        self.handles: list = []
+
+    def _append(self, seq: int, num_tokens: int) -> None:
+        start = self.target.seq_length(seq)
+        self.target.prepare_write(seq, start, num_tokens)
+        self.write(seq, start, num_tokens)
+
+    def _admit(self) -> None:
+        seq = self.next_seq
+        self.next_seq += 1
+        if self.handles and self.rng.random() < 0.5:
+            self.target.adopt(self.rng.choice(self.handles), seq)
+        else:
+            self.target.add_sequence(seq)
+        self._append(seq, self.rng.randint(*self.prefill))
+        self.live.append(seq)
+
+    def step(self) -> None:
+        """One scheduler step: maybe admit/fork/park/finish/trim, then decode one token for every live seq."""
+        rng = self.rng
+        if len(self.live) < self.max_live and rng.random() < 0.4:
+            self._admit()
+        roll = rng.random()
+        if self.live and roll < 0.08:
+            src = rng.choice(self.live)
+            dst = self.next_seq
+            self.next_seq += 1
+            self.target.clone(src, dst, rng.randint(0, self.target.seq_length(src)))
+            self.live.append(dst)
+        elif self.live and roll < 0.14:
+            seq = self.live.pop(rng.randrange(len(self.live)))
+            self.handles.append(self.target.detach(seq))
+        elif self.live and roll < 0.30:
+            self.target.release(self.live.pop(rng.randrange(len(self.live))))
+        elif self.live and roll < 0.36:
+            self._trim(rng.choice(self.live))
+        if len(self.handles) > 3:
+            self.target.release_handle(self.handles.pop(0))
+        for seq in list(self.live):
+            self._append(seq, 1)
+
+    def _trim(self, seq: int) -> None:
+        block_size = self.target.block_size if hasattr(self.target, "block_size") else self.target.config.block_size
+        length, start = self.target.seq_length(seq), self.target.logical_start(seq)
+        keep = (length // 2) // block_size * block_size
+        if keep >= start:
+            self.target.trim(seq, keep)
+
+
+def write_synthetic_session(path, seconds: float = 3600.0, sample_hz: float = 10.0, snapshot_hz: float = 2.0,
+                            steps_per_s: float = 10.0, num_layers: int = 4, keyframe_interval_s: float = 10.0,
+                            seed: int = 0, file_flush_s: float = 0.5) -> dict:
+    """Write a session of ``seconds`` of fake time; returns counts of what was written. No mlx needed."""
+    from pool import BlockBook
+    from probes.rebuild import _BookPool
+    from pool.snapshot import build_snapshot
+
+    book = BlockBook(num_layers, 16, "slab", 32, None)
+    ops: list[dict] = []
+    book.add_op_listener(ops.append)
+    book.set_geometry("float32", 2, 64, 2 * 2 * 64 * 16 * 4)
+    traffic = ScriptedTraffic(book, seed=seed, max_live=8, prefill=(16, 400))
+    meta = {"scenario": "synthetic-hour", "backend": "slab", "model": "none", "sample_hz": sample_hz,
+            "snapshot_hz": snapshot_hz, "pool": {"num_layers": num_layers, "block_size": 16, "slab_blocks": 32,
+                                                 "design": "slab"}}
+    rec = SessionRecorder(path, meta, 0.0)
+    counts = {"samples": 0, "snapshots": 0, "steps": 0}
+    tick = 1.0 / sample_hz
+    next_snap, next_key, next_step, step = 0.0, 0.0, 0.0, 0
+    batch: list[dict] = [{"kind": "op", "t": 0.0, "ops": list(ops)}]  # storage_init, before any step
+    per_write = max(1, int(round(sample_hz * file_flush_s)))  # what WorkerProbes writes per file flush
+    for k in range(int(seconds * sample_hz)):
+        t = k * tick
+        while next_step <= t:
+            ops.clear()
+            traffic.step()
+            step += 1
+            batch.append({"kind": "op", "t": next_step, "ops": [dict(op, t=next_step) for op in ops]})
+            batch.append({"kind": "step", "t": next_step, "step": step, "tokens": step * 8, "phase": "decode",
+                          "type": "decode", "batch": len(traffic.live), "num_tokens": len(traffic.live),
+                          "wall_s": 0.09})
+            next_step += 1.0 / steps_per_s
+        foot = 300_000_000 + 1000 * len(book.blocks)
+        batch.append({"kind": "sample", "t": t, "step": step, "tokens": step * 8, "active": foot - 10**6,
+                      "cache": 10**6, "footprint": foot, "peak": foot, "rss": foot + 50 * 10**6,
+                      "sys_available": 10**10, "cost_us": 60.0})
+        if t >= next_snap:
+            snap = build_snapshot(_BookPool(book, {}, {}, {}))
+            event = {"kind": "snapshot", "t": t, "step": step, "tokens": step * 8, "snapshot": snap,
+                     "keyframe": t >= next_key}
+            if t >= next_key:
+                event["book"] = book_to_state(book)
+                next_key += keyframe_interval_s
+            batch.append(event)
+            next_snap += 1.0 / snapshot_hz
+            counts["snapshots"] += 1
+        counts["samples"] += 1
+        if counts["samples"] % per_write == 0:
+            rec.write(batch)
+            batch = []
+    rec.write(batch)
+    counts["steps"] = step
+    counts["ops"] = rec.num_ops
+    counts["keyframes"] = rec.num_keyframes
+    rec.close({"synthetic": True}, t=seconds)
+    counts["bytes"] = rec.bytes_written
+    return counts

@@ -1,0 +1,53 @@
+"""A real ``PagedKVPool`` driven by scripted traffic under ``WorkerProbes``: the recorded session plus the live
+snapshots taken at known instants (the ground truth for seek/rebuild and what-if tests)."""
+
+from __future__ import annotations
+
+import time
+
+import mlx.core as mx
+
+from pool import PagedKVPool, PoolConfig
+from probes.live import WorkerProbes
+from probes.synthetic import ScriptedTraffic
+
+N_KV_HEADS, HEAD_DIM = 1, 4
+
+
+def record_scripted(path, design: str = "slab", slab_blocks: int = 4, block_size: int = 4, steps: int = 60,
+                    seed: int = 0, num_layers: int = 2):
+    """Run ``steps`` scripted steps; returns (probes, pool, live) where live = [(t_relative, snapshot, where)]
+    taken right after ticks (where="tick") and between ops (where="mid": during a step, after some writes)."""
+    pool = PagedKVPool(PoolConfig(num_layers=num_layers, block_size=block_size, slab_blocks=slab_blocks,
+                                  design=design))
+    probes = WorkerProbes(None, sample_hz=100.0, snapshot_hz=1e6, record_path=path, keyframe_interval_s=1e9,
+                          meta={"scenario": "scripted", "backend": design, "model": "none"})
+    probes.keyframe_max_ops = 40
+    live: list[tuple[float, dict]] = []
+
+    def write(seq, start, n):
+        data = mx.arange(start, start + n, dtype=mx.float32)
+        kv = mx.broadcast_to(data[:, None, None], (n, N_KV_HEADS, HEAD_DIM)) + seq
+        for layer in range(num_layers):
+            pool.write(layer, seq, start, kv, kv + 0.5)
+        if seq % 3 == 0:  # a mid-step instant, between ops
+            live.append((time.monotonic() - probes._t_start, pool.snapshot(), "mid"))
+
+    probes.attach_pool(pool)
+    probes.start()
+    traffic = ScriptedTraffic(pool, seed=seed, write=write, max_live=5, prefill=(3, 17))
+    tokens = 0
+    for step in range(1, steps + 1):
+        traffic.step()
+        for seq in traffic.live:
+            for layer in range(num_layers):
+                pool.gather_visible(layer, seq)
+        pool.fused_decision(0, dtype="float32", head_dim=HEAD_DIM, batch_size=len(traffic.live))
+        tokens += len(traffic.live)
+        probes.emit({"kind": "step", "phase": "decode", "type": "decode", "batch": len(traffic.live),
+                     "num_tokens": len(traffic.live), "wall_s": 0.0})
+        probes.tick(step, tokens)
+        live.append((time.monotonic() - probes._t_start, pool.snapshot(), "tick"))
+        pool.check_integrity()
+    probes.stop({"steps": steps})
+    return probes, pool, live

@@ -85,12 +85,19 @@ class PrefixCache:
             parent = h
         return best
 
-    def attach(self, seq_id: int, tokens: list[int], max_tokens: int) -> int:
+    def attach(self, seq_id: int, tokens: list[int], max_tokens: int, align_tokens: int = 1) -> int:
         """Create sequence ``seq_id`` in the pool, starting from the longest cached prefix of
-        ``tokens[:max_tokens]``; returns the number of tokens it starts with (0: a plain new sequence)."""
+        ``tokens[:max_tokens]`` whose length is a multiple of ``align_tokens``; returns the number of tokens it
+        starts with (0: a plain new sequence).
+
+        ``align_tokens``: the workloads pass lcm(block_size, prefill_chunk), so a sequence resumes exactly at a
+        prefill-chunk boundary and computes the same chunks (same matmul shapes, same bytes) as a cold run would.
+        """
         self.lookups += 1
         num_blocks, keeper_id = self.match(tokens[:max(0, max_tokens)])
-        if keeper_id is None:
+        step = max(1, align_tokens)
+        num_blocks = (num_blocks * self.block_size // step * step) // self.block_size
+        if keeper_id is None or num_blocks == 0:
             self.pool.add_sequence(seq_id)
             return 0
         kept = self._kept[keeper_id]

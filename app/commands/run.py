@@ -1,0 +1,188 @@
+"""``slabscope run``: one scenario on one backend, with progress lines and a summary (tokens, tok/s, footprint).
+
+Parser construction imports nothing heavy; mlx is imported only when a run starts. Runs in this process by
+default; ``--worker`` runs it in a spawned worker process exactly as the TUI does.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from app.workloads.scenarios import DEFAULT_SCENARIO, ScenarioError, list_scenarios, load_scenario, parse_overrides
+from app.workloads.spec import BACKENDS, RunSpec
+
+MIB = 1024 * 1024
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="run a workload scenario on one backend and print a summary")
+    p.add_argument("--scenario", default=DEFAULT_SCENARIO, help=f"scenario name (default {DEFAULT_SCENARIO}; "
+                   "--list shows all) or a path to a scenario .toml")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--backend", choices=BACKENDS, default="slab", help="KV storage (default slab)")
+    p.add_argument("--model", default="smollm2-135m", help="model name or mlx-lm directory (default smollm2-135m)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout (progress on stderr)")
+    p.add_argument("--block-size", type=int, default=None, help="tokens per block (default: scenario's, else 32)")
+    p.add_argument("--slab-blocks", type=int, default=None, help="blocks per slab (default: scenario's, else 32)")
+    p.add_argument("--prefill-chunk", type=int, default=None, help="prefill chunk in tokens (default 256)")
+    p.add_argument("--set", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="override scenario parameters (e.g. --set n=8 prompt_tokens=4096)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default=None, help="float32 (CPU default) | bfloat16 (GPU default) | float16")
+    p.add_argument("--device", choices=("cpu", "gpu"), default=None)
+    p.add_argument("--budget", type=int, default=None, metavar="BLOCKS", help="pool budget: max blocks per layer")
+    p.add_argument("--prefix-cache", dest="prefix_cache", action="store_true", default=None,
+                   help="share full prompt blocks across requests (default: the scenario's choice)")
+    p.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false")
+    p.add_argument("--record", default=None, metavar="PATH", help="record the session to PATH (probes format)")
+    p.add_argument("--worker", action="store_true", help="run in a spawned worker process (as the TUI does)")
+    p.set_defaults(func=main)
+
+
+def _error(text: str) -> int:
+    print(f"slabscope run: {text}", file=sys.stderr)
+    return 2
+
+
+def build_spec(args) -> RunSpec:
+    """A validated RunSpec from the arguments (scenario and model names checked; nothing loaded)."""
+    from app.models.registry import resolve_model_name
+
+    overrides = parse_overrides(args.set)
+    load_scenario(args.scenario, overrides)
+    resolve_model_name(args.model)
+    return RunSpec(scenario=args.scenario, backend=args.backend, model=args.model, block_size=args.block_size,
+                   slab_blocks=args.slab_blocks, prefill_chunk=args.prefill_chunk, seed=args.seed,
+                   dtype=args.dtype, device=args.device, overrides=overrides,
+                   prefix_cache=args.prefix_cache, max_blocks_per_layer=args.budget,
+                   record_path=args.record)
+
+
+def main(args) -> int:
+    if args.list:
+        for name, description in list_scenarios():
+            print(f"{name:<20} {description}")
+        return 0
+    try:
+        spec = build_spec(args)
+    except (ScenarioError, ValueError) as exc:
+        return _error(str(exc))
+    progress = Progress(sys.stderr if args.json else sys.stdout)
+    if args.worker:
+        summary = _run_in_worker(spec, progress)
+    else:
+        try:
+            summary = _run_here(spec, progress)
+        except (RuntimeError, ValueError) as exc:  # budget too small, pool errors: one line, not a traceback
+            print(f"slabscope run: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+    if summary is None or "error" in summary:
+        return 1
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        print_summary(summary, progress.meta, sys.stdout)
+    return 0
+
+
+def _run_here(spec: RunSpec, progress: "Progress") -> dict:
+    """In this process, with the probes (memory samples, snapshots, --record) delivering events to ``progress``."""
+    from app.models.blas import enable_openblas
+
+    enable_openblas()
+    from app.workloads.runner import run_workload
+    from app.workloads.worker_sink import make_sink
+
+    sink = make_sink(progress.on_event, spec)
+    try:
+        summary = run_workload(spec, sink.emit, sink.tick, attach=sink.attach)
+    except BaseException:
+        sink.finish({"error": "run failed"})
+        raise
+    return sink.finish(summary)
+
+
+def _run_in_worker(spec: RunSpec, progress: "Progress") -> dict | None:
+    from app.workloads.worker import WorkerHandle
+
+    handle = WorkerHandle(spec).start()
+    try:
+        while True:
+            for event in handle.poll():
+                progress.on_event(event)
+            if handle.finished:
+                break
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        handle.cancel()
+        raise
+    if handle.error:
+        print(f"slabscope run: worker failed: {handle.error} (log: {handle.log_path})", file=sys.stderr)
+    return handle.summary
+
+
+class Progress:
+    """Prints phase edges and a progress line every ~2 s; keeps the meta event for the summary."""
+
+    def __init__(self, out):
+        self.out = out
+        self.meta: dict = {}
+        self._last = 0.0
+
+    def on_event(self, event: dict) -> None:
+        kind = event.get("kind")
+        if kind == "meta":
+            self.meta = event
+            model = event.get("model", {})
+            print(f"{event.get('backend')} | {model.get('name')} ({model.get('dtype')}, {event.get('device')}) | "
+                  f"{event.get('blas')}", file=self.out, flush=True)
+        elif kind == "phase":
+            print(f"phase {event['name']}: {event['edge']} (step {event['step']}, {event['tokens']} tokens)",
+                  file=self.out, flush=True)
+        elif kind == "step" and time.monotonic() - self._last > 2.0:
+            self._last = time.monotonic()
+            print(f"  step {event['step']:>5} {event['type']:<7} batch {event['batch']:>2} "
+                  f"{event['num_tokens']:>4} tok in {event['wall_s'] * 1e3:7.1f} ms  (total {event['tokens']} tok)",
+                  file=self.out, flush=True)
+        elif kind in ("error", "log"):
+            print(f"{kind}: {event.get('text')}", file=self.out, flush=True)
+            if event.get("traceback"):
+                print(event["traceback"], file=self.out, flush=True)
+
+
+def print_summary(summary: dict, meta: dict, out) -> None:
+    """The human-readable summary: per-phase tok/s, totals, footprint, pool and prefix-cache counters."""
+    w = lambda text="": print(text, file=out)  # noqa: E731
+    w(f"\n== {summary['scenario']} on {summary['backend']} ({summary['model']}) "
+      f"{'CANCELLED ' if summary.get('cancelled') else ''}==")
+    for name, p in summary["phases"].items():
+        w(f"phase {name:<14} prefill {p['prefill_tokens']:>6} tok {p['prefill_tok_s']:>8.1f} tok/s | "
+          f"decode {p['decode_tokens']:>5} tok {p['decode_tok_s']:>7.1f} tok/s | {p['tok_s']:.1f} tok/s over "
+          f"{p['wall_s']:.2f} s wall | "
+          f"{p['requests_finished']} requests")
+    w(f"total: {summary['prefill_tokens'] + summary['decode_tokens']} tokens ({summary['prefill_tokens']} prefill + "
+      f"{summary['decode_tokens']} decode) in {summary['wall_s']:.2f} s, {summary['tok_s']:.1f} tok/s busy, "
+      f"{summary['steps']} steps, {summary['requests_finished']} requests")
+    fp = summary["footprint"]
+    w(f"footprint: max(active+cache) {fp['max_footprint_bytes'] / MIB:.1f} MiB (max active "
+      f"{fp['max_active_bytes'] / MIB:.1f}, max cache {fp['max_cache_bytes'] / MIB:.1f}); "
+      f"MLX peak {fp['mlx_peak_bytes'] / MIB:.1f} MiB; RSS peak {fp['max_rss_bytes'] / MIB:.1f} MiB")
+    pool = summary.get("pool")
+    if pool:
+        c, s = pool["counters"], pool["stats"]
+        w(f"pool: slabs in layer 0 {pool['num_slabs'][0] if pool['num_slabs'] else 0}, rows minted "
+          f"{c['rows_minted']}, reused {c['rows_reused']}, slab appends {c['slab_appends']}, grow events "
+          f"{c['grow_events']}, bytes copied {c['bytes_copied'] / MIB:.1f} MiB, reserved "
+          f"{s['bytes_reserved'] / MIB:.1f} MiB; at end: {s['live_blocks']} live blocks, "
+          f"{s['num_sequences']} sequences, {s['num_handles']} prefix handles")
+    probes = summary.get("probe_overhead")
+    if probes:
+        w(f"probes: {probes['samples']} memory samples ({probes['sample_cost_us_mean']:.0f} us each), "
+          f"{probes['snapshots']} pool snapshots ({probes['snapshot_cost_ms_mean']:.2f} ms each), "
+          f"cost {probes['cost_fraction'] * 100:.2f}% of wall time")
+    prefix = summary.get("prefix_cache")
+    if prefix:
+        w(f"prefix cache: {prefix['hits']}/{prefix['lookups']} hits, {prefix['cached_tokens']} cached tokens, "
+          f"{prefix['shared_blocks']} shared blocks")

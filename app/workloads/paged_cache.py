@@ -1,0 +1,133 @@
+"""The pool as an mlx-lm model's KV cache: per-layer cache objects backed by a ``PagedKVPool``.
+
+mlx-lm attention modules use four things of a cache: ``offset`` (RoPE position; an int for one sequence, an
+``mx.array`` of per-sequence offsets for a batch), ``update_and_fetch(keys, values)`` (store the new K/V, return
+everything visible), ``make_mask(N, ...)`` and, for some generation helpers, ``state``/``is_trimmable``. The
+adapter below provides exactly those, so llama, qwen3 and every other standard-attention architecture run
+unchanged.
+
+Parity with the dense baseline is byte-identical by construction: for a one-sequence prefill step the adapter
+mirrors ``mlx_lm.models.cache.KVCache`` (int offset, same mask helper), and for a batched decode step it mirrors
+``BatchKVCache`` in the normalised state our scheduler keeps it in (time axis T = longest sequence, shorter
+sequences left-padded with zeros, per-sequence offsets, ``create_causal_mask`` with ``left_padding``). Same T,
+same padding, same mask -> same attention arithmetic.
+
+Step protocol (owned by ``PagedStep``): the caller creates one ``PagedStep`` per forward pass, which calls
+``pool.prepare_write`` once per sequence *before* the model runs (so a budget error happens before any compute
+and changes nothing); each layer's ``update_and_fetch`` then calls ``pool.write`` and ``pool.gather_visible``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import mlx.core as mx
+from mlx_lm.models.base import create_causal_mask
+from mlx_lm.models.cache import create_attention_mask
+
+
+class PagedStep:
+    """One forward pass over ``seq_ids``: sequence i writes ``num_tokens`` new tokens at ``starts[i]``.
+
+    ``batched=False`` (one sequence, any number of tokens) mirrors ``KVCache``; ``batched=True`` (any number of
+    sequences, the same number of new tokens each) mirrors ``BatchKVCache``. Construction mutates the pool:
+    ``prepare_write`` for every sequence, all-or-nothing (a failure releases nothing it did not create, because
+    prepare_write itself changes nothing on failure and earlier sequences' preparations are harmless extensions
+    that the next successful step reuses).
+    """
+
+    def __init__(self, pool, seq_ids: Sequence[int], starts: Sequence[int], num_tokens: int, *, batched: bool):
+        if not batched and len(seq_ids) != 1:
+            raise ValueError("an unbatched paged step holds exactly one sequence")
+        if len(seq_ids) != len(starts) or not seq_ids:
+            raise ValueError("seq_ids and starts must be non-empty and of equal length")
+        self.pool = pool
+        self.seq_ids = list(seq_ids)
+        self.starts = [int(s) for s in starts]
+        self.num_tokens = int(num_tokens)
+        self.batched = batched
+        for seq_id, start in zip(self.seq_ids, self.starts):
+            pool.prepare_write(seq_id, start, self.num_tokens)
+        self.lengths = [s + self.num_tokens for s in self.starts]  # visible length after this step
+        self.width = max(self.lengths)  # T of the returned K/V (BatchKVCache's _idx after the update)
+        self.left_padding = [self.width - n for n in self.lengths]
+        self._left_padding_array = mx.array(self.left_padding) if batched else None
+        self._offset_array = mx.array(self.starts) if batched else None
+
+    def caches(self) -> list["PagedLayerCache"]:
+        """One cache object per layer, to pass as ``cache=`` to the model."""
+        return [PagedLayerCache(self, layer) for layer in range(self.pool.config.num_layers)]
+
+    def make_mask(self, n: int, return_array: bool = False, window_size=None):
+        """The mask the matching dense cache would build for ``n`` new tokens."""
+        if n != self.num_tokens:
+            raise ValueError(f"mask asked for {n} tokens but this step writes {self.num_tokens}")
+        if self.batched:
+            return create_causal_mask(n, offset=self.width - n, window_size=window_size,
+                                      left_padding=self._left_padding_array)
+        return create_attention_mask(n, self.starts[0], return_array, window_size)
+
+    @property
+    def offset(self):
+        return self._offset_array if self.batched else self.starts[0]
+
+    def write_and_gather(self, layer: int, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        """Store ``keys``/``values`` ([B, H, L, D]) for every sequence and return the visible K/V ([B, H, T, D])."""
+        if keys.shape[0] != len(self.seq_ids) or keys.shape[2] != self.num_tokens:
+            raise ValueError(f"expected keys [{len(self.seq_ids)}, H, {self.num_tokens}, D], got {keys.shape}")
+        # All writes first, then all gathers: a gather is a view of a slab, and a write into a slab that a pending
+        # view still references cannot reuse (donate) the slab's buffer, so interleaving them made every write
+        # copy its whole slab (monolithic: the whole tensor). Measured: ~30x more time in writes.
+        for i, (seq_id, start) in enumerate(zip(self.seq_ids, self.starts)):
+            # pool layout is [tokens, heads, dim]; mlx-lm's is [batch, heads, tokens, dim]
+            self.pool.write(layer, seq_id, start, keys[i].transpose(1, 0, 2), values[i].transpose(1, 0, 2))
+        gathered = []
+        for seq_id in self.seq_ids:
+            result = self.pool.gather_visible(layer, seq_id)
+            gathered.append((result.keys, result.values))
+        # The pool hands back transposed views of [T, H, D] storage. The dense caches hand SDPA row-contiguous
+        # [B, H, T, D] arrays, and SDPA's CPU path sums in a different order for the two layouts (measured: not
+        # byte-equal), so materialise the dense layout: one copy per sequence into a zero-filled batch buffer
+        # (zeros = BatchKVCache's left padding). Measured cheaper than pad-then-stack.
+        if len(gathered) == 1 and self.left_padding[0] == 0:
+            k, v = gathered[0]
+            return mx.contiguous(k)[None], mx.contiguous(v)[None]
+        return _padded_batch([k for k, _ in gathered], self.width), _padded_batch([v for _, v in gathered], self.width)
+
+
+def _padded_batch(parts: list[mx.array], width: int) -> mx.array:
+    """[B, H, width, D] zeros with part i ([H, T_i, D]) copied right-aligned into row i."""
+    heads, _, dim = parts[0].shape
+    out = mx.zeros((len(parts), heads, width, dim), dtype=parts[0].dtype)
+    for i, part in enumerate(parts):
+        out[i, :, width - part.shape[1]:, :] = part
+    return out
+
+
+class PagedLayerCache:
+    """What one mlx-lm attention layer sees: offset, update_and_fetch, make_mask; storage lives in the pool."""
+
+    def __init__(self, step: PagedStep, layer: int):
+        self.step = step
+        self.layer = layer
+
+    @property
+    def offset(self):
+        return self.step.offset
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        return self.step.write_and_gather(self.layer, keys, values)
+
+    def make_mask(self, n: int, return_array: bool = False, window_size=None, **_):
+        return self.step.make_mask(n, return_array=return_array, window_size=window_size)
+
+    def is_trimmable(self) -> bool:
+        return False  # trimming is a pool operation (pool.trim), not something a model step may do
+
+    @property
+    def state(self):
+        # generation helpers evaluate ``cache.state``; the pool's storage is what must be materialised
+        return []
+
+    def empty(self) -> bool:
+        return False

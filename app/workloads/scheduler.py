@@ -1,0 +1,175 @@
+"""Request scheduling for the live workloads: admission, chunked prefill, batched decode, completion.
+
+Plain Python (no mlx): the scheduler decides *what* each forward pass computes; the engine runs it on a KV
+backend. The same plan drives the paged (slab/monolithic) and dense backends, which is what makes them
+comparable byte for byte.
+
+Conventions (the same as mlx-lm's ``generate_step``): a prompt's first ``len - 1`` tokens are prefilled without
+logits, in chunks whose boundaries sit at multiples of ``prefill_chunk`` in absolute positions (so a sequence
+that starts from a shared prefix computes exactly the chunks a cold sequence would after that point); the last
+prompt token is the first decode input. A sequence's cache holds ``tokens[:num_cached]``; the most recently
+sampled token is never in the cache until it is fed back.
+
+Policy: FIFO admission while ``running < concurrency`` and the backend can hold the prompt; prefill has
+priority over decode (one chunk of the oldest prefilling sequence per step, nano-vllm style); otherwise all
+decoding sequences advance together in admission order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+
+@dataclass
+class Request:
+    """One generation request: ``prompt`` token ids, ``max_new_tokens`` to sample, the phase it belongs to."""
+
+    req_id: int
+    prompt: list[int]
+    max_new_tokens: int
+    phase: str = ""
+    on_finish: Callable[["Sequence"], Iterable["Request"]] | None = None  # follow-up requests (multiturn)
+    stop_tokens: frozenset[int] = frozenset()  # sampling one of these ends the request (EOS for generation)
+
+    def __post_init__(self):
+        if not self.prompt:
+            raise ValueError(f"request {self.req_id}: empty prompt")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"request {self.req_id}: max_new_tokens must be >= 1")
+
+
+@dataclass
+class Sequence:
+    """A request being served. ``tokens`` = prompt + generated; ``num_cached`` tokens have K/V in the backend."""
+
+    seq_id: int
+    request: Request
+    tokens: list[int]
+    num_cached: int = 0
+    num_shared: int = 0  # tokens taken from the prefix cache at admission
+    generated: list[int] = field(default_factory=list)
+    finished: bool = False
+
+    @property
+    def prefill_end(self) -> int:
+        return len(self.request.prompt) - 1
+
+    @property
+    def in_prefill(self) -> bool:
+        return self.num_cached < self.prefill_end
+
+
+@dataclass(frozen=True)
+class PrefillPlan:
+    seq: Sequence
+    start: int
+    num_tokens: int
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    seqs: tuple[Sequence, ...]
+
+    @property
+    def starts(self) -> list[int]:
+        return [s.num_cached for s in self.seqs]
+
+
+class Scheduler:
+    """Owns the waiting queue and the running sequences; mutates them in ``admit``/``plan``/``complete_*``.
+
+    ``admit_fn(seq) -> bool`` asks the backend to take a new sequence (it may attach a cached prefix and set
+    ``seq.num_cached``/``seq.num_shared``); False means "not now" (budget), and the request waits.
+    ``release_fn(seq)`` drops a finished sequence from the backend.
+    """
+
+    def __init__(self, *, prefill_chunk: int, admit_fn: Callable[[Sequence], bool],
+                 release_fn: Callable[[Sequence], None]):
+        if prefill_chunk < 1:
+            raise ValueError("prefill_chunk must be >= 1")
+        self.prefill_chunk = prefill_chunk
+        self.admit_fn = admit_fn
+        self.release_fn = release_fn
+        self.waiting: deque[Request] = deque()
+        self.running: list[Sequence] = []
+        self.finished: list[Sequence] = []
+        self.concurrency = 1
+        self._next_seq_id = 0
+
+    def submit(self, requests: Iterable[Request]) -> None:
+        self.waiting.extend(requests)
+
+    def set_concurrency(self, concurrency: int) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.concurrency = concurrency
+
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+    def admit(self) -> list[Sequence]:
+        """Move waiting requests into ``running`` while concurrency and the backend allow (FIFO, no overtaking)."""
+        admitted = []
+        while self.waiting and len(self.running) < self.concurrency:
+            request = self.waiting[0]
+            seq = Sequence(self._next_seq_id, request, list(request.prompt))
+            if not self.admit_fn(seq):
+                if not self.running:
+                    raise RuntimeError(
+                        f"request {request.req_id} ({len(request.prompt)} prompt tokens) does not fit the pool "
+                        "budget even with nothing else running")
+                break
+            self._next_seq_id += 1
+            self.waiting.popleft()
+            self.running.append(seq)
+            admitted.append(seq)
+        return admitted
+
+    def plan(self) -> PrefillPlan | DecodePlan | None:
+        """The next forward pass: a prefill chunk of the oldest prefilling sequence, else one decode step."""
+        for seq in self.running:
+            if seq.in_prefill:
+                start = seq.num_cached
+                chunk_end = (start // self.prefill_chunk + 1) * self.prefill_chunk
+                return PrefillPlan(seq, start, min(chunk_end, seq.prefill_end) - start)
+        decoding = tuple(s for s in self.running if not s.finished)
+        return DecodePlan(decoding) if decoding else None
+
+    def complete_prefill(self, plan: PrefillPlan) -> None:
+        plan.seq.num_cached = plan.start + plan.num_tokens
+
+    def complete_decode(self, plan: DecodePlan, sampled: list[int]) -> list[Sequence]:
+        """Record one sampled token per sequence; finished sequences are released and returned."""
+        if len(sampled) != len(plan.seqs):
+            raise ValueError("one sampled token per decoding sequence")
+        done = []
+        for seq, token in zip(plan.seqs, sampled):
+            seq.num_cached += 1
+            seq.generated.append(int(token))
+            seq.tokens.append(int(token))
+            if len(seq.generated) >= seq.request.max_new_tokens or int(token) in seq.request.stop_tokens:
+                done.append(seq)
+        for seq in done:
+            self.finish(seq)
+        return done
+
+    def finish(self, seq: Sequence) -> None:
+        """Mark ``seq`` finished, release it from the backend and enqueue its follow-ups (multiturn)."""
+        seq.finished = True
+        self.running.remove(seq)
+        self.release_fn(seq)
+        self.finished.append(seq)
+        if seq.request.on_finish is not None:
+            self.submit(seq.request.on_finish(seq))
+
+    def check_integrity(self) -> None:
+        """Raise AssertionError if the scheduler's own state is inconsistent."""
+        ids = [s.seq_id for s in self.running]
+        assert len(ids) == len(set(ids)), "duplicate running sequence"
+        assert len(self.running) <= self.concurrency, "more sequences running than the concurrency allows"
+        for seq in self.running:
+            assert not seq.finished, f"finished sequence {seq.seq_id} still running"
+            assert 0 <= seq.num_cached <= len(seq.tokens), f"sequence {seq.seq_id}: bad num_cached"
+            assert seq.tokens[: len(seq.request.prompt)] == seq.request.prompt

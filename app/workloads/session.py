@@ -1,0 +1,137 @@
+"""A workload session: model + KV backend (pool or dense) + scheduler + engine + prompt source for one run.
+
+``build_session`` wires them from a ``RunSpec`` and a ``Scenario``; the runner drives phases through it. The
+session owns the pool (if any) and the prefix cache, and ``close()`` releases everything it still holds.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import sys
+from dataclasses import asdict
+
+from app.workloads.backends import DenseBackend, PagedBackend
+from app.workloads.engine import Engine, make_sampler
+from app.workloads.prompts import TokenSource, make_source, phase_requests
+from app.workloads.scenarios import Phase, Scenario
+from app.workloads.scheduler import Scheduler
+from app.workloads.spec import RunSpec, resolved_pool_params
+
+
+class WorkloadSession:
+    """Owns one run's objects. ``submit_phase`` queues a phase's requests; ``close`` empties the pool."""
+
+    def __init__(self, spec: RunSpec, scenario: Scenario, loaded, backend, scheduler: Scheduler, engine: Engine,
+                 source: TokenSource, pool_params: dict):
+        self.spec, self.scenario, self.loaded = spec, scenario, loaded
+        self.backend, self.scheduler, self.engine, self.source = backend, scheduler, engine, source
+        self.pool_params = pool_params
+        self._next_request = 0
+        longest = max((p.shared_prefix for p in scenario.phases), default=0)
+        # one system prompt shared by every phase that asks for a prefix
+        self.shared_prefix = source.tokens(longest) if longest else []
+
+    @property
+    def pool(self):
+        return self.backend.pool
+
+    def submit_phase(self, phase: Phase) -> None:
+        requests = phase_requests(phase, self.source, first_id=self._next_request, shared=self.shared_prefix)
+        self._next_request += max(phase.count, phase.turns)
+        self.scheduler.set_concurrency(phase.concurrency)
+        self.scheduler.submit(requests)
+
+    def check_integrity(self) -> None:
+        self.scheduler.check_integrity()
+        self.backend.check_integrity()
+        running = sorted(s.seq_id for s in self.scheduler.running)
+        live = sorted(self.backend.live_sequences())
+        assert live == running, f"backend holds sequences {live}, scheduler runs {running}"
+
+    def pool_summary(self) -> dict:
+        out: dict = {"pool_params": dict(self.pool_params)}
+        if self.pool is not None:
+            snap = self.pool.snapshot()
+            out["pool"] = {"stats": snap["stats"], "counters": snap["counters"],
+                           "num_slabs": [layer["num_slabs"] for layer in snap["layers"][:1]],
+                           "bytes_per_row": snap["bytes_per_row"]}
+        if self.backend.prefix_cache is not None:
+            out["prefix_cache"] = self.backend.prefix_cache.counters()
+        return out
+
+    def meta(self) -> dict:
+        import mlx.core as mx
+        import mlx_lm
+
+        from app.models.blas import blas_line
+
+        loaded = self.loaded
+        return {
+            "versions": {"python": platform.python_version(), "mlx": mx.__version__, "mlx_lm": mlx_lm.__version__,
+                         "slabscope": _slabscope_version()},
+            "device": str(mx.default_device()), "pid": os.getpid(), "platform": sys.platform,
+            "blas": blas_line(),
+            "model": {"name": loaded.name, "family": loaded.family, "dtype": loaded.dtype,
+                      "num_layers": loaded.num_layers, "n_kv_heads": loaded.n_kv_heads,
+                      "head_dim": loaded.head_dim, "weight_bytes": loaded.weight_bytes},
+            "scenario": {"name": self.scenario.name, "description": self.scenario.description,
+                         "params": dict(self.scenario.params),
+                         "phases": [asdict(p) for p in self.scenario.phases]},
+            "backend": self.spec.backend,
+            "pool": {"design": self.spec.backend if self.pool is not None else None, **self.pool_params,
+                     "max_blocks_per_layer": self.spec.max_blocks_per_layer},
+            "spec": self.spec.to_dict(),
+        }
+
+    def close(self) -> None:
+        for seq in list(self.scheduler.running):
+            self.scheduler.running.remove(seq)
+            self.backend.release(seq)
+        self.backend.close()
+
+
+def _slabscope_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("slabscope")
+    except Exception:  # not installed as a distribution (running from a checkout)
+        return "0+checkout"
+
+
+def make_backend(spec: RunSpec, loaded, pool_params: dict):
+    """The KV backend the spec asks for: a PagedKVPool of the named design, or mlx-lm's dense caches."""
+    if spec.backend == "dense":
+        return DenseBackend(loaded.num_layers)
+    from pool.config import PoolConfig
+    from pool.pool import PagedKVPool
+    from pool.prefix_cache import PrefixCache
+
+    pool = PagedKVPool(PoolConfig(num_layers=loaded.num_layers, block_size=pool_params["block_size"],
+                                  slab_blocks=pool_params["slab_blocks"], design=spec.backend,
+                                  max_blocks_per_layer=spec.max_blocks_per_layer))
+    prefix = PrefixCache(pool, pool_params["block_size"]) if pool_params.get("prefix_cache") else None
+    align = math.lcm(pool_params["block_size"], pool_params.get("prefill_chunk", pool_params["block_size"]))
+    return PagedBackend(pool, prefix_cache=prefix, align_tokens=align)
+
+
+def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook=None,
+                  temperature: float = 0.0, top_p: float = 0.0) -> WorkloadSession:
+    """Load the model (unless given), build backend, scheduler, engine and prompt source."""
+    pool_params = resolved_pool_params(spec, scenario.pool)
+    if loaded is None:
+        from app.models import load_model
+
+        loaded = load_model(spec.model, dtype=spec.dtype, device=spec.device, seed=spec.seed)
+    import mlx.core as mx
+
+    mx.random.seed(spec.seed)
+    backend = make_backend(spec, loaded, pool_params)
+    scheduler = Scheduler(prefill_chunk=pool_params["prefill_chunk"], admit_fn=backend.admit,
+                          release_fn=backend.release)
+    engine = Engine(loaded.model, backend, scheduler, sampler=make_sampler(temperature, top_p),
+                    logits_hook=logits_hook)
+    return WorkloadSession(spec, scenario, loaded, backend, scheduler, engine, make_source(loaded, spec.seed),
+                           pool_params)

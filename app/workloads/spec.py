@@ -1,0 +1,69 @@
+"""``RunSpec``: everything that defines one backend's run of a scenario (picklable, JSON-safe, mlx-free)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+BACKENDS = ("slab", "monolithic", "dense")
+
+
+@dataclass
+class RunSpec:
+    """One workload run. ``None`` pool fields take the scenario's ``[pool]`` suggestion, then the defaults below.
+
+    ``overrides``: scenario parameter overrides (``--set k=v``). ``prefix_cache``: share full prompt blocks
+    across requests (paged backends only; the dense baseline cannot share). ``max_blocks_per_layer``: pool budget.
+    ``None`` for ``prefix_cache`` takes the scenario's choice (on where prompts share prefixes).
+    """
+
+    scenario: str = "churn"
+    backend: str = "slab"
+    model: str = "smollm2-135m"
+    block_size: int | None = None
+    slab_blocks: int | None = None
+    prefill_chunk: int | None = None
+    snapshot_hz: float = 2.0
+    sample_hz: float = 10.0
+    dtype: str | None = None
+    device: str | None = None
+    record_path: str | None = None
+    seed: int = 0
+    overrides: dict = field(default_factory=dict)
+    prefix_cache: bool | None = None  # None: the scenario's [pool] prefix_cache (default off)
+    max_blocks_per_layer: int | None = None
+    blas_threads: int | None = None  # OPENBLAS_NUM_THREADS in a worker process (1 when two run side by side)
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r} (choose one of {', '.join(BACKENDS)})")
+        for name in ("block_size", "slab_blocks", "prefill_chunk", "max_blocks_per_layer"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.snapshot_hz < 0 or self.sample_hz < 0:
+            raise ValueError("snapshot_hz and sample_hz must be >= 0")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+DEFAULT_BLOCK_SIZE = 32
+DEFAULT_SLAB_BLOCKS = 32
+DEFAULT_PREFILL_CHUNK = 256
+
+
+def resolved_pool_params(spec: RunSpec, scenario_pool: dict) -> dict:
+    """block_size / slab_blocks / prefill_chunk / prefix_cache: the spec's value, else the scenario's, else the default."""
+    def pick(name: str, default: int) -> int:
+        value = getattr(spec, name)
+        if value is None:
+            value = scenario_pool.get(name, default)
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        return value
+
+    prefix = spec.prefix_cache if spec.prefix_cache is not None else bool(scenario_pool.get("prefix_cache", False))
+    return {"block_size": pick("block_size", DEFAULT_BLOCK_SIZE),
+            "slab_blocks": pick("slab_blocks", DEFAULT_SLAB_BLOCKS),
+            "prefill_chunk": pick("prefill_chunk", DEFAULT_PREFILL_CHUNK),
+            "prefix_cache": prefix and spec.backend != "dense"}

@@ -1,0 +1,205 @@
+"""Worker processes: each backend of a run executes ``run_workload`` in its own spawned process.
+
+Parent side (``WorkerHandle``, no mlx import): ``start()``, ``poll()`` (never blocks), ``cancel()`` (returns
+within a second: a stop event first, then terminate/kill), ``alive``, ``exitcode``, ``error``. Events arrive
+over a multiprocessing queue as batches (lists of event dicts, docs/contracts.md section 2); ``poll`` flattens
+them. A worker that dies without saying why (SIGKILL from the OOM killer, a segfault) is reported as an
+``error`` event synthesised by the parent, so nothing ever waits on a dead process.
+
+Child side (``_worker_main``): stdout/stderr go to a log file (a stray print would corrupt the TUI), the BLAS
+thread count is set, OpenBLAS is loaded before mlx, then the workload runs with the probes (``probes.live``)
+when importable, else with a direct forwarder. Exceptions become an ``error`` event with the traceback text,
+followed by ``done``.
+"""
+
+from __future__ import annotations
+
+import os
+import queue as queue_mod
+import signal
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from app.workloads.spec import RunSpec
+
+QUEUE_BATCHES = 4096
+CANCEL_GRACE_S = 0.5
+
+
+def default_log_path(spec: RunSpec) -> str:
+    directory = Path(tempfile.gettempdir()) / "slabscope-logs"
+    directory.mkdir(parents=True, exist_ok=True)
+    return str(directory / f"worker-{spec.backend}-{os.getpid()}-{time.time_ns() % 10**9}.log")
+
+
+class WorkerHandle:
+    """One backend run in a spawned process. Owns the process, its queue and stop event, and the error text."""
+
+    def __init__(self, spec: RunSpec, *, log_path: str | None = None):
+        self.spec = spec
+        self.log_path = log_path or default_log_path(spec)
+        self.error: str | None = None
+        self.done = False
+        self.summary: dict | None = None
+        self._process = None
+        self._queue = None
+        self._stop = None
+        self._reported_exit = False
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> "WorkerHandle":
+        import multiprocessing as mp
+
+        if self._process is not None:
+            raise RuntimeError("worker already started")
+        ctx = mp.get_context("spawn")
+        self._queue = ctx.Queue(maxsize=QUEUE_BATCHES)
+        self._stop = ctx.Event()
+        self._process = ctx.Process(target=_worker_main, args=(self.spec, self._queue, self._stop, self.log_path),
+                                    name=f"slabscope-{self.spec.backend}", daemon=True)
+        self._process.start()
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.is_alive()
+
+    @property
+    def exitcode(self) -> int | None:
+        return None if self._process is None else self._process.exitcode
+
+    @property
+    def finished(self) -> bool:
+        """True once ``done`` arrived or the process is gone and its end was reported by ``poll``."""
+        return self.done or (self._reported_exit and not self.alive)
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def cancel(self) -> None:
+        """Ask the worker to stop; terminate (then kill) it if it has not exited within ~0.5 s. Returns < 1 s."""
+        if self._process is None:
+            return
+        self._stop.set()
+        self._process.join(CANCEL_GRACE_S)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join(0.25)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(0.2)
+
+    def join(self, timeout: float) -> list[dict]:
+        """Poll until the worker finished (``done`` seen or the process gone) or ``timeout``; returns events."""
+        deadline = time.monotonic() + timeout
+        events: list[dict] = []
+        while time.monotonic() < deadline:
+            events.extend(self.poll())
+            if self.finished:
+                break
+            time.sleep(0.02)
+        events.extend(self.poll())
+        return events
+
+    # ---------------------------------------------------------------- events
+    def poll(self) -> list[dict]:
+        """Every event received so far (never blocks). Adds an ``error`` event if the process died silently."""
+        if self._queue is None:
+            return []
+        events = self._drain()
+        if not self.alive and not self._reported_exit:
+            events.extend(self._drain())  # what the child flushed just before exiting
+            self._reported_exit = True
+            if not self.done:
+                events.append(self._death_event())
+        return events
+
+    def _drain(self) -> list[dict]:
+        events: list[dict] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except (queue_mod.Empty, OSError, EOFError, ValueError):
+                break
+            for event in item if isinstance(item, list) else [item]:
+                self._observe(event)
+                events.append(event)
+        return events
+
+    def _observe(self, event: dict) -> None:
+        kind = event.get("kind")
+        if kind == "error" and self.error is None:
+            self.error = str(event.get("text", "worker error"))
+        elif kind == "done":
+            self.done = True
+            self.summary = event.get("summary")
+
+    def _death_event(self) -> dict:
+        code = self.exitcode
+        if code is not None and code < 0:
+            sig = -code
+            try:
+                name = signal.Signals(sig).name
+            except ValueError:
+                name = "unknown signal"
+            text = f"killed by signal {sig} ({name})"
+            if sig == signal.SIGKILL and not (self._stop is not None and self._stop.is_set()):
+                text = f"killed by signal {sig} (likely out of memory)"
+            elif self._stop is not None and self._stop.is_set():
+                text += " after cancel"
+        else:
+            text = f"worker exited with code {code} without reporting a result"
+        tail = _log_tail(self.log_path)
+        if self.error is None:
+            self.error = text
+        return {"kind": "error", "t": time.monotonic(), "step": -1, "tokens": -1, "text": text,
+                "traceback": tail, "origin": "parent"}
+
+
+def _log_tail(path: str, max_chars: int = 2000) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - max_chars))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+# -------------------------------------------------------------------- child side
+def _redirect_output(log_path: str) -> None:
+    try:
+        from probes.live import redirect_output
+    except ImportError:  # probes not installed: same effect, done here
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        return
+    redirect_output(log_path)
+
+
+def _worker_main(spec: RunSpec, out_queue, stop_event, log_path: str) -> None:
+    """Entry point of the spawned process (see the module docstring)."""
+    _redirect_output(log_path)
+    if spec.blas_threads:
+        os.environ["OPENBLAS_NUM_THREADS"] = str(spec.blas_threads)
+    from app.models.blas import enable_openblas
+
+    enable_openblas()  # before anything imports mlx
+    from app.workloads.worker_sink import make_sink
+
+    sink = make_sink(out_queue, spec)
+    try:
+        from app.workloads.runner import run_workload
+
+        summary = run_workload(spec, sink.emit, sink.tick, stop_event, attach=sink.attach)
+    except BaseException as exc:  # noqa: BLE001 - everything must reach the parent as text
+        text = f"{type(exc).__name__}: {exc}"
+        sink.emit({"kind": "error", "text": text, "traceback": traceback.format_exc()})
+        sink.finish({"error": text})
+        return
+    sink.finish(summary)

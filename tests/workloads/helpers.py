@@ -1,0 +1,49 @@
+"""Shared helpers for the workload tests (scenario files, runs on every backend, logits capture)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+BACKENDS = ("slab", "monolithic", "dense")
+_LOADED: dict = {}
+
+
+def load(name: str):
+    """A model loaded once per test session (fp32 on CPU)."""
+    from app.models import load_model
+
+    if name not in _LOADED:
+        _LOADED[name] = load_model(name, dtype="float32", device="cpu")
+    return _LOADED[name]
+
+
+def write_scenario(directory: Path, text: str, name: str = "t") -> str:
+    """Write a scenario file and return its path (``RunSpec.scenario`` accepts a .toml path)."""
+    path = Path(directory) / f"{name}.toml"
+    path.write_text('description = "test scenario"\n' + text)
+    return str(path)
+
+
+def run_backend(loaded, scenario: str, backend: str, *, check: bool = True, **spec_fields):
+    """Run ``scenario`` on ``backend``; returns (summary, events, [(seq_ids, logits)] per decode step)."""
+    from app.workloads.runner import run_workload
+    from app.workloads.spec import RunSpec
+
+    events, logits = [], []
+    spec = RunSpec(scenario=scenario, backend=backend, model=loaded.name, **spec_fields)
+    summary = run_workload(spec, events.append, loaded=loaded, check_integrity=check,
+                           logits_hook=lambda ids, lg: logits.append((list(ids), lg)))
+    return summary, events, logits
+
+
+def assert_same_logits(a: list, b: list, label: str) -> None:
+    """Every decode step: same sequence ids, byte-identical logits (mx.array_equal)."""
+    import mlx.core as mx
+
+    assert len(a) == len(b), f"{label}: {len(a)} vs {len(b)} decode steps"
+    for step, ((ids_a, la), (ids_b, lb)) in enumerate(zip(a, b)):
+        assert ids_a == ids_b, f"{label}: step {step} batches differ {ids_a} vs {ids_b}"
+        assert la.shape == lb.shape, f"{label}: step {step} shapes differ"
+        if not mx.array_equal(la, lb):
+            diff = mx.abs(la - lb).max().item()
+            raise AssertionError(f"{label}: logits differ at decode step {step} (max abs diff {diff})")

@@ -1,0 +1,156 @@
+"""Scheduling: admission, chunked prefill, batched decode, completion, release and reuse of pool rows."""
+
+import pytest
+
+from app.workloads.scheduler import DecodePlan, PrefillPlan, Request, Scheduler
+
+from .helpers import write_scenario
+
+
+class FakeBackend:
+    """Admits up to ``capacity`` sequences at once; records releases."""
+
+    def __init__(self, capacity=99):
+        self.capacity = capacity
+        self.live, self.released = set(), []
+
+    def admit(self, seq):
+        if len(self.live) >= self.capacity:
+            return False
+        self.live.add(seq.seq_id)
+        return True
+
+    def release(self, seq):
+        self.live.remove(seq.seq_id)
+        self.released.append(seq.seq_id)
+
+
+def _sched(chunk=4, capacity=99):
+    backend = FakeBackend(capacity)
+    return Scheduler(prefill_chunk=chunk, admit_fn=backend.admit, release_fn=backend.release), backend
+
+
+def test_prefill_chunks_are_aligned_and_exclude_the_last_prompt_token():
+    sched, _ = _sched(chunk=4)
+    sched.submit([Request(0, list(range(11)), 2)])
+    sched.admit()
+    spans = []
+    while isinstance(plan := sched.plan(), PrefillPlan):
+        spans.append((plan.start, plan.num_tokens))
+        sched.complete_prefill(plan)
+    assert spans == [(0, 4), (4, 4), (8, 2)]  # 10 = len - 1 tokens; the 11th is the first decode input
+    assert isinstance(plan, DecodePlan) and plan.starts == [10]
+
+
+def test_concurrency_fifo_admission_and_different_finish_times():
+    sched, backend = _sched(chunk=64)
+    sched.set_concurrency(2)
+    sched.submit([Request(i, [5, 6, 7], gen) for i, gen in enumerate([1, 4, 2])])
+    assert [s.seq_id for s in sched.admit()] == [0, 1] and len(sched.waiting) == 1
+    finished_at = {}
+    for step in range(20):
+        sched.admit()
+        plan = sched.plan()
+        if plan is None:
+            break
+        if isinstance(plan, PrefillPlan):
+            sched.complete_prefill(plan)
+            continue
+        for seq in sched.complete_decode(plan, [1] * len(plan.seqs)):
+            finished_at[seq.request.req_id] = step
+        sched.check_integrity()
+    assert sched.idle() and backend.live == set()
+    assert finished_at[0] < finished_at[2] < finished_at[1]
+    assert backend.released == [0, 2, 1]
+    assert [len(s.generated) for s in sorted(sched.finished, key=lambda s: s.request.req_id)] == [1, 4, 2]
+
+
+def test_admission_waits_for_capacity_then_errors_when_nothing_can_ever_fit():
+    sched, backend = _sched(capacity=1)
+    sched.set_concurrency(3)
+    sched.submit([Request(0, [1, 2], 1), Request(1, [3, 4], 1)])
+    assert len(sched.admit()) == 1 and len(sched.waiting) == 1  # waits, no error while something runs
+    backend.capacity = 0
+    sched.finish(sched.running[0])
+    with pytest.raises(RuntimeError, match="does not fit the pool budget"):
+        sched.admit()
+    assert len(sched.waiting) == 1  # the request is still there, unchanged
+
+
+def test_stop_tokens_end_a_request_early():
+    sched, _ = _sched()
+    sched.submit([Request(0, [9], 10, stop_tokens=frozenset({0}))])
+    sched.admit()
+    plan = sched.plan()
+    assert isinstance(plan, DecodePlan)
+    assert sched.complete_decode(plan, [0])[0].generated == [0]
+
+
+def test_bad_requests_are_rejected():
+    with pytest.raises(ValueError):
+        Request(0, [], 1)
+    with pytest.raises(ValueError):
+        Request(0, [1], 0)
+
+
+CHURN = """
+[params]
+n = 10
+[[phases]]
+name = "churn"
+kind = "requests"
+count = "$n"
+concurrency = 3
+prompt_tokens = [4, 60]
+gen_tokens = [1, 24]
+"""
+
+
+@pytest.mark.parametrize("backend", ["slab", "monolithic"])
+def test_rows_are_freed_and_reused_with_integrity_after_every_step(backend, tiny_llama, tmp_path):
+    from app.workloads.runner import _Runner
+    from app.workloads.scenarios import load_scenario
+    from app.workloads.session import build_session
+    from app.workloads.spec import RunSpec
+
+    spec = RunSpec(scenario=write_scenario(tmp_path, CHURN), backend=backend, block_size=4, slab_blocks=4,
+                   prefill_chunk=16, prefix_cache=False)
+    scenario = load_scenario(spec.scenario)
+    session = build_session(spec, scenario, loaded=tiny_llama)
+    events = []
+    summary = _Runner(spec, scenario, session, events.append, lambda s, t: None, None, True).run()
+    pool = session.pool
+    assert pool.sequence_ids() == [] and pool.stats().live_blocks == 0  # nothing left live
+    pool.check_integrity()
+    counters = pool.snapshot()["counters"]
+    assert counters["rows_reused"] > 0 and counters["rows_minted"] > 0
+    finish_steps = sorted(s.request.req_id for s in session.scheduler.finished)
+    assert finish_steps == list(range(10)) and summary["requests_finished"] == 10
+    order = [s.request.req_id for s in session.scheduler.finished]
+    assert order != sorted(order)  # finished in a different order than admitted
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("step") == summary["steps"] and kinds[0] == "phase"
+
+
+def test_budget_makes_requests_wait_and_never_fails_mid_run(tiny_llama, tmp_path):
+    from app.workloads.runner import run_workload
+    from app.workloads.spec import RunSpec
+
+    # each request needs ceil((40 + 20) / 4) = 15 blocks; a 32-block budget holds two of the three allowed
+    fixed = CHURN.replace("[4, 60]", "40").replace("[1, 24]", "20")
+    spec = RunSpec(scenario=write_scenario(tmp_path, fixed), backend="slab", block_size=4, slab_blocks=4,
+                   prefill_chunk=16, max_blocks_per_layer=32)
+    batches = []
+    summary = run_workload(spec, lambda e: batches.append(e.get("batch", 0)) if e["kind"] == "step" else None,
+                           loaded=tiny_llama, check_integrity=True)
+    assert summary["requests_finished"] == 10 and max(batches) == 2
+
+
+def test_a_prompt_larger_than_the_budget_errors_clearly(tiny_llama, tmp_path):
+    from app.workloads.runner import run_workload
+    from app.workloads.spec import RunSpec
+
+    spec = RunSpec(scenario=write_scenario(tmp_path, CHURN), backend="slab", block_size=4,
+                   max_blocks_per_layer=3)
+    with pytest.raises(RuntimeError, match="does not fit the pool budget"):
+        run_workload(spec, lambda e: None, loaded=tiny_llama)

@@ -1,0 +1,98 @@
+"""Worker processes: events stream from a spawned process; errors, cancel and SIGKILL reach the caller."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from app.workloads.spec import RunSpec
+from app.workloads.worker import WorkerHandle
+
+from .helpers import write_scenario
+
+pytestmark = pytest.mark.slow
+
+SMALL = """
+[params]
+n = 3
+[[phases]]
+name = "burst"
+kind = "requests"
+count = "$n"
+concurrency = 3
+prompt_tokens = [10, 40]
+gen_tokens = 4
+"""
+LONG_IDLE = """
+[params]
+seconds = 60.0
+[[phases]]
+name = "wait"
+kind = "idle"
+seconds = "$seconds"
+"""
+
+
+def _wait_for(handle, predicate, timeout=60.0):
+    events = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events.extend(handle.poll())
+        if predicate(events):
+            return events
+        time.sleep(0.02)
+    raise AssertionError(f"timed out; got {[e['kind'] for e in events]}")
+
+
+def test_worker_streams_meta_phases_steps_snapshots_and_done(tmp_path):
+    spec = RunSpec(scenario=write_scenario(tmp_path, SMALL), backend="slab", model="synthetic:tiny-llama",
+                   block_size=4, slab_blocks=2, snapshot_hz=50.0, blas_threads=1)
+    handle = WorkerHandle(spec, log_path=str(tmp_path / "w.log")).start()
+    events = handle.join(60.0)
+    kinds = [e["kind"] for e in events]
+    assert handle.done and handle.error is None, (handle.error, kinds)
+    assert kinds[0] == "meta" and kinds[-1] == "done"
+    assert {"phase", "step", "snapshot", "sample"} <= set(kinds)  # sample: the probes run in the worker
+    assert events[0]["backend"] == "slab" and events[0]["model"]["name"] == "synthetic:tiny-llama"
+    assert handle.summary["requests_finished"] == 3
+    assert _wait_exit(handle) == 0
+
+
+def _wait_exit(handle, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while handle.alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return handle.exitcode
+
+
+def test_an_exception_in_the_worker_reaches_the_caller_with_its_traceback(tmp_path):
+    bad = write_scenario(tmp_path, SMALL.replace('gen_tokens = 4', 'gen_tokens = "$missing"'))
+    handle = WorkerHandle(RunSpec(scenario=bad, model="synthetic:tiny-llama")).start()
+    events = handle.join(60.0)
+    errors = [e for e in events if e["kind"] == "error"]
+    assert errors and "ScenarioError" in errors[0]["text"] and "unknown parameter $missing" in errors[0]["text"]
+    assert "Traceback (most recent call last)" in errors[0]["traceback"]
+    assert "load_scenario" in errors[0]["traceback"]
+    assert handle.error == errors[0]["text"] and events[-1]["kind"] == "done"
+
+
+def test_cancel_stops_a_running_worker_within_a_second(tmp_path):
+    spec = RunSpec(scenario=write_scenario(tmp_path, LONG_IDLE), backend="slab", model="synthetic:tiny-llama")
+    handle = WorkerHandle(spec).start()
+    _wait_for(handle, lambda evs: any(e["kind"] == "phase" for e in evs))
+    t0 = time.monotonic()
+    handle.cancel()
+    assert time.monotonic() - t0 < 1.0
+    assert not handle.alive
+    handle.poll()
+
+
+def test_a_worker_killed_by_sigkill_is_reported_not_waited_on(tmp_path):
+    spec = RunSpec(scenario=write_scenario(tmp_path, LONG_IDLE), backend="dense", model="synthetic:tiny-llama")
+    handle = WorkerHandle(spec).start()
+    _wait_for(handle, lambda evs: any(e["kind"] == "phase" for e in evs))
+    os.kill(handle.pid, signal.SIGKILL)
+    events = _wait_for(handle, lambda evs: any(e["kind"] == "error" for e in evs), timeout=5.0)
+    assert "killed by signal 9 (likely out of memory)" in handle.error
+    assert [e for e in events if e["kind"] == "error"][0]["origin"] == "parent"

@@ -1,0 +1,371 @@
+"""SlabscopeApp: the dashboard shell: tabs, cursor (live / paused / replay), refresh timer, run and recording
+controls, and loading recordings.
+
+Refresh model: a timer (REFRESH_HZ) builds one ``Frame`` and, inside ``App.batch_update()``, redraws only the
+visible tab's view plus the scrubber and status bar. Nothing is posted per sample; workers never talk to widgets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.widgets import Footer, TabbedContent, TabPane
+
+from app.tui.data import Frame, Store
+from app.tui.ingest import RunController
+from app.tui.screens.help import HelpScreen
+from app.tui.screens.run_form import RunChoice, RunFormScreen
+from app.tui import sources
+from app.tui.views.fragmentation import FragmentationView
+from app.tui.views.fused import FusedView
+from app.tui.views.gather import GatherView
+from app.tui.views.inspector import InspectorView
+from app.tui.views.memory import MemoryView
+from app.tui.views.occupancy import OccupancyView
+from app.tui.views.sessions import SessionsView
+from app.tui.widgets.scrubber import Scrubber
+from app.tui.widgets.status_bar import StatusBar
+
+CSS_FILE = Path(__file__).resolve().parents[2] / "assets" / "slabscope.tcss"
+REFRESH_HZ = 5.0
+PLAY_SPEED = 1.0  # replay seconds per wall second
+TABS = [("memory", "Memory", MemoryView), ("slabs", "Slabs", OccupancyView), ("frag", "Fragmentation",
+        FragmentationView), ("gather", "Gather", GatherView), ("fused", "Fused", FusedView),
+        ("inspect", "Inspector", InspectorView)]
+X_MODES = ("time", "step", "tokens")
+LONG_HELP = {  # action -> what the help screen says (the footer keeps the short description)
+    "new_run": "new live run: form for scenario, model, backends, block size, slab size, gate",
+    "stop_run": "stop the live run (cancels the worker processes)",
+    "toggle_pause": "live: pause / resume the view (workers keep running); replay: play / pause",
+    "toggle_record": "start / stop recording the live run (one session file per backend)",
+    "step(-1)": "cursor one pool snapshot back (pauses a live view)",
+    "step(1)": "cursor one pool snapshot forward",
+    "jump_peak": "jump to the moment of peak footprint, max(active+cache)",
+    "go_live": "back to following live data",
+    "cycle_x": "memory x axis: time / decode step / tokens",
+    "cycle_pool": "which pool backend the pool views show (slab / monolithic)",
+    "toggle_theme": "dark / light theme",
+}
+
+
+@dataclass
+class AppOptions:
+    """How the app starts: a live run (autostart) and/or recordings to open; where recordings live."""
+
+    scenario: str = "churn"
+    model: str = "smollm2-135m"
+    backends: list[str] = field(default_factory=lambda: ["slab", "dense"])
+    block_size: int | None = None
+    slab_blocks: int | None = None
+    gate: float = 1.15
+    autostart: bool = True
+    open_paths: list[Path] = field(default_factory=list)
+    recordings_dir: Path = field(default_factory=sources.recordings_dir)
+    worker_factory: Callable[..., Any] | None = None
+
+
+class SlabscopeApp(App):
+    """The slabscope dashboard."""
+
+    TITLE = "slabscope"
+    CSS_PATH = str(CSS_FILE)
+    BINDINGS = [
+        Binding("question_mark", "help", "help"),
+        Binding("n", "new_run", "new run"),
+        Binding("x", "stop_run", "stop"),
+        Binding("space", "toggle_pause", "pause/play"),
+        Binding("R", "toggle_record", "record"),
+        Binding("left_square_bracket", "step(-1)", "step back"),
+        Binding("right_square_bracket", "step(1)", "step fwd"),
+        Binding("P", "jump_peak", "peak"),
+        Binding("L", "go_live", "live", show=False),
+        Binding("t", "cycle_x", "x axis"),
+        Binding("b", "cycle_pool", "pool backend"),
+        Binding("D", "toggle_theme", "dark/light", show=False),
+        Binding("s", "show_tab('sessions')", "sessions", show=False),
+        *[Binding(str(i + 1), f"show_tab('{tab[0]}')", tab[1], show=False) for i, tab in enumerate(TABS)],
+        Binding("7", "show_tab('sessions')", "Sessions", show=False),
+        Binding("q", "quit", "quit"),
+    ]
+
+    def __init__(self, options: AppOptions | None = None) -> None:
+        super().__init__()
+        self.options = options or AppOptions()
+        self.store = Store()
+        sources.prepare_worker_spawning()  # before Textual captures stderr (see its docstring)
+        self.controller = RunController(self.store, self.options.worker_factory or sources.make_worker)
+        self.cursor: float | None = None  # None: follow live data
+        self.mode = "IDLE"  # LIVE | PAUSED | REPLAY | IDLE
+        self.playing = False
+        self.x_mode = "time"
+        self.pool_name: str | None = None
+        self.gate = self.options.gate
+        self.refreshes = 0
+
+    # ---- layout --------------------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        with TabbedContent(id="tabs"):
+            for tab_id, title, view in TABS:
+                with TabPane(title, id=f"tab-{tab_id}"):
+                    yield view(id=f"view-{tab_id}")
+            with TabPane("Sessions", id="tab-sessions"):
+                yield SessionsView(self.options.recordings_dir, id="view-sessions")
+        yield Scrubber(id="scrubber")
+        yield StatusBar(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(1.0 / REFRESH_HZ, self.refresh_views)
+        if self.options.open_paths:
+            self.open_recordings(list(self.options.open_paths))
+        elif self.options.autostart:
+            self.start_run(RunChoice(self.options.scenario, self.options.model, list(self.options.backends),
+                                     self.options.block_size, self.options.slab_blocks, self.gate))
+        self.refresh_views()
+
+    # ---- the refresh tick ----------------------------------------------------------------------------------
+    def frame(self) -> Frame:
+        return Frame(self.store, self.cursor, self.x_mode, self.pool_name, self.gate)
+
+    def refresh_views(self) -> None:
+        """Advance replay playback, then redraw the visible view, scrubber and status bar in one batch."""
+        base = self._base_screen()
+        if base is None:
+            return
+        self._advance_playback()
+        self._report_recordings()
+        self._report_crashes()
+        frame = self.frame()
+        tabs = base.query_one(TabbedContent)
+        with self.batch_update():
+            view = base.query_one(f"#view-{(tabs.active or 'tab-memory').removeprefix('tab-')}")
+            view.refresh_view(frame)
+            primary = self._primary_track()
+            peak = primary.peak_time() if primary else None
+            base.query_one(Scrubber).show(self.store.duration(), self.cursor, peak)
+            base.query_one(StatusBar).show(self.store, self._mode_label(), self.cursor,
+                                           "rec" if self.controller.recording else None)
+        self.refreshes += 1
+
+    def _base_screen(self):
+        """The dashboard screen (under any modal), None while the app is starting or shutting down."""
+        if not self.is_running or not self.screen_stack:
+            return None
+        base = self.screen_stack[0]
+        return base if base.query(TabbedContent) else None
+
+    def _mode_label(self) -> str:
+        if self.mode == "REPLAY":
+            return "REPLAY ▶" if self.playing else "REPLAY ‖"
+        if self.mode == "LIVE" and not self.controller.running and self.store.tracks:
+            return "LIVE (finished)"
+        return self.mode
+
+    def _advance_playback(self) -> None:
+        if self.mode == "REPLAY" and self.playing and self.cursor is not None:
+            self.cursor = min(self.store.duration(), self.cursor + PLAY_SPEED / REFRESH_HZ)
+            if self.cursor >= self.store.duration():
+                self.playing = False
+
+    def _report_crashes(self) -> None:
+        """A worker that failed gets one error notification with its message and the tail of its traceback."""
+        for track in self.store.tracks.values():
+            if track.error and not getattr(track, "_announced", False):
+                track._announced = True
+                tail = "\n".join(track.traceback.strip().splitlines()[-4:])
+                self.notify(f"{track.name}: {track.error}" + (f"\n{tail}" if tail else ""), severity="error",
+                            timeout=30)
+
+    def _report_recordings(self) -> None:
+        ingest = self.controller.ingest
+        if ingest is not None and ingest.record_error:
+            self.notify(ingest.record_error, severity="error")
+            ingest.record_error = None
+
+    def _primary_track(self):
+        frame = self.frame()
+        return frame.pool_track() or next(iter(self.store.tracks.values()), None)
+
+    # ---- runs ----------------------------------------------------------------------------------------------
+    def start_run(self, choice: RunChoice) -> None:
+        """Start a live run with one worker per backend; views follow it live."""
+        self.gate = choice.gate
+        self.options.scenario, self.options.model, self.options.backends = choice.scenario, choice.model, \
+            choice.backends
+        self.options.block_size, self.options.slab_blocks = choice.block_size, choice.slab_blocks
+        self.controller.start(choice.backends, scenario=choice.scenario, model=choice.model,
+                              block_size=choice.block_size, slab_blocks=choice.slab_blocks)
+        self.mode, self.cursor, self.playing = "LIVE", None, False
+
+    def action_new_run(self) -> None:
+        try:
+            scenarios = sources.list_scenarios()
+        except Exception as exc:  # noqa: BLE001 - workloads package missing or broken: say so, stay up
+            self.notify(f"cannot list scenarios: {exc}", severity="error")
+            return
+        initial = RunChoice(self.options.scenario, self.options.model, list(self.options.backends),
+                            self.options.block_size, self.options.slab_blocks, self.gate)
+        self.push_screen(RunFormScreen(scenarios, initial), self._on_form_done)
+
+    def _on_form_done(self, choice: RunChoice | None) -> None:
+        if choice is not None:
+            self.start_run(choice)
+
+    def action_stop_run(self) -> None:
+        if self.controller.running:
+            self.controller.stop()
+            self.notify("stopping workers…")
+
+    def action_toggle_record(self) -> None:
+        if self.mode not in ("LIVE", "PAUSED") or self.controller.ingest is None:
+            self.notify("recording needs a live run (press n to start one)", severity="warning")
+            return
+        if self.controller.recording:
+            self.controller.stop_recording()
+            self.set_timer(0.3, self._announce_recorded)
+        else:
+            self.controller.start_recording(self.options.recordings_dir)
+            self.notify(f"recording into {self.options.recordings_dir}/")
+
+    def _announce_recorded(self) -> None:
+        paths = self.controller.recorded_paths()
+        self.notify("saved " + ", ".join(p.name for p in paths) if paths else "nothing recorded yet")
+        base = self._base_screen()
+        if base is not None:
+            base.query_one(SessionsView).action_rescan()
+
+    # ---- cursor --------------------------------------------------------------------------------------------
+    def action_toggle_pause(self) -> None:
+        if self.mode == "LIVE":
+            self.mode, self.cursor = "PAUSED", self.store.duration()
+        elif self.mode == "PAUSED":
+            self.mode, self.cursor = "LIVE", None
+        elif self.mode == "REPLAY":
+            if not self.playing and self.cursor is not None and self.cursor >= self.store.duration():
+                self.cursor = 0.0
+            self.playing = not self.playing
+        self.refresh_views()
+
+    def _hold(self) -> None:
+        """Stop following live data (stepping or seeking while live pauses the view)."""
+        if self.mode == "LIVE":
+            self.mode = "PAUSED"
+        self.playing = False
+        if self.cursor is None:
+            self.cursor = self.store.duration()
+
+    def action_step(self, direction: int) -> None:
+        self._hold()
+        primary = self._primary_track()
+        times = primary.snapshot_times() if primary else []
+        if not times:
+            times = [s.t for s in primary.steps] if primary else []
+        if times:
+            if direction > 0:
+                later = [t for t in times if t > self.cursor + 1e-9]
+                self.cursor = later[0] if later else times[-1]
+            else:
+                earlier = [t for t in times if t < self.cursor - 1e-9]
+                self.cursor = earlier[-1] if earlier else times[0]
+        self.refresh_views()
+
+    def action_jump_peak(self) -> None:
+        primary = self._primary_track()
+        peak = primary.peak_time() if primary else None
+        if peak is None:
+            self.notify("no samples yet")
+            return
+        self._hold()
+        self.cursor = peak
+        self.refresh_views()
+
+    def action_go_live(self) -> None:
+        if self.mode == "PAUSED":
+            self.mode, self.cursor = "LIVE", None
+            self.refresh_views()
+
+    def on_scrubber_seek(self, message: Scrubber.Seek) -> None:
+        self._hold()
+        self.cursor = message.t
+        self.refresh_views()
+
+    # ---- display choices -----------------------------------------------------------------------------------
+    def action_cycle_x(self) -> None:
+        self.x_mode = X_MODES[(X_MODES.index(self.x_mode) + 1) % len(X_MODES)]
+        self.notify(f"x axis: {self.x_mode}")
+        self.refresh_views()
+
+    def action_cycle_pool(self) -> None:
+        names = [t.name for t in self.store.pool_tracks()]
+        if names:
+            current = self.frame().pool_track()
+            index = names.index(current.name) if current and current.name in names else -1
+            self.pool_name = names[(index + 1) % len(names)]
+            self.notify(f"pool views show: {self.pool_name}")
+            self.refresh_views()
+
+    def action_toggle_theme(self) -> None:
+        self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
+
+    def action_show_tab(self, tab: str) -> None:
+        base = self._base_screen()
+        if base is not None:
+            base.query_one(TabbedContent).active = f"tab-{tab}"
+        self.refresh_views()
+
+    def action_help(self) -> None:
+        sections = [("app", [b for b in self.BINDINGS if isinstance(b, Binding)])]
+        for cls in (InspectorView, SessionsView):
+            sections.append((cls.__name__.removesuffix("View").lower(), list(cls.BINDINGS)))
+        self.push_screen(HelpScreen(sections, LONG_HELP))
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        """Focus the tab's main widget so its keys work at once, then redraw it."""
+        # A focused widget left behind in a hidden pane would pull TabbedContent back to that pane.
+        focus_targets = {"tab-inspect": "#inspect-map", "tab-sessions": "#sessions-list", "tab-frag": "#frag-table",
+                         "tab-fused": "#fused-table", "tab-memory": "#memory-chart", "tab-slabs": "#slab-scroll",
+                         "tab-gather": "#gather-hist-box"}
+        target = focus_targets.get(event.pane.id or "")
+        self.set_focus(event.pane.query_one(target) if target else None)
+        self.refresh_views()
+
+    # ---- recordings ----------------------------------------------------------------------------------------
+    def on_sessions_view_open_recordings(self, message: SessionsView.OpenRecordings) -> None:
+        self.open_recordings(message.paths)
+
+    def open_recordings(self, paths: list[Path]) -> None:
+        """Load session files into the store (stops any live run) and enter replay at the peak moment."""
+        from probes.errors import RecordingError
+
+        tracks = []
+        for path in paths:
+            try:
+                tracks.append(sources.load_recording(Path(path)))
+            except (RecordingError, OSError) as exc:
+                self.notify(f"cannot open {path}: {exc}", severity="error")
+        if not tracks:
+            return
+        self.controller.stop()
+        self.store.reset()
+        for track in tracks:
+            name = track.name
+            if name in self.store.tracks:
+                name = f"{name}@{Path(track.source).stem[-8:]}"
+                track.name = name
+            self.store.tracks[name] = track
+        self.mode, self.playing, self.pool_name = "REPLAY", False, None
+        primary = self._primary_track()
+        self.cursor = (primary.peak_time() if primary else None) or self.store.duration()
+        self.notify(f"replaying {', '.join(Path(p).name for p in paths)}")
+        self.refresh_views()
+
+    async def action_quit(self) -> None:
+        self.controller.shutdown()
+        self.exit()
+
+    def on_unmount(self) -> None:
+        self.controller.shutdown()

@@ -1,0 +1,184 @@
+"""The one ingest thread and the run controller.
+
+Data path of a live run: worker process -> its queue -> ``IngestThread`` (the only reader: polls every handle, never
+blocks on one) -> ``Store`` tracks (and the live recorder when recording). The UI thread never touches a worker
+queue; it reads the store on its refresh timer. Worker start/cancel also stay off the UI thread (``cancel`` may
+take up to a second).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from app.tui.data import Store
+from app.tui.sources import LiveRecorder
+
+POLL_INTERVAL_S = 0.05
+
+
+class IngestThread(threading.Thread):
+    """Drains worker handles into the store. Owns the handles and the live recorder; mutates only the store's
+    tracks (through ``Store.ingest``/``Track.fail``) and its own state."""
+
+    def __init__(self, store: Store, handles: dict[str, Any]) -> None:
+        super().__init__(name="slabscope-ingest", daemon=True)
+        self.store = store
+        self.generation = store.generation  # the store state this run feeds; a reset orphans the thread
+        self.handles = dict(handles)
+        self.requests: queue.Queue = queue.Queue()
+        self.recorder: LiveRecorder | None = None
+        self.recorded_paths: list[Path] = []
+        self.record_error: str | None = None
+        self._halt = threading.Event()
+        self.events_ingested = 0
+
+    def run(self) -> None:
+        for name, handle in list(self.handles.items()):
+            try:
+                handle.start()
+            except Exception as exc:  # noqa: BLE001 - a worker that cannot start is shown, the others still run
+                self.store.track(name).fail(f"could not start worker: {exc}")
+                del self.handles[name]
+        while not self._halt.is_set():
+            self._serve_requests()
+            busy = False
+            for name, handle in self.handles.items():
+                busy |= self._drain(name, handle)
+            if not busy:
+                self._halt.wait(POLL_INTERVAL_S)
+        self._serve_requests()
+        self._close_recorder()
+
+    def _drain(self, name: str, handle: Any) -> bool:
+        """Move one handle's pending events into its track; mark the track failed if the worker died silently."""
+        if self.store.generation != self.generation:
+            self._halt.set()  # the store moved on (new run or recording): stop feeding it
+            return False
+        track = self.store.track(name)
+        try:
+            events = handle.poll()
+        except Exception as exc:  # noqa: BLE001 - a broken pipe to a dead worker must not kill the UI's data path
+            events = []
+            track.fail(f"lost connection to worker: {exc}")
+        if events:
+            if not self.store.ingest(name, events, self.generation):
+                self._halt.set()
+                return False
+            self.events_ingested += len(events)
+            self._record(track, events)
+        if not events and not handle.alive and track.done is None and track.error is None:
+            error = getattr(handle, "error", None)
+            track.fail(error or f"worker exited with code {getattr(handle, 'exitcode', '?')} before finishing")
+        return bool(events)
+
+    def _record(self, track, events: list[dict]) -> None:
+        if self.recorder is None:
+            return
+        try:
+            self.recorder.write(track, events)
+        except Exception as exc:  # noqa: BLE001 - disk full etc.: stop recording, keep the live view going
+            self.record_error = f"recording stopped: {exc}"
+            self._close_recorder()
+
+    def _serve_requests(self) -> None:
+        while True:
+            try:
+                request, arg = self.requests.get_nowait()
+            except queue.Empty:
+                return
+            if request == "record_start" and self.recorder is None:
+                self.recorder = LiveRecorder(*arg)
+                self.record_error = None
+            elif request == "record_stop":
+                self._close_recorder()
+
+    def _close_recorder(self) -> None:
+        if self.recorder is not None:
+            try:
+                self.recorded_paths = self.recorder.close()
+            finally:
+                self.recorder = None
+
+    def halt(self) -> None:
+        """Ask the thread to finish (closes any recording)."""
+        self._halt.set()
+
+
+class RunController:
+    """Starts, stops and records live runs. Called from the UI thread; never blocks it (worker start/cancel run on
+    a helper thread). Owns the workers and the ingest thread of the current run."""
+
+    def __init__(self, store: Store, worker_factory: Callable[..., Any]) -> None:
+        self.store = store
+        self.worker_factory = worker_factory
+        self.ingest: IngestThread | None = None
+        self.handles: dict[str, Any] = {}
+        self.scenario = ""
+        self._lifecycle: list[threading.Thread] = []
+
+    @property
+    def running(self) -> bool:
+        return any(getattr(h, "alive", False) for h in self.handles.values())
+
+    @property
+    def recording(self) -> bool:
+        return self.ingest is not None and self.ingest.recorder is not None
+
+    def start(self, backends: list[str], **params: Any) -> None:
+        """Stop any current run, reset the store and start one worker per backend (each in its own process)."""
+        self.stop()
+        self.store.reset()
+        self.scenario = str(params.get("scenario", ""))
+        self.handles = {name: self.worker_factory(name, **params) for name in backends}
+        for name in backends:
+            self.store.track(name)
+        self.ingest = IngestThread(self.store, self.handles)
+        self.ingest.start()
+
+    def stop(self) -> None:
+        """Cancel the workers (in the background) and stop ingesting once they are gone."""
+        handles, ingest = list(self.handles.values()), self.ingest
+        if not handles and ingest is None:
+            return
+
+        def shutdown() -> None:
+            for h in handles:
+                try:
+                    h.cancel()
+                except Exception:  # noqa: BLE001 - best effort: the process may be gone already
+                    pass
+            if ingest is not None:
+                time.sleep(POLL_INTERVAL_S * 2)  # let the last events (the "done"/error) drain
+                ingest.halt()
+
+        self._in_background(shutdown)
+
+    def start_recording(self, directory: Path) -> None:
+        if self.ingest is not None:
+            self.ingest.requests.put(("record_start", (directory, self.scenario or "run")))
+
+    def stop_recording(self) -> None:
+        if self.ingest is not None:
+            self.ingest.requests.put(("record_stop", None))
+
+    def recorded_paths(self) -> list[Path]:
+        return list(self.ingest.recorded_paths) if self.ingest else []
+
+    def _in_background(self, fn: Callable[[], Any]) -> None:
+        thread = threading.Thread(target=fn, name="slabscope-lifecycle", daemon=True)
+        self._lifecycle.append(thread)
+        thread.start()
+
+    def shutdown(self, timeout: float = 3.0) -> None:
+        """Stop everything and wait (bounded) for workers to be cancelled: quitting never hangs."""
+        self.stop()
+        deadline = time.monotonic() + timeout
+        for thread in self._lifecycle:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if self.ingest is not None:
+            self.ingest.halt()
+            self.ingest.join(max(0.0, deadline - time.monotonic()))

@@ -1,0 +1,1 @@
+"""Modal screens: the run form and the help screen."""

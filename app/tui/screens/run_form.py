@@ -1,0 +1,108 @@
+"""Run form: choose scenario, model, backends, block size and slab size (and the ratio gate) for a new live run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Checkbox, Input, Label, Select
+
+BACKENDS = ("slab", "dense", "monolithic")
+
+
+@dataclass
+class RunChoice:
+    """What the form returns."""
+
+    scenario: str
+    model: str
+    backends: list[str]
+    block_size: int | None
+    slab_blocks: int | None
+    gate: float
+
+
+class RunFormScreen(ModalScreen[RunChoice | None]):
+    """Modal form; dismisses with a RunChoice, or None when cancelled. Validates before closing."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel"), Binding("ctrl+s", "submit", "start")]
+
+    def __init__(self, scenarios: list[tuple[str, str]], initial: RunChoice) -> None:
+        super().__init__()
+        self.scenarios = scenarios
+        self.initial = initial
+
+    def compose(self) -> ComposeResult:
+        init = self.initial
+        with Vertical(id="run-form"):
+            yield Label("New live run", id="run-form-title")
+            with Grid(id="run-form-grid"):
+                yield Label("scenario")
+                options = [(f"{name} - {desc[:40]}", name) for name, desc in self.scenarios]
+                names = [name for name, _ in self.scenarios]
+                yield Select(options, value=init.scenario if init.scenario in names else Select.BLANK,
+                             id="form-scenario", allow_blank=not names, compact=True)
+                yield Label("model")
+                yield Input(init.model, id="form-model", placeholder="smollm2-135m | synthetic:NAME | path", compact=True)
+                yield Label("block size")
+                yield Input("" if init.block_size is None else str(init.block_size), id="form-block",
+                            placeholder="scenario default (32)", type="integer", compact=True)
+                yield Label("slab blocks")
+                yield Input("" if init.slab_blocks is None else str(init.slab_blocks), id="form-slab",
+                            placeholder="scenario default (32)", type="integer", compact=True)
+                yield Label("ratio gate")
+                yield Input(f"{init.gate:g}", id="form-gate", type="number", compact=True)
+            with Horizontal(id="form-backends"):
+                for name in BACKENDS:
+                    yield Checkbox(name, value=name in init.backends, id=f"form-backend-{name}", compact=True)
+            yield Label("", id="form-error")
+            with Horizontal(id="form-buttons"):
+                yield Button("Start", variant="primary", id="form-start", compact=True)
+                yield Button("Cancel", id="form-cancel", compact=True)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "form-start":
+            self.action_submit()
+        else:
+            self.action_cancel()
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    def action_submit(self) -> None:
+        try:
+            choice = self._read()
+        except ValueError as exc:
+            self.query_one("#form-error", Label).update(f"[b red]{exc}[/]")
+            return
+        self.dismiss(choice)
+
+    def _read(self) -> RunChoice:
+        """The form's values, validated (ValueError names the bad field)."""
+        scenario = self.query_one("#form-scenario", Select).value
+        if scenario is Select.BLANK or not scenario:
+            raise ValueError("choose a scenario")
+        model = self.query_one("#form-model", Input).value.strip()
+        if not model:
+            raise ValueError("model must not be empty")
+        backends = [n for n in BACKENDS if self.query_one(f"#form-backend-{n}", Checkbox).value]
+        if not backends:
+            raise ValueError("choose at least one backend")
+        gate = float(self.query_one("#form-gate", Input).value or 1.15)
+        if gate <= 0:
+            raise ValueError("ratio gate must be > 0")
+        return RunChoice(str(scenario), model, backends, _positive(self, "#form-block", "block size"),
+                         _positive(self, "#form-slab", "slab blocks"), gate)
+
+
+def _positive(screen: ModalScreen, selector: str, name: str) -> int | None:
+    text = screen.query_one(selector, Input).value.strip()
+    if not text:
+        return None
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer")
+    return value

@@ -1,0 +1,212 @@
+"""Where the TUI's data comes from: worker processes (``app.workloads``) for live runs, session files (``probes``)
+for recordings, and the recorder that saves a live run. This module is the only place the TUI touches those
+packages, so a change in their API is a change here only. Everything imported here is mlx-free; the workers import
+mlx in their own processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.tui.data import Track
+
+DEFAULT_RECORDINGS_DIR = Path("recordings")
+SHIPPED_RECORDINGS_DIR = Path(__file__).resolve().parents[2] / "assets" / "recordings"
+FULL_SNAPSHOT_CACHE = 256  # rebuilt full snapshots kept per recording track
+
+
+# ---- live runs --------------------------------------------------------------------------------------------------
+def list_scenarios() -> list[tuple[str, str]]:
+    """(name, description) of the bundled scenarios (reads TOML files; no mlx)."""
+    from app.workloads.scenarios import list_scenarios as _list
+
+    return _list()
+
+
+def default_scenario() -> str:
+    from app.workloads.scenarios import DEFAULT_SCENARIO
+
+    return DEFAULT_SCENARIO
+
+
+def prepare_worker_spawning() -> None:
+    """Start multiprocessing's resource tracker now, while sys.stderr is still the real stream.
+
+    Once Textual runs it replaces sys.stderr with a capture object whose fileno() is not a real descriptor, and
+    the tracker's first launch (inside the first ``WorkerHandle.start``) fails with "bad value(s) in
+    fds_to_keep". Launching it up front avoids that; spawned workers then reuse it."""
+    if os.name != "posix":
+        return
+    from multiprocessing import resource_tracker
+
+    try:
+        resource_tracker.ensure_running()
+    except (OSError, ValueError):  # no usable stderr even now: the first worker start will report it
+        pass
+
+
+def make_worker(backend: str, *, scenario: str, model: str, block_size: int | None, slab_blocks: int | None,
+                blas_threads: int | None = 1, **extra):
+    """A not-yet-started ``WorkerHandle`` running one backend in its own (spawned) process."""
+    from app.workloads.spec import RunSpec
+    from app.workloads.worker import WorkerHandle
+
+    spec = RunSpec(scenario=scenario, backend=backend, model=model, block_size=block_size, slab_blocks=slab_blocks,
+                   blas_threads=blas_threads, **extra)
+    return WorkerHandle(spec)
+
+
+# ---- recordings ---------------------------------------------------------------------------------------------------
+@dataclass
+class RecordingInfo:
+    """One session file as listed in the Sessions view."""
+
+    path: Path
+    backend: str
+    scenario: str
+    model: str
+    duration: float
+    size: int
+    complete: bool
+    error: str = ""
+
+
+def is_recording(path: Path) -> bool:
+    """True when the file starts with the session format's magic bytes."""
+    from probes.format import MAGIC
+
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+
+
+def describe(path: Path) -> RecordingInfo:
+    """Open a session file just enough to list it; unreadable files are listed with their one-line error."""
+    from probes.errors import RecordingError
+    from probes.replay import Session
+
+    size = path.stat().st_size if path.exists() else 0
+    try:
+        s = Session.open(path)
+    except RecordingError as exc:
+        return RecordingInfo(path, "?", "?", "?", 0.0, size, False, str(exc.problem))
+    meta = s.meta
+    return RecordingInfo(path, str(_meta_value(meta, "backend")), str(_meta_value(meta, "scenario")),
+                         str(_meta_value(meta, "model")), s.duration, size, s.complete)
+
+
+def _meta_value(meta: dict, key: str) -> object:
+    """A field of the session meta, looked up at the top level, then inside a nested spec/params dict."""
+    if key in meta:
+        value = meta[key]
+        return value.get("name", value) if isinstance(value, dict) else value
+    for nest in ("spec", "params", "run"):
+        if isinstance(meta.get(nest), dict) and key in meta[nest]:
+            return meta[nest][key]
+    return "?"
+
+
+def list_recordings(directory: Path) -> list[RecordingInfo]:
+    """Session files in ``directory`` (recognised by content, not by name), newest first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    files = [p for p in directory.iterdir() if p.is_file() and is_recording(p)]
+    files.sort(key=lambda p: (-p.stat().st_mtime, p.name))
+    return [describe(p) for p in files]
+
+
+def load_recording(path: Path, name: str | None = None) -> Track:
+    """A Track built from a session file: every record replayed through ``Track.add``; exact pool snapshots come
+    from the session (nearest keyframe + op log). Raises probes.RecordingError (one line) for unreadable files."""
+    from probes.replay import Session
+
+    session = Session.open(path)
+    track = Track(name or str(_meta_value(session.meta, "backend")), source=str(path))
+    for ev in session.replay_events():
+        track.add(ev)
+    if session.keyframes:
+        track.snapshot_source = _snapshot_source(session)
+    track.session = session
+    return track
+
+
+def _snapshot_source(session):
+    """session.snapshot_at with a small cache; falls back to the nearest keyframe at or before t when the session
+    cannot rebuild (no op log)."""
+    cache: dict[float, dict | None] = {}
+
+    def at(t: float) -> dict | None:
+        key = round(t, 4)
+        if key not in cache:
+            try:
+                cache[key] = session.snapshot_at(t)
+            except Exception:  # noqa: BLE001 - a session that cannot rebuild still has its keyframes
+                frames = [kf for kf in session.keyframes if kf.t <= t]
+                payload = frames[-1].load()[1] if frames else None
+                cache[key] = payload.get("snapshot", payload) if isinstance(payload, dict) else None
+            if len(cache) > FULL_SNAPSHOT_CACHE:
+                cache.pop(next(iter(cache)))
+        return cache[key]
+
+    return at
+
+
+class LiveRecorder:
+    """Saves the live run: one session file per backend, fed with the same events the ingest thread receives.
+    Owned and called by the ingest thread only (start/stop requests arrive through ``RunController``)."""
+
+    def __init__(self, directory: Path, scenario: str) -> None:
+        self.directory = Path(directory)
+        self.scenario = scenario
+        self.stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.recorders: dict[str, object] = {}
+        self.paths: list[Path] = []
+        self.exact_since: set[str] = set()  # tracks whose file holds a worker keyframe with bookkeeping state
+
+    def write(self, track: Track, events: list[dict]) -> None:
+        """Append a batch for ``track``; the first batch opens its file with the track's meta (worker t_start)."""
+        from probes.recording import SessionRecorder
+
+        rec = self.recorders.get(track.name)
+        if rec is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            path = self.directory / f"{self.stamp}-{self.scenario}-{track.name}.slabrec"
+            meta = {k: v for k, v in track.meta.items() if k not in ("kind", "t")}
+            meta.setdefault("backend", track.name)
+            t_start = float(meta.get("t_start", track.t0 or 0.0))
+            rec = SessionRecorder(path, meta, t_start)
+            self.recorders[track.name] = rec
+            self.paths.append(path)
+        rec.write([self._keyframed(track.name, e) for e in events if e.get("kind") not in ("meta", "done")])
+        done = [e for e in events if e.get("kind") == "done"]
+        if done:
+            rec.close(done[-1].get("summary", {}), t=done[-1].get("t"))
+
+    def _keyframed(self, name: str, event: dict) -> dict:
+        """A recording started mid-run has no keyframe until the worker flags its next one (with the bookkeeping
+        state that makes every instant rebuildable from the op log). Until then each snapshot is stored as a
+        keyframe of its own (exact at its instant; between snapshots the nearest earlier one is shown)."""
+        if event.get("kind") != "snapshot" or name in self.exact_since:
+            return event
+        if event.get("keyframe") and event.get("book") is not None:
+            self.exact_since.add(name)
+            return event
+        return dict(event, keyframe=True)
+
+    def close(self) -> list[Path]:
+        """Close every open file (END record written); returns the paths written."""
+        for rec in self.recorders.values():
+            if not rec.closed:
+                rec.close({"stopped_by": "tui"}, t=time.monotonic())
+        return self.paths
+
+
+def recordings_dir() -> Path:
+    """Where the TUI saves and lists recordings: $SLABSCOPE_RECORDINGS, else ./recordings."""
+    return Path(os.environ.get("SLABSCOPE_RECORDINGS", DEFAULT_RECORDINGS_DIR))

@@ -1,0 +1,76 @@
+"""Gather runs view: the pool's histogram of runs per gather (over all layers), runs each sequence's next gather
+takes at the cursor, and the worst sequence per decode step over the run (highlighted)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Static
+
+from app.tui.analysis import merged_gather_hist, runs_per_sequence
+from app.tui.views import frame_key, unchanged
+from app.tui.data import Frame, Track
+from app.tui.widgets.hbars import HBars
+from app.tui.widgets.lane import Lane
+from app.tui.widgets.palette import WARN_STYLE, seq_colour
+
+LANE_POINTS = 160  # snapshots sampled for the worst-case lane
+
+
+def worst_runs_over_time(track: Track, cursor: float | None) -> list[tuple[float, int, int]]:
+    """(t, step, max runs over sequences) for up to LANE_POINTS snapshots spread over the run, up to the cursor.
+    Values are cached on the track per snapshot time (recordings rebuild each snapshot only once)."""
+    cache: dict[float, int] = track.derived.setdefault("worst_runs", {})
+    out = []
+    for t, step, snap in track.history(None, limit=-LANE_POINTS):
+        if cursor is not None and t > cursor:
+            break
+        if t not in cache:
+            full = track.snapshot_source(t) if track.snapshot_source is not None else snap
+            cache[t] = max(runs_per_sequence(full or {}).values(), default=0)
+        out.append((t, step, cache[t]))
+    return out
+
+
+class GatherView(Vertical):
+    """The Gather runs tab."""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="gather-summary")
+        with Horizontal():
+            with VerticalScroll(id="gather-hist-box"):
+                yield HBars(id="gather-hist")
+            with VerticalScroll(id="gather-seq-box"):
+                yield HBars(id="gather-seqs")
+        yield Lane(id="gather-lane")
+
+    def refresh_view(self, frame: Frame) -> None:
+        """Redraw the histograms and the worst-case lane for the chosen pool track at the cursor."""
+        track, found = frame.pool_track(), frame.snapshot()
+        if unchanged(self, (frame_key(frame), id(found[1]) if found else None, self.size)):
+            return
+        summary = self.query_one("#gather-summary", Static)
+        if track is None or found is None:
+            summary.update(Text("no pool snapshot yet", style="dim"))
+            return
+        snap = found[1]
+        hist = merged_gather_hist(snap)
+        worst_bucket = str(max(hist)) if hist else None
+        self.query_one("#gather-hist", HBars).show(
+            "runs per gather (count, all layers)", [(str(k), v) for k, v in sorted(hist.items())], worst_bucket)
+        per_seq = runs_per_sequence(snap)
+        worst_seq = max(per_seq, key=per_seq.get) if per_seq else None
+        self.query_one("#gather-seqs", HBars).show(
+            "runs per sequence now", [(f"seq {s}", r) for s, r in sorted(per_seq.items())],
+            f"seq {worst_seq}" if worst_seq is not None else None, colour=seq_colour(worst_seq or 0))
+        history = worst_runs_over_time(track, frame.cursor)
+        peak = max(history, key=lambda h: h[2], default=None)
+        marks = [(t, str(min(9, r)), WARN_STYLE if peak and r == peak[2] else "") for t, _s, r in history]
+        self.query_one(Lane).show(track.duration or 1.0, {"max run": marks}, frame.cursor)
+        total = sum(hist.values())
+        mean = sum(k * v for k, v in hist.items()) / total if total else 0.0
+        text = Text(f"{track.name} @ {found[0]:.1f}s  gathers {total}  mean runs {mean:.2f}  ", style="bold")
+        if peak:
+            text.append(f"worst: {peak[2]} runs at step {peak[1]} ({peak[0]:.1f}s)", style=WARN_STYLE)
+        summary.update(text)

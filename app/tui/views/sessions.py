@@ -1,0 +1,155 @@
+"""Sessions view: the recordings in a directory, opening one (replay) or several side by side (compare), and a
+comparison table of whatever is on screen (peak footprint, RSS, ratio to dense, tok/s, slabs, fragmentation,
+gather runs, fused declines)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import DataTable, Static
+
+from app.tui.analysis import merged_gather_hist, pool_totals
+from app.tui.views import frame_key, unchanged
+from app.tui.data import Frame, Track
+from app.tui.sources import RecordingInfo, list_recordings
+from app.tui.views.memory import decode_tok_s, max_footprint
+from app.tui.widgets.palette import OK_STYLE, WARN_STYLE, human_bytes
+
+LIST_COLUMNS = ("", "file", "backend", "scenario", "model", "duration", "size", "state")
+COMPARE_COLUMNS = ("track", "max act+cache", "max RSS", "vs base", "tok/s", "slabs", "reserved", "mean runs",
+                   "declines")
+
+
+def compare_rows(frame: Frame) -> list[tuple]:
+    """One row of figures per track, up to the cursor."""
+    tracks = list(frame.store.tracks.values())
+    # The baseline: the dense track when there is one, else the first track (two slab sessions compared).
+    dense = next((t for t in tracks if t.name.startswith("dense")), tracks[0] if tracks else None)
+    base = max_footprint(dense, frame.cursor) if dense else 0.0
+    rows = []
+    for tr in tracks:
+        peak = max_footprint(tr, frame.cursor)
+        n = tr.sample_index(frame.cursor)
+        rss = max(tr.samples.rss[:n], default=0.0)
+        ratio = Text(f"{peak / base:.2f}x", style=OK_STYLE if peak / base <= frame.gate else WARN_STYLE) \
+            if base and tr is not dense else Text("-", style="dim")
+        rate = decode_tok_s(tr, frame.cursor)
+        found = tr.snapshot_at(frame.cursor) if tr.is_pool else None
+        slabs = reserved = mean_runs = "-"
+        if found:
+            totals = pool_totals(found[1])
+            hist = merged_gather_hist(found[1])
+            count = sum(hist.values())
+            slabs, reserved = str(totals.slabs), human_bytes(totals.bytes_reserved)
+            mean_runs = f"{sum(k * v for k, v in hist.items()) / count:.2f}" if count else "-"
+        declines = sum(1 for r in tr.fused if not r.use_fused and (frame.cursor is None or r.t <= frame.cursor))
+        rows.append((tr.name, human_bytes(peak), human_bytes(rss), ratio, "-" if rate is None else f"{rate:.1f}",
+                     slabs, reserved, mean_runs, str(declines)))
+    return rows
+
+
+class SessionsView(Vertical):
+    """The Sessions tab. Owns the listed directory and the set of marked recordings."""
+
+    BINDINGS = [
+        Binding("enter", "open_highlighted", "open"),
+        Binding("m", "mark", "mark for compare"),
+        Binding("c", "open_marked", "compare marked"),
+        Binding("f5", "rescan", "rescan"),
+    ]
+
+    class OpenRecordings(Message):
+        """Ask the app to load these session files (one = replay, several = side by side)."""
+
+        def __init__(self, paths: list[Path]) -> None:
+            super().__init__()
+            self.paths = paths
+
+    def __init__(self, directory: Path, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.directory = Path(directory)
+        self.infos: list[RecordingInfo] = []
+        self.marked: set[Path] = set()
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="sessions-header")
+        listing = DataTable(id="sessions-list", zebra_stripes=True, cursor_type="row")
+        listing.add_columns(*LIST_COLUMNS)
+        yield listing
+        yield Static(Text("on screen now (compare; ratio vs the dense session, else the first):", style="bold"),
+                     id="compare-title")
+        table = DataTable(id="compare-table", zebra_stripes=True, cursor_type="row")
+        table.add_columns(*COMPARE_COLUMNS)
+        yield table
+
+    def on_mount(self) -> None:
+        self.action_rescan()
+
+    def set_directory(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self.action_rescan()
+
+    def action_rescan(self) -> None:
+        """Re-list the directory's session files."""
+        self.infos = list_recordings(self.directory)
+        self._fill_listing()
+
+    def _fill_listing(self) -> None:
+        table = self.query_one("#sessions-list", DataTable)
+        keep = table.cursor_row
+        table.clear()
+        for info in self.infos:
+            state = Text(info.error, style=WARN_STYLE) if info.error else ("complete" if info.complete else "partial")
+            table.add_row("●" if info.path in self.marked else " ", info.path.name, info.backend, info.scenario,
+                          info.model, f"{info.duration:.1f}s", human_bytes(info.size), state)
+        if 0 <= keep < len(self.infos):
+            table.move_cursor(row=keep)
+        header = Text(f"recordings in {self.directory}/  ", style="bold")
+        header.append("enter: open  m: mark  c: open marked side by side  F5: rescan", style="dim")
+        if not self.infos:
+            header.append("\n(no session files here yet: press R during a live run to record)", style="dim")
+        self.query_one("#sessions-header", Static).update(header)
+
+    def _highlighted(self) -> RecordingInfo | None:
+        row = self.query_one("#sessions-list", DataTable).cursor_row
+        return self.infos[row] if 0 <= row < len(self.infos) else None
+
+    def action_mark(self) -> None:
+        info = self._highlighted()
+        if info is not None:
+            self.marked ^= {info.path}
+            self._fill_listing()
+
+    def action_open_highlighted(self) -> None:
+        info = self._highlighted()
+        if info is not None:
+            self.post_message(self.OpenRecordings([info.path]))
+
+    def action_open_marked(self) -> None:
+        paths = [i.path for i in self.infos if i.path in self.marked]
+        if paths:
+            self.post_message(self.OpenRecordings(paths))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "sessions-list":
+            event.stop()
+            self.action_open_highlighted()
+
+    def refresh_view(self, frame: Frame) -> None:
+        """Refresh the comparison table of the tracks on screen."""
+        counts = tuple((len(t.samples), len(t.snapshots)) for t in frame.store.tracks.values())
+        if unchanged(self, (frame_key(frame), counts)):
+            return
+        table = self.query_one("#compare-table", DataTable)
+        table.clear()
+        table.add_rows(compare_rows(frame))
+
+
+def track_label(track: Track) -> str:
+    """A short label for a loaded recording's track: backend plus file stem when several share a backend."""
+    return f"{track.name}@{Path(track.source).stem[-12:]}" if track.source != "live" else track.name

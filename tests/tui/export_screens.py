@@ -1,0 +1,89 @@
+"""Export SVG screenshots of every view, replaying the sample sessions shipped in assets/recordings/ (paused at the
+peak-footprint moment), plus the memory view at 80x24 and in the light theme. With ``--live SECONDS`` it instead
+starts the default live run (embedded SmolLM2, default scenario, slab and dense workers), pauses the view after
+that many seconds and exports every view of the live data (``live-*`` files).
+
+    .venv/bin/python tests/tui/export_screens.py OUT_DIR [--live SECONDS]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tui_paths import SAMPLE_DENSE, SAMPLE_DIR, SAMPLE_SLAB  # noqa: E402
+
+from app.tui.app import AppOptions, SlabscopeApp  # noqa: E402
+
+SHOTS = [  # (file stem, keys, terminal size, theme)
+    ("1-memory", "1", (120, 36), None),
+    ("2-slabs", "2", (120, 36), None),
+    ("3-fragmentation", "3", (120, 36), None),
+    ("4-gather", "4", (120, 36), None),
+    ("5-fused", "5", (120, 36), None),
+    ("6-inspector", "6>jjeeu", (120, 36), None),
+    ("7-sessions", "7", (120, 36), None),
+    ("8-help", "?", (120, 40), None),
+    ("9-run-form", "n", (100, 30), None),
+    ("10-memory-80x24", "1", (80, 24), None),
+    ("11-slabs-light", "2", (120, 36), "textual-light"),
+    ("12-inspector-light-80x24", "6jjeu", (80, 24), "textual-light"),
+]
+KEY_NAMES = {">": "greater_than_sign", "?": "question_mark"}
+
+
+async def shoot(out: Path, stem: str, keys: str, size: tuple[int, int], theme: str | None) -> Path:
+    app = SlabscopeApp(AppOptions(autostart=False, open_paths=[SAMPLE_SLAB, SAMPLE_DENSE], recordings_dir=SAMPLE_DIR))
+    async with app.run_test(size=size) as pilot:
+        if theme:
+            app.theme = theme
+        await pilot.pause(0.3)
+        for key in keys:
+            await pilot.press(KEY_NAMES.get(key, key))
+        app.clear_notifications()
+        app.refresh_views()
+        await pilot.pause(0.4)
+        path = Path(app.save_screenshot(filename=f"slabscope-{stem}.svg", path=str(out)))
+    return path
+
+
+async def shoot_live(out: Path, seconds: float) -> list[Path]:
+    """Every view of a real default live run, the view paused after ``seconds``."""
+    from app.tui import sources
+
+    app = SlabscopeApp(AppOptions(scenario=sources.default_scenario(), recordings_dir=out / "recordings"))
+    paths = []
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause(seconds)
+        await pilot.press("space")  # freeze the view; the workers keep running
+        for stem, keys in (("1-memory", "1"), ("2-slabs", "2"), ("3-fragmentation", "3"), ("4-gather", "4"),
+                           ("5-fused", "5"), ("6-inspector", "6eu"), ("7-sessions", "7")):
+            for key in keys:
+                await pilot.press(key)
+            app.clear_notifications()
+            app.refresh_views()
+            await pilot.pause(0.4)
+            paths.append(Path(app.save_screenshot(filename=f"slabscope-live-{stem}.svg", path=str(out))))
+        await pilot.press("q")
+    return paths
+
+
+def main() -> int:
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "screens")
+    out.mkdir(parents=True, exist_ok=True)
+    if "--live" in sys.argv:
+        seconds = float(sys.argv[sys.argv.index("--live") + 1])
+        for path in asyncio.run(shoot_live(out, seconds)):
+            print(path)
+        return 0
+    for stem, keys, size, theme in SHOTS:
+        print(asyncio.run(shoot(out, stem, keys, size, theme)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

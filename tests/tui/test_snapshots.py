@@ -1,0 +1,63 @@
+"""Snapshot tests (pytest-textual-snapshot) of every view rendered from the sample session shipped in
+assets/recordings/ (recorded by the probes from a real SmolLM2 run). Replay is paused at the recording's peak
+moment, so nothing depends on the wall clock; notifications are cleared before the picture is taken.
+
+Update after an intended visual change: pytest tests/tui/test_snapshots.py --snapshot-update
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from tui_paths import SAMPLE_DENSE, SAMPLE_SLAB
+
+from app.tui.app import AppOptions, SlabscopeApp
+
+SIZE = (100, 32)
+
+
+@pytest.fixture
+def replay_app(tmp_path, monkeypatch):
+    """The app replaying both sample sessions side by side, recordings listed from ./recs (fixed mtimes)."""
+    recs = tmp_path / "recs"
+    recs.mkdir()
+    for index, src in enumerate((SAMPLE_SLAB, SAMPLE_DENSE)):
+        dst = recs / src.name
+        shutil.copyfile(src, dst)
+        os.utime(dst, (1_700_000_000 + index, 1_700_000_000 + index))
+    monkeypatch.chdir(tmp_path)
+    return SlabscopeApp(AppOptions(autostart=False, open_paths=[recs / SAMPLE_SLAB.name, recs / SAMPLE_DENSE.name],
+                                   recordings_dir=recs.relative_to(tmp_path)))
+
+
+async def settle(pilot) -> None:
+    pilot.app.clear_notifications()
+    pilot.app.refresh_views()
+    await pilot.pause(0.2)
+
+
+@pytest.mark.parametrize("key,name", [("1", "memory"), ("2", "slabs"), ("3", "fragmentation"), ("4", "gather"),
+                                      ("5", "fused"), ("7", "sessions")])
+def test_view_snapshot(snap_compare, replay_app, key, name):
+    async def before(pilot):
+        await pilot.press(key)
+        await settle(pilot)
+
+    assert snap_compare(replay_app, terminal_size=SIZE, run_before=before)
+
+
+def test_inspector_drilldown_snapshot(snap_compare, replay_app):
+    async def before(pilot):
+        await pilot.press("6", "greater_than_sign", "down", "down", "e", "e", "u")
+        await settle(pilot)
+
+    assert snap_compare(replay_app, terminal_size=SIZE, run_before=before)
+
+
+def test_memory_at_80x24_snapshot(snap_compare, replay_app):
+    async def before(pilot):
+        await settle(pilot)
+
+    assert snap_compare(replay_app, terminal_size=(80, 24), run_before=before)

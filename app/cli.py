@@ -44,9 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.command is None:
-        args = parser.parse_args(["tui", *(sys.argv[1:] if argv is None else argv)])
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # `slabscope --open X` means `slabscope tui --open X`: options before any command belong to the TUI.
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+        argv = ["tui", *argv]
+    args = parser.parse_args(argv)
     if not hasattr(args, "func"):
         parser.print_help()
         return 2

@@ -55,16 +55,25 @@ def generate(loaded, ids: list[int], *, backend: str, max_tokens: int, temperatu
     from app.workloads.session import make_backend
     from app.workloads.spec import RunSpec
 
+    from app.workloads.fused_attention import KernelRoute, install_paged_sdpa, uninstall_paged_sdpa
+
     mx.random.seed(seed)
     spec = RunSpec(backend=backend, model=loaded.name, prefix_cache=False)
-    kv = make_backend(spec, loaded, {"block_size": block_size, "slab_blocks": slab_blocks})
-    scheduler = Scheduler(prefill_chunk=256, admit_fn=kv.admit, release_fn=kv.release)
-    engine = Engine(loaded.model, kv, scheduler, sampler=make_sampler(temperature, top_p))
-    scheduler.submit([Request(0, ids, max_tokens, "generate", stop_tokens=frozenset(loaded.eos_token_ids))])
-    while engine.step() is not None:
-        pass
-    seq = scheduler.finished[0]
-    kv.close()
+    route = module = None
+    if backend != "dense":  # decode on the fused kernel where the pool decides so (GPU), else gather
+        route, module = KernelRoute().start(), install_paged_sdpa(loaded.model)
+    kv = make_backend(spec, loaded, {"block_size": block_size, "slab_blocks": slab_blocks}, kernel_route=route,
+                      routable=module is not None)
+    try:
+        scheduler = Scheduler(prefill_chunk=256, admit_fn=kv.admit, release_fn=kv.release)
+        engine = Engine(loaded.model, kv, scheduler, sampler=make_sampler(temperature, top_p))
+        scheduler.submit([Request(0, ids, max_tokens, "generate", stop_tokens=frozenset(loaded.eos_token_ids))])
+        while engine.step() is not None:
+            pass
+        seq = scheduler.finished[0]
+    finally:
+        kv.close()
+        uninstall_paged_sdpa(module)
     out = seq.generated
     return out[:-1] if out and out[-1] in loaded.eos_token_ids else out
 

@@ -175,8 +175,17 @@ def print_summary(summary: dict, meta: dict, out) -> None:
         w(f"pool: slabs in layer 0 {pool['num_slabs'][0] if pool['num_slabs'] else 0}, rows minted "
           f"{c['rows_minted']}, reused {c['rows_reused']}, slab appends {c['slab_appends']}, grow events "
           f"{c['grow_events']}, bytes copied {c['bytes_copied'] / MIB:.1f} MiB, reserved "
-          f"{s['bytes_reserved'] / MIB:.1f} MiB; at end: {s['live_blocks']} live blocks, "
-          f"{s['num_sequences']} sequences, {s['num_handles']} prefix handles")
+          f"{s['bytes_reserved'] / MIB:.1f} MiB, copy-on-write block copies {c['cow_copies']}; at end: "
+          f"{s['live_blocks']} live blocks, {s['num_sequences']} sequences, {s['num_handles']} prefix handles")
+    fused = summary.get("fused_decode")
+    if fused:
+        reasons = "; ".join(f"{reason} x{n}" for reason, n in fused["reasons"].items()) or "no decode step"
+        w(f"decode attention: {fused['fused']} fused / {fused['gather']} gather layer-decisions "
+          f"(kernel backend {fused.get('backend')}, registered {fused.get('registered') or 'none'}): {reasons}")
+    turns = summary.get("conversations")
+    if turns and turns["resumed_turns"]:
+        w(f"conversations: {turns['resumed_turns']} turns resumed from kept K/V ({turns['resumed_tokens']} tokens "
+          "not recomputed)")
     probes = summary.get("probe_overhead")
     if probes:
         w(f"probes: {probes['samples']} memory samples ({probes['sample_cost_us_mean']:.0f} us each), "

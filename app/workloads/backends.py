@@ -1,17 +1,23 @@
 """KV backends the engine runs a schedule on: the paged pool (slab or monolithic design) and the dense baseline.
 
 Both give the model, for each planned forward pass, a list of per-layer cache objects:
-- ``PagedBackend``: ``PagedStep`` caches over a ``PagedKVPool`` (+ optional ``PrefixCache``);
+- ``PagedBackend``: ``PagedStep`` caches over a ``PagedKVPool`` (+ optional ``PrefixCache``), with the fused
+  paged-decode decision taken per layer at every decode step (``DecodeDecisions``);
 - ``DenseBackend``: mlx-lm's own caches, ``KVCache`` per sequence while it prefills, one ``BatchKVCache`` per
   layer for the decoding batch (joined with ``merge``/``extend``, shrunk with ``filter``), kept in the same
   normalised state (T = longest sequence) the paged adapter reproduces.
-The two differ only in where K/V live, which is the comparison slabscope exists to make.
+The two differ only in where K/V live, which is the comparison slabscope exists to make. Both keep a
+conversation's K/V between turns (``app.workloads.conversations``) so ``multiturn`` runs the same schedule on both.
+
+``finish_decode()`` (called by the engine after each decode forward pass) returns the step's events: ``fused``
+on a layer's decision change and one ``gather`` event with the same-slab runs per sequence (paged only).
 """
 
 from __future__ import annotations
 
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
+from app.workloads.conversations import DenseConversations, PagedConversations
 from app.workloads.paged_cache import PagedStep
 from app.workloads.scheduler import Sequence
 
@@ -19,11 +25,15 @@ from app.workloads.scheduler import Sequence
 class PagedBackend:
     """Owns a ``PagedKVPool`` and its prefix cache; mutates them per planned step and on admit/release."""
 
-    def __init__(self, pool, *, prefix_cache=None, align_tokens: int = 1):
+    def __init__(self, pool, *, prefix_cache=None, align_tokens: int = 1, decisions=None, kernel=None):
         self.pool = pool
         self.prefix_cache = prefix_cache
         self.align_tokens = align_tokens  # shared prefixes end on a prefill-chunk boundary (see PrefixCache.attach)
+        self.decisions = decisions  # DecodeDecisions (None: always gather, no decision asked)
+        self.kernel = kernel        # KernelRoute the fused layers run on
+        self.conversations = PagedConversations(pool)
         self._running: dict[int, Sequence] = {}
+        self._decode_step: PagedStep | None = None
         self.name = pool.config.design
 
     def admit(self, seq: Sequence) -> bool:
@@ -33,11 +43,16 @@ class PagedBackend:
         sequences may still grow into, so an admitted request never hits the budget mid-run; cached prefixes
         are evicted (least recently used first) to make room.
         """
-        needed = self._final_blocks(seq) + self._outstanding_blocks()
+        # full blocks of a resumed conversation are shared, not allocated (its partial block is copied: counted)
+        shared = self.conversations.resumable_tokens(seq) // self.pool.config.block_size
+        needed = self._final_blocks(seq) - shared + self._outstanding_blocks()
         while not self.pool.can_allocate(needed):
             if self.prefix_cache is None or not self.prefix_cache.evict(1):
                 return False
-        if self.prefix_cache is None:
+        resumed = self.conversations.adopt(seq)
+        if resumed:
+            seq.num_cached = seq.num_shared = resumed
+        elif self.prefix_cache is None:
             self.pool.add_sequence(seq.seq_id)
         else:
             shared = self.prefix_cache.attach(seq.seq_id, seq.tokens, max_tokens=seq.prefill_end,
@@ -53,32 +68,61 @@ class PagedBackend:
         """Blocks the running sequences may still need beyond what they hold (0 without a budget)."""
         if self.pool.config.max_blocks_per_layer is None:
             return 0
-        held = lambda s: len(self.pool.block_ids(0, s.seq_id))  # noqa: E731
+        bs = self.pool.config.block_size
+        # a resumed conversation's shared partial block is not really held: its first write copies it
+        pending_copy = lambda s: int(s.num_shared % bs != 0 and s.num_cached == s.num_shared)  # noqa: E731
+        held = lambda s: len(self.pool.block_ids(0, s.seq_id)) - pending_copy(s)  # noqa: E731
         return sum(max(0, self._final_blocks(s) - held(s)) for s in self._running.values())
 
     def release(self, seq: Sequence) -> None:
-        """Drop a finished sequence; its full blocks go to the prefix cache first (if enabled)."""
+        """Drop a finished sequence; its full blocks go to the prefix cache first (if enabled); a conversation
+        turn with a follow-up is detached into a handle instead of released (see conversations.py)."""
         self._running.pop(seq.seq_id, None)
         if self.prefix_cache is not None:
             self.prefix_cache.insert(seq.seq_id, seq.tokens[:seq.num_cached])
-        self.pool.release(seq.seq_id)
+        self.conversations.keep_or_release(seq)
 
     def prefill_caches(self, seq: Sequence, start: int, num_tokens: int) -> list:
         return PagedStep(self.pool, [seq.seq_id], [start], num_tokens, batched=False).caches()
 
     def decode_caches(self, seqs: tuple[Sequence, ...]) -> list:
-        return PagedStep(self.pool, [s.seq_id for s in seqs], [s.num_cached for s in seqs], 1,
-                         batched=True).caches()
+        """Prepare one decode step and take the per-layer fused decisions (after prepare_write: the slab count
+        is the one the kernel will see)."""
+        step = PagedStep(self.pool, [s.seq_id for s in seqs], [s.num_cached for s in seqs], 1, batched=True)
+        if self.decisions is not None:
+            context = max(n - self.pool.logical_start(sid) for n, sid in zip(step.lengths, step.seq_ids))
+            step.set_fused(self.decisions.decide(len(seqs), context), self.kernel)
+        self._decode_step = step
+        return step.caches()
+
+    def finish_decode(self) -> list[dict]:
+        """Events of the decode step just run (``fused`` changes, then one ``gather``); checks that every fused
+        layer's attention went through the kernel."""
+        step, self._decode_step = self._decode_step, None
+        events = []
+        if self.decisions is not None:
+            events, self.decisions.events = self.decisions.events, []
+        if step is None:
+            return events
+        step.check_served()
+        first, most = step.run_counts()
+        ids = [str(s) for s in step.seq_ids]
+        events.append({"kind": "gather", "seq_ids": list(step.seq_ids),
+                       "layer_runs": {"0": dict(zip(ids, first)), "max": dict(zip(ids, most))},
+                       "fused_layers": sum(step.fused)})
+        return events
 
     def check_integrity(self) -> None:
         self.pool.check_integrity()
         if self.prefix_cache is not None:
             self.prefix_cache.check_integrity()
+        self.conversations.check_integrity()
 
     def live_sequences(self) -> list[int]:
         return list(self.pool.sequence_ids())
 
     def close(self) -> None:
+        self.conversations.clear()
         if self.prefix_cache is not None:
             self.prefix_cache.clear()
 
@@ -96,12 +140,24 @@ class DenseBackend:
         self._prefill: dict[int, list[KVCache]] = {}
         self._batch: list[BatchKVCache] | None = None
         self._batch_ids: list[int] = []
+        self.conversations = DenseConversations()
 
     def admit(self, seq: Sequence) -> bool:
-        self._prefill[seq.seq_id] = [KVCache() for _ in range(self.num_layers)]
+        kept = self.conversations.resume(seq)
+        if kept is not None:
+            self._prefill[seq.seq_id] = kept.state  # extended in place by this turn (mlx-lm prompt-cache style)
+            seq.num_cached = seq.num_shared = len(kept.tokens)
+        else:
+            self._prefill[seq.seq_id] = [KVCache() for _ in range(self.num_layers)]
         return True
 
+    def finish_decode(self) -> list[dict]:
+        return []
+
     def release(self, seq: Sequence) -> None:
+        """Drop a finished sequence (from the decoding batch: ``filter``); a conversation turn with a follow-up
+        keeps its per-layer ``KVCache`` (``extract``) first."""
+        self.conversations.finish(seq, lambda: self._extract(seq.seq_id))
         self._prefill.pop(seq.seq_id, None)
         if seq.seq_id in self._batch_ids:
             keep = [i for i, sid in enumerate(self._batch_ids) if sid != seq.seq_id]
@@ -111,6 +167,12 @@ class DenseBackend:
             else:
                 for cache in self._batch:
                     cache.filter(keep)
+
+    def _extract(self, seq_id: int) -> list[KVCache]:
+        if seq_id in self._prefill:
+            return self._prefill[seq_id]
+        index = self._batch_ids.index(seq_id)
+        return [cache.extract(index) for cache in self._batch]
 
     def prefill_caches(self, seq: Sequence, start: int, num_tokens: int) -> list:
         caches = self._prefill[seq.seq_id]
@@ -143,11 +205,13 @@ class DenseBackend:
     def check_integrity(self) -> None:
         assert len(set(self._batch_ids)) == len(self._batch_ids), "duplicate sequence in the dense batch"
         assert not set(self._batch_ids) & set(self._prefill), "sequence both prefilling and decoding"
+        self.conversations.check_integrity()
 
     def live_sequences(self) -> list[int]:
         return sorted(set(self._prefill) | set(self._batch_ids))
 
     def close(self) -> None:
+        self.conversations.clear()
         self._prefill.clear()
         self._batch = None
         self._batch_ids = []

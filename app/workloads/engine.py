@@ -9,7 +9,7 @@ single prompt reproduces stock generation exactly.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import mlx.core as mx
@@ -26,6 +26,7 @@ class StepResult:
     num_tokens: int
     wall_s: float
     finished: list  # sequences finished by this step
+    events: list = field(default_factory=list)  # backend events of this step (fused decisions, gather runs)
 
 
 def make_sampler(temperature: float = 0.0, top_p: float = 0.0) -> Callable[[mx.array], mx.array]:
@@ -77,10 +78,11 @@ class Engine:
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         sampled = self.sampler(logprobs)
         mx.eval(sampled, logits, *_cache_state(caches))
+        events = self.backend.finish_decode()  # before completion: release may drop what the events describe
         if self.logits_hook is not None:
             self.logits_hook([s.seq_id for s in plan.seqs], logits)
         finished = self.scheduler.complete_decode(plan, sampled.tolist())
-        return StepResult("decode", len(plan.seqs), len(plan.seqs), time.perf_counter() - t0, finished)
+        return StepResult("decode", len(plan.seqs), len(plan.seqs), time.perf_counter() - t0, finished, events)
 
 
 def _cache_state(caches: list) -> list:

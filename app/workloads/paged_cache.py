@@ -15,6 +15,12 @@ same padding, same mask -> same attention arithmetic.
 Step protocol (owned by ``PagedStep``): the caller creates one ``PagedStep`` per forward pass, which calls
 ``pool.prepare_write`` once per sequence *before* the model runs (so a budget error happens before any compute
 and changes nothing); each layer's ``update_and_fetch`` then calls ``pool.write`` and ``pool.gather_visible``.
+
+Fused decode (``PagedStep.set_fused``, decided per layer by ``app.workloads.fused_attention.DecodeDecisions``): a
+fused layer's ``update_and_fetch`` only writes (no gather, no padded batch) and hands back the new token's K/V
+untouched; the paged SDPA installed in the model's module then calls ``PagedStep.fused_attention``, which runs
+the kernel on the pool's slabs through the block tables. ``check_served`` proves every fused layer's attention
+went that way (a model that bypassed the paged SDPA would otherwise attend to one token only).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from typing import Sequence
 import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import create_attention_mask
+
+from pool.gather_runs import count_runs
 
 
 class PagedStep:
@@ -53,6 +61,20 @@ class PagedStep:
         self.left_padding = [self.width - n for n in self.lengths]
         self._left_padding_array = mx.array(self.left_padding) if batched else None
         self._offset_array = mx.array(self.starts) if batched else None
+        num_layers = pool.config.num_layers
+        self.fused = [False] * num_layers  # per layer: attention runs on the fused kernel this step
+        self.kernel = None                 # KernelRoute when any layer is fused
+        self.served: set[int] = set()      # fused layers whose attention the kernel computed
+        self.gather_runs: dict[int, list[int]] = {}  # layer -> same-slab runs read per sequence (gathered layers)
+
+    def set_fused(self, flags: list[bool], kernel) -> None:
+        """Mark layers whose attention runs on ``kernel`` (a ``KernelRoute``); only one-token batched decode."""
+        if any(flags) and (not self.batched or self.num_tokens != 1):
+            raise ValueError("fused attention applies to batched one-token decode steps only")
+        if len(flags) != len(self.fused):
+            raise ValueError(f"expected {len(self.fused)} per-layer flags, got {len(flags)}")
+        self.fused = list(flags)
+        self.kernel = kernel if any(flags) else None
 
     def caches(self) -> list["PagedLayerCache"]:
         """One cache object per layer, to pass as ``cache=`` to the model."""
@@ -81,10 +103,14 @@ class PagedStep:
         for i, (seq_id, start) in enumerate(zip(self.seq_ids, self.starts)):
             # pool layout is [tokens, heads, dim]; mlx-lm's is [batch, heads, tokens, dim]
             self.pool.write(layer, seq_id, start, keys[i].transpose(1, 0, 2), values[i].transpose(1, 0, 2))
-        gathered = []
+        if self.fused[layer]:
+            return keys, values  # the kernel reads the slabs itself; nothing to gather (see fused_attention)
+        gathered, runs = [], []
         for seq_id in self.seq_ids:
             result = self.pool.gather_visible(layer, seq_id)
             gathered.append((result.keys, result.values))
+            runs.append(result.num_runs)
+        self.gather_runs[layer] = runs
         # The pool hands back transposed views of [T, H, D] storage. The dense caches hand SDPA row-contiguous
         # [B, H, T, D] arrays, and SDPA's CPU path sums in a different order for the two layouts (measured: not
         # byte-equal), so materialise the dense layout: one copy per sequence into a zero-filled batch buffer
@@ -93,6 +119,57 @@ class PagedStep:
             k, v = gathered[0]
             return mx.contiguous(k)[None], mx.contiguous(v)[None]
         return _padded_batch([k for k, _ in gathered], self.width), _padded_batch([v for _, v in gathered], self.width)
+
+
+    def fused_attention(self, layer: int, queries: mx.array, scale: float) -> mx.array:
+        """Attention of this step's one query token per sequence ([B, Hq, 1, D]) by the fused kernel, reading
+        the K/V written by ``write_and_gather`` straight from the layer's slabs. Reads the pool only."""
+        if not self.fused[layer]:
+            raise RuntimeError(f"layer {layer} is not in fused mode this step")
+        if queries.shape[0] != len(self.seq_ids) or queries.shape[2] != 1:
+            raise ValueError(f"expected queries [{len(self.seq_ids)}, Hq, 1, D], got {queries.shape}")
+        self.served.add(layer)
+        kernel = self.kernel
+        return kernel.run(self.pool, layer, self.seq_ids, queries, scale=scale, backend=kernel.backend)
+
+    def check_served(self) -> None:
+        """RuntimeError if a fused layer's attention did not go through the paged SDPA (after the forward)."""
+        missed = [layer for layer, fused in enumerate(self.fused) if fused and layer not in self.served]
+        if missed:
+            raise RuntimeError(f"fused layers {missed} were never attended through the paged SDPA: the model "
+                               "does not call mlx-lm's scaled_dot_product_attention")
+
+    def run_counts(self) -> tuple[list[int], list[int]]:
+        """Same-slab runs per sequence this step: (layer 0, max over layers). Gathered layers report what the
+        gathers read; fused layers what the kernel walks (the block table's runs, computed here)."""
+        first: list[int] = []
+        most = [0] * len(self.seq_ids)
+        seen: dict[int, tuple[list[int], int]] = {}  # seq -> (rows, runs) last counted: layers share tables
+        for layer in range(len(self.fused)):
+            runs = self.gather_runs.get(layer)
+            if runs is None:
+                runs = [self._table_runs(layer, seq_id, seen) for seq_id in self.seq_ids]
+            if layer == 0:
+                first = runs
+            most = [max(a, b) for a, b in zip(most, runs)]
+        return first, most
+
+    def _table_runs(self, layer: int, seq_id: int, seen: dict) -> int:
+        """Same-slab runs of a sequence's visible blocks in ``layer`` (what a gather or the kernel reads); a
+        table equal to the one counted last for this sequence (the usual case: layers allocate in lockstep)
+        reuses its count, so a step costs one list comparison per layer instead of one walk."""
+        table = self.pool.book.tables(seq_id)[layer]
+        bs = self.pool.config.block_size
+        rows = table.rows[table.logical_start // bs:-(-table.length // bs)]
+        last = seen.get(seq_id)
+        if last is not None and last[0] == rows:
+            return last[1]
+        if self.pool.config.design != "slab":
+            runs = 1 if rows else 0
+        else:
+            runs = count_runs(rows, self.pool.config.slab_blocks)
+        seen[seq_id] = (rows, runs)
+        return runs
 
 
 def _padded_batch(parts: list[mx.array], width: int) -> mx.array:
@@ -114,6 +191,10 @@ class PagedLayerCache:
     @property
     def offset(self):
         return self.step.offset
+
+    @property
+    def fused(self) -> bool:
+        return self.step.fused[self.layer]
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         return self.step.write_and_gather(self.layer, keys, values)

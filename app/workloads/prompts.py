@@ -71,21 +71,22 @@ def phase_requests(phase: Phase, source: TokenSource, *, first_id: int, shared: 
             out.append(Request(first_id + i, prefix + source.tokens(length), gen, phase.name))
         return out
     if phase.kind == "conversation":
-        return [_turn(phase, source, first_id, [], 1)]
+        return [_turn(phase, source, first_id, [], 1, f"{phase.name}#{first_id}")]
     return []
 
 
-def _turn(phase: Phase, source: TokenSource, req_id: int, history: list[int], turn: int) -> Request:
-    """Turn ``turn`` of a conversation: the history so far plus new user tokens; chains the next turn."""
+def _turn(phase: Phase, source: TokenSource, req_id: int, history: list[int], turn: int, key: str) -> Request:
+    """Turn ``turn`` of conversation ``key``: the history so far plus new user tokens; chains the next turn.
+    Every turn but the last keeps its K/V for the next one (``kv_key``/``keep_kv``)."""
     prompt = history + source.tokens(source.rng.randint(*phase.prompt_tokens))
     gen = source.rng.randint(*phase.gen_tokens)
 
     def next_turn(seq: Sequence) -> list[Request]:
         if turn >= phase.turns:
             return []
-        return [_turn(phase, source, req_id + 1, list(seq.tokens), turn + 1)]
+        return [_turn(phase, source, req_id + 1, list(seq.tokens), turn + 1, key)]
 
-    return Request(req_id, prompt, gen, phase.name, on_finish=next_turn)
+    return Request(req_id, prompt, gen, phase.name, on_finish=next_turn, kv_key=key, keep_kv=turn < phase.turns)
 
 
 def make_source(loaded, seed: int) -> TokenSource:

@@ -27,24 +27,27 @@ class Cancelled(Exception):
 
 def run_workload(spec: RunSpec, emit: Emit, tick: Tick | None = None, stop: threading.Event | None = None, *,
                  loaded=None, attach: Callable | None = None, check_integrity: bool = False,
-                 logits_hook=None) -> dict:
+                 logits_hook=None, kernel_route=None) -> dict:
     """Run ``spec`` to completion (or until ``stop`` is set) and return the summary dict.
 
     ``loaded``: a ``LoadedModel`` to reuse (else ``load_model(spec.model, ...)``). ``attach(meta, session)``
     is called once the model and pool exist, before the first phase (the worker starts its probes there).
     ``check_integrity``: run pool/scheduler integrity checks after every step (tests). Mutates nothing outside
     the session it builds; on an exception the session is closed and the exception propagates.
+    ``logits_hook(seq_ids, logits)``: every decode step's [B, vocab] logits (parity tests). ``kernel_route``: the
+    fused decode kernel and its registration (``app.workloads.fused_attention.KernelRoute``; default the real
+    ``pool.kernels`` ones; tests pass a fake kernel).
     """
     if stop is None and hasattr(tick, "is_set"):  # the contract's short form run_workload(spec, emit, stop)
         tick, stop = None, tick
     scenario = load_scenario(spec.scenario, spec.overrides)  # validated before any model loading
-    session = build_session(spec, scenario, loaded=loaded, logits_hook=logits_hook)
-    runner = _Runner(spec, scenario, session, emit, tick or (lambda s, t: None), stop, check_integrity)
-    meta = session.meta()
-    emit(runner.event("meta", **meta))
-    if attach is not None:
-        attach(meta, session)
+    session = build_session(spec, scenario, loaded=loaded, logits_hook=logits_hook, kernel_route=kernel_route)
     try:
+        runner = _Runner(spec, scenario, session, emit, tick or (lambda s, t: None), stop, check_integrity)
+        meta = session.meta()
+        emit(runner.event("meta", **meta))
+        if attach is not None:
+            attach(meta, session)
         return runner.run()
     finally:
         session.close()
@@ -118,6 +121,8 @@ class _Runner:
         self.footprint.sample()
         self.emit(self.event("step", phase=phase_name, type=result.kind, batch=result.batch,
                              num_tokens=result.num_tokens, wall_s=round(result.wall_s, 6)))
+        for event in result.events:  # fused decision changes and the step's gather runs (decode steps)
+            self.emit(self.event(**event))
         if self.check:
             self.session.check_integrity()
         self.tick(self.step, self.tokens)

@@ -9,7 +9,8 @@ of ``[[phases]]`` run one after the other, each marked by start/end events:
   drawn per request from the run's seed), at most ``concurrency`` in flight (new ones are admitted as others
   finish); ``shared_prefix`` tokens of one common system prompt precede each prompt;
 - ``kind = "conversation"``: one conversation of ``turns`` turns; each turn's prompt is the whole conversation so
-  far plus ``prompt_tokens`` new user tokens.
+  far plus ``prompt_tokens`` new user tokens, and each turn resumes from the previous turn's kept K/V
+  (``app.workloads.conversations``).
 
 Phase values may name a parameter as ``"$name"``. Pure Python (tomllib): the TUI lists scenarios without mlx.
 """

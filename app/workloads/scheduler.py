@@ -32,6 +32,8 @@ class Request:
     phase: str = ""
     on_finish: Callable[["Sequence"], Iterable["Request"]] | None = None  # follow-up requests (multiturn)
     stop_tokens: frozenset[int] = frozenset()  # sampling one of these ends the request (EOS for generation)
+    kv_key: str | None = None  # conversation whose kept K/V this request resumes from / keeps (multiturn)
+    keep_kv: bool = False      # keep this request's K/V after it finishes (a later turn resumes from it)
 
     def __post_init__(self):
         if not self.prompt:

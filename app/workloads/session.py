@@ -28,6 +28,7 @@ class WorkloadSession:
         self.spec, self.scenario, self.loaded = spec, scenario, loaded
         self.backend, self.scheduler, self.engine, self.source = backend, scheduler, engine, source
         self.pool_params = pool_params
+        self.sdpa_module: str | None = None  # model module whose scaled_dot_product_attention we rebound
         self._next_request = 0
         longest = max((p.shared_prefix for p in scenario.phases), default=0)
         # one system prompt shared by every phase that asks for a prefix
@@ -57,8 +58,12 @@ class WorkloadSession:
             out["pool"] = {"stats": snap["stats"], "counters": snap["counters"],
                            "num_slabs": [layer["num_slabs"] for layer in snap["layers"][:1]],
                            "bytes_per_row": snap["bytes_per_row"]}
+            decisions = self.pool.decisions
+            out["fused_decode"] = {"fused": decisions.fused, "gather": decisions.gather,
+                                   "reasons": dict(decisions.by_reason), **(self._fused_meta() or {})}
         if self.backend.prefix_cache is not None:
             out["prefix_cache"] = self.backend.prefix_cache.counters()
+        out["conversations"] = self.backend.conversations.counters()
         return out
 
     def meta(self) -> dict:
@@ -83,13 +88,27 @@ class WorkloadSession:
             "pool": {"design": self.spec.backend if self.pool is not None else None, **self.pool_params,
                      "max_blocks_per_layer": self.spec.max_blocks_per_layer},
             "spec": self.spec.to_dict(),
+            "fused_decode": self._fused_meta(),
         }
 
+    def _fused_meta(self) -> dict | None:
+        kernel = getattr(self.backend, "kernel", None)
+        if kernel is None:
+            return None
+        return {"backend": kernel.backend, "registered": list(kernel.registered), "sdpa_module": self.sdpa_module}
+
     def close(self) -> None:
-        for seq in list(self.scheduler.running):
-            self.scheduler.running.remove(seq)
-            self.backend.release(seq)
-        self.backend.close()
+        """Release every running sequence, kept conversation and cached prefix; restore mlx-lm's SDPA."""
+        from app.workloads.fused_attention import uninstall_paged_sdpa
+
+        try:
+            for seq in list(self.scheduler.running):
+                self.scheduler.running.remove(seq)
+                self.backend.release(seq)
+            self.backend.close()
+        finally:
+            uninstall_paged_sdpa(self.sdpa_module)
+            self.sdpa_module = None
 
 
 def _slabscope_version() -> str:
@@ -101,25 +120,32 @@ def _slabscope_version() -> str:
         return "0+checkout"
 
 
-def make_backend(spec: RunSpec, loaded, pool_params: dict):
-    """The KV backend the spec asks for: a PagedKVPool of the named design, or mlx-lm's dense caches."""
+def make_backend(spec: RunSpec, loaded, pool_params: dict, *, kernel_route=None, routable: bool = False):
+    """The KV backend the spec asks for: a PagedKVPool of the named design (with the fused-decode decisions
+    and ``kernel_route``, already started), or mlx-lm's dense caches."""
     if spec.backend == "dense":
         return DenseBackend(loaded.num_layers)
     from pool.config import PoolConfig
     from pool.pool import PagedKVPool
     from pool.prefix_cache import PrefixCache
 
+    from app.workloads.fused_attention import DecodeDecisions
+
     pool = PagedKVPool(PoolConfig(num_layers=loaded.num_layers, block_size=pool_params["block_size"],
                                   slab_blocks=pool_params["slab_blocks"], design=spec.backend,
                                   max_blocks_per_layer=spec.max_blocks_per_layer))
     prefix = PrefixCache(pool, pool_params["block_size"]) if pool_params.get("prefix_cache") else None
     align = math.lcm(pool_params["block_size"], pool_params.get("prefill_chunk", pool_params["block_size"]))
-    return PagedBackend(pool, prefix_cache=prefix, align_tokens=align)
+    decisions = DecodeDecisions(pool, dtype=loaded.dtype, head_dim=loaded.head_dim,
+                                routable=routable and kernel_route is not None)
+    return PagedBackend(pool, prefix_cache=prefix, align_tokens=align, decisions=decisions, kernel=kernel_route)
 
 
 def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook=None,
-                  temperature: float = 0.0, top_p: float = 0.0) -> WorkloadSession:
-    """Load the model (unless given), build backend, scheduler, engine and prompt source."""
+                  temperature: float = 0.0, top_p: float = 0.0, kernel_route=None) -> WorkloadSession:
+    """Load the model (unless given), build backend, scheduler, engine and prompt source. Paged backends
+    register the fused kernels (``kernel_route``: a ``KernelRoute``, default the real ones) and install the paged
+    SDPA in the model's module; ``WorkloadSession.close`` restores it."""
     pool_params = resolved_pool_params(spec, scenario.pool)
     if loaded is None:
         from app.models import load_model
@@ -128,10 +154,18 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
     import mlx.core as mx
 
     mx.random.seed(spec.seed)
-    backend = make_backend(spec, loaded, pool_params)
+    sdpa_module = None
+    if spec.backend != "dense":
+        from app.workloads.fused_attention import KernelRoute, install_paged_sdpa
+
+        kernel_route = (kernel_route or KernelRoute()).start()
+        sdpa_module = install_paged_sdpa(loaded.model)
+    backend = make_backend(spec, loaded, pool_params, kernel_route=kernel_route, routable=sdpa_module is not None)
     scheduler = Scheduler(prefill_chunk=pool_params["prefill_chunk"], admit_fn=backend.admit,
                           release_fn=backend.release)
     engine = Engine(loaded.model, backend, scheduler, sampler=make_sampler(temperature, top_p),
                     logits_hook=logits_hook)
-    return WorkloadSession(spec, scenario, loaded, backend, scheduler, engine, make_source(loaded, spec.seed),
-                           pool_params)
+    session = WorkloadSession(spec, scenario, loaded, backend, scheduler, engine, make_source(loaded, spec.seed),
+                              pool_params)
+    session.sdpa_module = sdpa_module
+    return session

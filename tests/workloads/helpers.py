@@ -24,14 +24,14 @@ def write_scenario(directory: Path, text: str, name: str = "t") -> str:
     return str(path)
 
 
-def run_backend(loaded, scenario: str, backend: str, *, check: bool = True, **spec_fields):
+def run_backend(loaded, scenario: str, backend: str, *, check: bool = True, kernel_route=None, **spec_fields):
     """Run ``scenario`` on ``backend``; returns (summary, events, [(seq_ids, logits)] per decode step)."""
     from app.workloads.runner import run_workload
     from app.workloads.spec import RunSpec
 
     events, logits = [], []
     spec = RunSpec(scenario=scenario, backend=backend, model=loaded.name, **spec_fields)
-    summary = run_workload(spec, events.append, loaded=loaded, check_integrity=check,
+    summary = run_workload(spec, events.append, loaded=loaded, check_integrity=check, kernel_route=kernel_route,
                            logits_hook=lambda ids, lg: logits.append((list(ids), lg)))
     return summary, events, logits
 

@@ -1,0 +1,140 @@
+"""Fused paged decode in the live path: which kernel runs, the paged SDPA that routes attention to it, and the
+per-step decisions (with their ``fused``/``gather`` events).
+
+mlx-lm attention modules call ``scaled_dot_product_attention(queries, keys, values, cache=cache, scale=...,
+mask=...)``, a name each model module imports from ``mlx_lm.models.base``. ``install_paged_sdpa(module)`` rebinds
+that name in the model's module (refcounted, restored by ``uninstall_paged_sdpa``) to a function that sends a
+decode step's attention to the fused kernel when the layer's cache is a paged cache in fused mode, and defers to
+mlx-lm's own function for everything else (prefill, dense caches, gather-mode layers).
+
+The decision is the pool's (``pool.fused_decision``: env switch, GPU backend, registered ``KernelCaps``, dtype,
+head_dim, batch, slab count, context): asked once per layer per decode step, after ``prepare_write`` so the slab
+count is the one the kernel will read. This module imports mlx only through the paged cache it type-checks.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Callable
+
+KernelFn = Callable[..., object]  # (pool, layer, seq_ids, queries, *, scale, backend) -> [B, Hq, 1, D]
+
+
+def _fused_decode(pool, layer, seq_ids, queries, *, scale, backend):
+    from pool.kernels.paged_decode import fused_decode
+
+    return fused_decode(pool, layer, seq_ids, queries, scale=scale, backend=backend)
+
+
+def _register_kernels() -> list[str]:
+    from pool.kernels import register_kernels
+
+    return register_kernels()
+
+
+@dataclass
+class KernelRoute:
+    """The fused kernel the live path calls and how kernels get registered with the pool's decision registry.
+
+    Defaults: ``pool.kernels.register_kernels()`` (CUDA with measured thresholds; Metal when opted in) and
+    ``pool.kernels.paged_decode.fused_decode`` for the backend MLX runs on. Tests substitute both (a fake kernel
+    registered for a pretend backend) to exercise the routing on CPU.
+    """
+
+    run: KernelFn = _fused_decode
+    register: Callable[[], list] = _register_kernels
+    backend: str | None = None  # None: pool.fused_decision.detect_backend() at start
+    registered: list = field(default_factory=list)
+
+    def start(self) -> "KernelRoute":
+        """Register the kernels and fix the backend name the kernel is called with; returns self."""
+        self.registered = list(self.register() or [])
+        if self.backend is None:
+            from pool.fused_decision import detect_backend
+
+            self.backend = detect_backend()
+        return self
+
+
+# ------------------------------------------------------------------------------------------------ paged SDPA
+_INSTALLED: dict[str, tuple[object, int]] = {}  # module name -> (mlx-lm's function, install count)
+
+
+def make_paged_sdpa(original: Callable) -> Callable:
+    """A drop-in for mlx-lm's ``scaled_dot_product_attention`` that runs fused-mode paged caches on the kernel."""
+    from app.workloads.paged_cache import PagedLayerCache
+
+    def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):
+        if isinstance(cache, PagedLayerCache) and cache.fused:
+            if sinks is not None:
+                raise NotImplementedError("the fused paged-decode kernel does not support attention sinks")
+            return cache.step.fused_attention(cache.layer, queries, scale)
+        if sinks is None:
+            return original(queries, keys, values, cache=cache, scale=scale, mask=mask)
+        return original(queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks)
+
+    scaled_dot_product_attention.paged_original = original
+    return scaled_dot_product_attention
+
+
+def install_paged_sdpa(model) -> str | None:
+    """Rebind ``scaled_dot_product_attention`` in the model's module; returns the module name, or None when the
+    module does not call attention through that name (then fused decode stays off for this model)."""
+    name = type(model).__module__
+    module = sys.modules.get(name)
+    if module is None or not callable(getattr(module, "scaled_dot_product_attention", None)):
+        return None
+    if name in _INSTALLED:
+        original, count = _INSTALLED[name]
+        _INSTALLED[name] = (original, count + 1)
+        return name
+    original = module.scaled_dot_product_attention
+    _INSTALLED[name] = (original, 1)
+    module.scaled_dot_product_attention = make_paged_sdpa(original)
+    return name
+
+
+def uninstall_paged_sdpa(name: str | None) -> None:
+    """Undo one ``install_paged_sdpa``; the last one restores mlx-lm's function."""
+    if name is None or name not in _INSTALLED:
+        return
+    original, count = _INSTALLED[name]
+    if count > 1:
+        _INSTALLED[name] = (original, count - 1)
+        return
+    del _INSTALLED[name]
+    setattr(sys.modules[name], "scaled_dot_product_attention", original)
+
+
+# ------------------------------------------------------------------------------------------------ decisions
+NOT_ROUTABLE = "model module does not call scaled_dot_product_attention by name"
+
+
+class DecodeDecisions:
+    """Owns each layer's last emitted decision; asks the pool once per layer per decode step and queues a
+    ``fused`` event whenever a layer's (use_fused, reason) changes. ``dtype``/``head_dim``: the K/V geometry
+    (the pool's once written, else the model's)."""
+
+    def __init__(self, pool, *, dtype: str, head_dim: int, routable: bool):
+        self.pool = pool
+        self.dtype, self.head_dim, self.routable = dtype, head_dim, routable
+        self.last: dict[int, tuple[bool, str]] = {}
+        self.events: list[dict] = []
+
+    def decide(self, batch_size: int, context_len: int) -> list[bool]:
+        """Per layer: True to run the fused kernel this step. Counts in the pool's decision counters."""
+        geometry = self.pool.book.geometry or {}
+        dtype, head_dim = geometry.get("dtype", self.dtype), geometry.get("head_dim", self.head_dim)
+        out = []
+        for layer in range(self.pool.config.num_layers):
+            decision = self.pool.fused_decision(layer, dtype=dtype, head_dim=head_dim, batch_size=batch_size,
+                                                context_len=context_len)
+            use, reason = decision.use_fused, decision.reason
+            if use and not self.routable:
+                use, reason = False, NOT_ROUTABLE
+            if self.last.get(layer) != (use, reason):
+                self.last[layer] = (use, reason)
+                self.events.append({"kind": "fused", "layer": layer, "use_fused": use, "reason": reason})
+            out.append(use)
+        return out

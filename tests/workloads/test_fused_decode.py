@@ -1,0 +1,162 @@
+"""Fused paged decode in the live path: per-layer decisions at every decode step, their events and counters, the
+paged SDPA that routes a fused layer's attention to the kernel, and SLABSCOPE_PAGED_ATTENTION_NATIVE=0.
+
+No GPU here, so the routing is exercised with a fake kernel registered for a pretend "metal" backend whose
+function is the gather path (``pool.kernels.paged_decode.gather_decode``). Equality that holds (and is asserted):
+the fused-route run and the gather run give byte-identical logits (``mx.array_equal``) at every decode step and
+identical tokens, on CPU, for single sequences and for batches of different lengths. Why: both end in MLX's CPU
+SDPA on the same K/V bytes; the gather path pads shorter sequences on the left and masks the padding to -inf,
+whose exp() is exactly 0, and those exact zeros lead every reduction (sum of exps, P @ V), so the sums of the real
+terms are formed in the same order. A real GPU kernel reorders the arithmetic (online softmax): that comparison is
+tolerance-bounded and lives in tests/gpu.
+"""
+
+import pytest
+
+from .helpers import assert_same_logits, run_backend, write_scenario
+
+BURST = """
+[params]
+n = 3
+[[phases]]
+name = "burst"
+kind = "requests"
+count = "$n"
+concurrency = 3
+prompt_tokens = [9, 40]
+gen_tokens = [4, 9]
+"""
+POOL = dict(block_size=4, slab_blocks=2, prefill_chunk=16, prefix_cache=False)
+
+
+@pytest.fixture
+def fake_metal(monkeypatch):
+    """A KernelRoute whose 'metal' kernel is gather_decode; MLX's device reported as metal. Returns (route, calls)."""
+    import pool.fused_decision as fd
+    from app.workloads.fused_attention import KernelRoute
+    from pool.fused_decision import KernelCaps, register_kernel, unregister_kernel
+    from pool.kernels.paged_decode import gather_decode
+
+    calls = []
+
+    def kernel(pool, layer, seq_ids, queries, *, scale, backend):
+        calls.append((layer, tuple(seq_ids), backend))
+        return gather_decode(pool, layer, seq_ids, queries, scale=scale)
+
+    def register():
+        register_kernel(KernelCaps(backend="metal", dtypes=frozenset({"float32"}), head_dims=frozenset({16, 32}),
+                                   multi_slab=True))
+        return ["metal"]
+
+    monkeypatch.setattr(fd, "detect_backend", lambda: "metal")
+    monkeypatch.delenv("SLABSCOPE_PAGED_ATTENTION_NATIVE", raising=False)
+    yield (lambda: KernelRoute(run=kernel, register=register, backend="metal")), calls
+    unregister_kernel("metal")
+
+
+def _decode_steps(events):
+    return [e for e in events if e["kind"] == "step" and e["type"] == "decode"]
+
+
+def test_cpu_decision_is_gather_with_a_reason_asked_per_layer_per_decode_step(tiny_llama, tmp_path):
+    summary, events, _ = run_backend(tiny_llama, write_scenario(tmp_path, BURST), "slab", **POOL)
+    decode = _decode_steps(events)
+    layers = tiny_llama.num_layers
+    counters = summary["pool"]["counters"]
+    assert counters["gather_decisions"] == len(decode) * layers and counters["fused_decisions"] == 0
+    fused = [e for e in events if e["kind"] == "fused"]
+    # one event per layer: the decision never changes on CPU, so it is not repeated every step
+    assert [e["layer"] for e in fused] == list(range(layers))
+    assert all(not e["use_fused"] and e["reason"] == "no GPU kernel backend (cpu)" for e in fused)
+    gathers = [e for e in events if e["kind"] == "gather"]
+    assert len(gathers) == len(decode) and [g["step"] for g in gathers] == [d["step"] for d in decode]
+    for g, d in zip(gathers, decode):
+        assert len(g["seq_ids"]) == d["batch"] and g["fused_layers"] == 0
+        runs0, runs_max = g["layer_runs"]["0"], g["layer_runs"]["max"]
+        assert set(runs0) == {str(s) for s in g["seq_ids"]} and all(1 <= runs0[k] <= runs_max[k] for k in runs0)
+    assert max(max(g["layer_runs"]["max"].values()) for g in gathers) > 1  # 2-block slabs: several runs
+
+
+@pytest.mark.parametrize("model", ["tiny_llama", "tiny_qwen3"])
+@pytest.mark.parametrize("backend", ["slab", "monolithic"])
+def test_fused_route_matches_the_gather_run_byte_for_byte(model, backend, fake_metal, request, tmp_path,
+                                                          monkeypatch):
+    import mlx_lm.models.base as base
+
+    loaded = request.getfixturevalue(model)
+    module = __import__(type(loaded.model).__module__, fromlist=["x"])
+    make_route, calls = fake_metal
+    scenario = write_scenario(tmp_path, BURST)
+    fused_sum, fused_ev, fused_logits = run_backend(loaded, scenario, backend, kernel_route=make_route(), **POOL)
+    assert module.scaled_dot_product_attention is base.scaled_dot_product_attention  # restored after the run
+    monkeypatch.setenv("SLABSCOPE_PAGED_ATTENTION_NATIVE", "0")
+    kernel_calls = len(calls)
+    gather_sum, gather_ev, gather_logits = run_backend(loaded, scenario, backend, kernel_route=make_route(), **POOL)
+
+    decode, layers = _decode_steps(fused_ev), loaded.num_layers
+    assert kernel_calls == len(decode) * layers and len(calls) == kernel_calls  # env=0: the kernel never ran
+    assert all(backend_name == "metal" for _, _, backend_name in calls)
+    assert fused_sum["pool"]["counters"]["fused_decisions"] == len(decode) * layers
+    assert gather_sum["pool"]["counters"]["gather_decisions"] == len(decode) * layers
+    assert gather_sum["pool"]["counters"]["fused_decisions"] == 0
+    reasons = [e["reason"] for e in fused_ev if e["kind"] == "fused" and e["layer"] == 0]
+    assert all(r.startswith("fused metal kernel (") for r in reasons)
+    if backend == "slab":
+        assert len(reasons) > 1  # the slab count grew during decode: the reason changed, an event followed
+    assert {e["reason"] for e in gather_ev if e["kind"] == "fused"} == {"disabled by SLABSCOPE_PAGED_ATTENTION_NATIVE=0"}
+    assert all(g["fused_layers"] == layers for g in fused_ev if g["kind"] == "gather")
+    assert_same_logits(fused_logits, gather_logits, f"{model}/{backend} fused route vs gather")
+    runs = lambda evs: [(e["seq_ids"], e["layer_runs"]) for e in evs if e["kind"] == "gather"]  # noqa: E731
+    assert runs(fused_ev) == runs(gather_ev)  # the runs counted from the tables == what the gathers read
+
+
+def test_a_fused_layer_writes_without_gathering_and_must_be_served(tiny_llama):
+    import mlx.core as mx
+
+    from app.workloads.paged_cache import PagedStep
+    from pool import PagedKVPool, PoolConfig
+
+    pool = PagedKVPool(PoolConfig(num_layers=2, block_size=4, slab_blocks=2))
+    pool.add_sequence(0)
+    kv = mx.ones((1, 2, 1, 16))
+    step = PagedStep(pool, [0], [0], 1, batched=True)
+    step.set_fused([True, False], kernel=object())
+    keys, values = step.caches()[0].update_and_fetch(kv, kv)
+    assert keys is kv and values is kv and pool.gathers == 0  # written, not gathered
+    assert pool.seq_length(0) == 1 and step.caches()[1].fused is False
+    step.caches()[1].update_and_fetch(kv, kv)
+    assert pool.gathers == 1
+    with pytest.raises(RuntimeError, match=r"fused layers \[0\] were never attended"):
+        step.check_served()
+    with pytest.raises(ValueError, match="one-token decode"):
+        PagedStep(pool, [0], [1], 2, batched=False).set_fused([True, True], kernel=object())
+
+
+def test_paged_sdpa_defers_to_mlx_lm_and_install_is_refcounted(tiny_llama):
+    import mlx.core as mx
+    import mlx_lm.models.base as base
+
+    from app.workloads.fused_attention import install_paged_sdpa, uninstall_paged_sdpa
+
+    module = __import__(type(tiny_llama.model).__module__, fromlist=["x"])
+    first, second = install_paged_sdpa(tiny_llama.model), install_paged_sdpa(tiny_llama.model)
+    try:
+        paged = module.scaled_dot_product_attention
+        assert paged is not base.scaled_dot_product_attention and paged.paged_original is base.scaled_dot_product_attention
+        q, k = mx.random.normal((1, 4, 3, 16)), mx.random.normal((1, 2, 5, 16))
+        expected = base.scaled_dot_product_attention(q, k, k, cache=None, scale=0.25, mask=None)
+        assert mx.array_equal(paged(q, k, k, cache=None, scale=0.25, mask=None), expected)
+        uninstall_paged_sdpa(second)
+        assert module.scaled_dot_product_attention is paged  # still installed once
+    finally:
+        uninstall_paged_sdpa(first)
+    assert module.scaled_dot_product_attention is base.scaled_dot_product_attention
+
+
+def test_a_model_module_without_the_name_is_not_routable():
+    from app.workloads.fused_attention import install_paged_sdpa
+
+    class Opaque:  # defined here: its module has no scaled_dot_product_attention
+        pass
+
+    assert install_paged_sdpa(Opaque()) is None

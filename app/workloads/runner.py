@@ -27,7 +27,7 @@ class Cancelled(Exception):
 
 def run_workload(spec: RunSpec, emit: Emit, tick: Tick | None = None, stop: threading.Event | None = None, *,
                  loaded=None, attach: Callable | None = None, check_integrity: bool = False,
-                 logits_hook=None, kernel_route=None) -> dict:
+                 logits_hook=None, kernel_route=None, before_close: Callable[[dict], None] | None = None) -> dict:
     """Run ``spec`` to completion (or until ``stop`` is set) and return the summary dict.
 
     ``loaded``: a ``LoadedModel`` to reuse (else ``load_model(spec.model, ...)``). ``attach(meta, session)``
@@ -36,7 +36,9 @@ def run_workload(spec: RunSpec, emit: Emit, tick: Tick | None = None, stop: thre
     the session it builds; on an exception the session is closed and the exception propagates.
     ``logits_hook(seq_ids, logits)``: every decode step's [B, vocab] logits (parity tests). ``kernel_route``: the
     fused decode kernel and its registration (``app.workloads.fused_attention.KernelRoute``; default the real
-    ``pool.kernels`` ones; tests pass a fake kernel).
+    ``pool.kernels`` ones; tests pass a fake kernel). ``before_close(summary)`` runs after the last phase and
+    before the session frees the model and pool (the worker stops its probes there, so no sample is taken of a
+    half torn-down process).
     """
     if stop is None and hasattr(tick, "is_set"):  # the contract's short form run_workload(spec, emit, stop)
         tick, stop = None, tick
@@ -48,7 +50,10 @@ def run_workload(spec: RunSpec, emit: Emit, tick: Tick | None = None, stop: thre
         emit(runner.event("meta", **meta))
         if attach is not None:
             attach(meta, session)
-        return runner.run()
+        summary = runner.run()
+        if before_close is not None:
+            before_close(summary)
+        return summary
     finally:
         session.close()
 

@@ -196,10 +196,8 @@ def _worker_main(spec: RunSpec, out_queue, stop_event, log_path: str) -> None:
     try:
         from app.workloads.runner import run_workload
 
-        summary = run_workload(spec, sink.emit, sink.tick, stop_event, attach=sink.attach)
+        run_workload(spec, sink.emit, sink.tick, stop_event, attach=sink.attach, before_close=sink.finish)
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent as text
         text = f"{type(exc).__name__}: {exc}"
         sink.emit({"kind": "error", "text": text, "traceback": traceback.format_exc()})
         sink.finish({"error": text})
-        return
-    sink.finish(summary)

@@ -51,7 +51,7 @@ def fused_decode(pool, layer: int, seq_ids: Sequence[int], queries, *, scale: fl
 def gather_decode(pool, layer: int, seq_ids: Sequence[int], queries, *, scale: float, upcast: bool = False):
     """Gather + SDPA: each sequence's visible K/V gathered from the slabs (one read per same-slab run,
     concatenated), then ``mx.fast.scaled_dot_product_attention``. Equal lengths run as one batched call, unequal
-    ones per sequence. ``upcast=True`` computes in float32 (the high-precision reference)."""
+    ones per sequence. ``upcast=True`` computes and returns float32 (the high-precision reference)."""
     import mlx.core as mx
 
     gathered = [pool.gather_visible(layer, seq_id) for seq_id in seq_ids]
@@ -67,4 +67,4 @@ def gather_decode(pool, layer: int, seq_ids: Sequence[int], queries, *, scale: f
         out = mx.concatenate([
             mx.fast.scaled_dot_product_attention(q[i:i + 1], k[None], v[None], scale=scale)
             for i, (k, v) in enumerate(zip(keys, values))])
-    return out.astype(queries.dtype) if upcast else out
+    return out

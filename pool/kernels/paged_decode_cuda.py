@@ -22,6 +22,7 @@ never reuses a stale binary. This module imports mlx only inside functions.
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import Sequence
 
 from pool.kernels.plan import (DecodePlan, KernelUnsupported, slab_bucket, tokens_per_warp_step,
@@ -29,7 +30,8 @@ from pool.kernels.plan import (DecodePlan, KernelUnsupported, slab_bucket, token
 
 MAX_SLABS = 512               # slab inputs per launch: 2 * 512 pointers = 8 KiB of kernel parameters (< 32 KiB)
 THREADS = 128                 # 4 warps per block
-UNROLL = 4                    # warp steps whose loads are issued before any is consumed
+UNROLL = 8                    # warp steps whose loads are issued before any is consumed (tuned: docs/gpu.md)
+UNROLL_ENV = "SLABSCOPE_CUDA_UNROLL"  # tuning knob for `bench decode` variant runs; unset in normal use
 
 HEADER = r"""
 #define SSP_NEG_INF __int_as_float(0xff800000)
@@ -158,11 +160,7 @@ PASS1_SOURCE = r"""
             score[g][u] = valid[u] ? dot : SSP_NEG_INF;
           }
         }
-        float vf[UNROLL][VEC];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-          ssp_unpack8<T>(vr[u], vf[u]);
-        }
+        // Rescale each head's state to the tile's max once, turning scores into weights in place.
 #pragma unroll
         for (int g = 0; g < GROUP; ++g) {
           float tile_max = score[g][0];
@@ -179,14 +177,23 @@ PASS1_SOURCE = r"""
           }
 #pragma unroll
           for (int u = 0; u < UNROLL; ++u) {
-            const float p = exp2f(score[g][u] - m_new);
-            l[g] += p;
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) {
-              acc[g][i] = fmaf(p, vf[u][i], acc[g][i]);
-            }
+            score[g][u] = exp2f(score[g][u] - m_new);
+            l[g] += score[g][u];
           }
           m[g] = m_new;
+        }
+        // V converted one token at a time (8 live floats, not UNROLL * 8) and shared by the group's heads.
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+          float vf[VEC];
+          ssp_unpack8<T>(vr[u], vf);
+#pragma unroll
+          for (int g = 0; g < GROUP; ++g) {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+              acc[g][i] = fmaf(score[g][u], vf[i], acc[g][i]);
+            }
+          }
         }
       }
     }
@@ -338,9 +345,9 @@ def merge_kernel():
 
 
 def unroll_for(block_size: int, head_dim: int) -> int:
-    """Largest power of two <= UNROLL whose warp step (tokens_per_warp_step * unroll) divides block_size, so a
+    """Largest power of two <= UNROLL (or $SLABSCOPE_CUDA_UNROLL) whose warp step (tokens_per_warp_step * unroll) divides block_size, so a
     step never crosses into the next block."""
-    unroll = UNROLL
+    unroll = int(os.environ.get(UNROLL_ENV, UNROLL))
     while unroll > 1 and block_size % (tokens_per_warp_step(head_dim) * unroll):
         unroll //= 2
     return unroll

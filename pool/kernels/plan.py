@@ -11,6 +11,8 @@ GPU (flash-decoding: each chunk yields a partial softmax state; a second pass me
 
 from __future__ import annotations
 
+import itertools
+import os
 import struct
 from dataclasses import dataclass
 from typing import Sequence
@@ -21,8 +23,9 @@ SUPPORTED_DTYPES = frozenset({"float16", "bfloat16"})
 SUPPORTED_HEAD_DIMS = frozenset({64, 128})
 MAX_GROUP = 8                 # query heads per KV head held in registers (q and acc: 2 * 8 * 8 floats per lane)
 META_HEADER = 4               # slab_blocks, table_stride, chunk_tokens, scale_bits
-TARGET_BLOCKS = 2048          # thread blocks wanted per launch (~15 per SM on a 132-SM H200: short tail wave)
+TARGET_BLOCKS = 8192          # blocks wanted per launch: many waves on a 132-SM H200 (tuned, docs/gpu.md)
 MIN_CHUNK_TOKENS = 256        # never split a sequence finer than this (the merge pass costs more than it saves)
+TARGET_BLOCKS_ENV = "SLABSCOPE_DECODE_TARGET_BLOCKS"  # tuning knob for `bench decode` variant runs
 
 
 class KernelUnsupported(ValueError):
@@ -76,9 +79,12 @@ def slab_bucket(num_slabs: int) -> int:
 
 
 def choose_splits(max_end: int, batch: int, n_kv_heads: int, block_size: int,
-                  target_blocks: int = TARGET_BLOCKS, min_chunk: int = MIN_CHUNK_TOKENS) -> tuple[int, int]:
-    """(num_splits, chunk_tokens): enough (batch x kv-head x split) blocks to fill the GPU, chunks a multiple of
-    block_size and at least ``min_chunk`` tokens (unless the whole context is shorter)."""
+                  target_blocks: int | None = None, min_chunk: int = MIN_CHUNK_TOKENS) -> tuple[int, int]:
+    """(num_splits, chunk_tokens): enough (batch x kv-head x split) blocks to fill the GPU in several waves (a
+    last partial wave idles SMs), chunks a multiple of block_size and at least ``min_chunk`` tokens (unless the
+    whole context is shorter). ``target_blocks`` defaults to TARGET_BLOCKS ($SLABSCOPE_DECODE_TARGET_BLOCKS)."""
+    if target_blocks is None:
+        target_blocks = int(os.environ.get(TARGET_BLOCKS_ENV, TARGET_BLOCKS))
     if max_end <= 0:
         return 1, block_size
     wanted = -(-target_blocks // max(1, batch * n_kv_heads))
@@ -99,22 +105,24 @@ def plan_decode(block_tables: Sequence[Sequence[int]], seq_ends: Sequence[int], 
                 num_splits: int | None = None) -> DecodePlan:
     """Plan one launch over ``len(block_tables)`` sequences. Sequence i attends to positions
     ``[seq_starts[i], seq_ends[i])`` whose blocks are ``block_tables[i][p // block_size]`` (physical rows).
-    Raises KernelUnsupported for tables that do not cover their ends or rows outside the slabs."""
+    Raises KernelUnsupported for tables that do not cover their ends or hold rows outside the slabs."""
     batch = len(block_tables)
     if batch == 0 or len(seq_ends) != batch or (seq_starts is not None and len(seq_starts) != batch):
         raise KernelUnsupported("block_tables, seq_ends and seq_starts must be non-empty and of equal length")
     starts = [0] * batch if seq_starts is None else [int(s) for s in seq_starts]
     ends = [int(e) for e in seq_ends]
-    capacity = num_slabs * slab_blocks
-    for i, (table, start, end) in enumerate(zip(block_tables, starts, ends)):
+    counts = [len(t) for t in block_tables]
+    for i, (count, start, end) in enumerate(zip(counts, starts, ends)):
         if not 0 <= start < end:
             raise KernelUnsupported(f"sequence {i}: visible range [{start}, {end}) is empty or negative")
-        if len(table) * block_size < end:
-            raise KernelUnsupported(f"sequence {i}: {len(table)} blocks cannot cover {end} tokens")
-        needed = table[start // block_size:-(-end // block_size)]
-        if needed and not all(0 <= r < capacity for r in needed):
-            raise KernelUnsupported(f"sequence {i}: a row is outside the {capacity} rows of the slabs")
-    max_blocks = max(1, max(len(t) for t in block_tables))
+        if count * block_size < end:
+            raise KernelUnsupported(f"sequence {i}: {count} blocks cannot cover {end} tokens")
+    # One C-level conversion of all rows (a per-row Python loop costs ~1 ms at 16 x 512 blocks).
+    flat = np.fromiter(itertools.chain.from_iterable(block_tables), dtype=np.int64, count=sum(counts))
+    capacity = num_slabs * slab_blocks
+    if flat.size and (flat.min() < 0 or flat.max() >= capacity):
+        raise KernelUnsupported(f"a block-table row is outside the {capacity} rows of the slabs")
+    max_blocks = max(1, max(counts))
     if num_splits is None:
         splits, chunk = choose_splits(max(ends), batch, n_kv_heads, block_size)
     else:
@@ -123,9 +131,11 @@ def plan_decode(block_tables: Sequence[Sequence[int]], seq_ends: Sequence[int], 
         splits = -(-max(ends) // chunk)
     meta = np.zeros(META_HEADER + 2 * batch + batch * max_blocks, dtype=np.int32)
     meta[:META_HEADER] = (slab_blocks, max_blocks, chunk, scale_bits(scale))
-    meta[META_HEADER:META_HEADER + 2 * batch] = np.array(list(zip(starts, ends)), dtype=np.int32).reshape(-1)
+    meta[META_HEADER:META_HEADER + 2 * batch:2] = starts
+    meta[META_HEADER + 1:META_HEADER + 2 * batch:2] = ends
     table_view = meta[META_HEADER + 2 * batch:].reshape(batch, max_blocks)
-    for i, table in enumerate(block_tables):
-        table_view[i, :len(table)] = table
+    if flat.size:
+        columns = np.arange(max_blocks)
+        table_view[columns[None, :] < np.array(counts)[:, None]] = flat
     return DecodePlan(meta=meta, batch=batch, num_splits=splits, chunk_tokens=chunk, max_blocks=max_blocks,
                       num_slabs=num_slabs, slab_blocks=slab_blocks, block_size=block_size)

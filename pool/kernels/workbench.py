@@ -17,8 +17,8 @@ LAYOUTS = ("single", "multi", "fragmented")
 
 
 def fill_pool(lengths: Sequence[int], *, n_kv_heads: int, head_dim: int, dtype: str, layout: str,
-              block_size: int = 32, slab_blocks: int = 32, seed: int = 0):
-    """A PagedKVPool (1 layer, ``slab`` design) holding sequences 0..B-1 of the given lengths with random K/V
+              block_size: int = 32, slab_blocks: int = 32, seed: int = 0, design: str = "slab"):
+    """A PagedKVPool (1 layer, ``design`` storage) holding sequences 0..B-1 of the given lengths with random K/V
     (normal, std 1). Returns (pool, seq_ids). Evaluates everything it writes."""
     import mlx.core as mx
 
@@ -29,7 +29,7 @@ def fill_pool(lengths: Sequence[int], *, n_kv_heads: int, head_dim: int, dtype: 
     blocks = [-(-n // block_size) for n in lengths]
     if layout == "single":
         slab_blocks = max(1, sum(blocks))
-    pool = PagedKVPool(PoolConfig(num_layers=1, block_size=block_size, slab_blocks=slab_blocks))
+    pool = PagedKVPool(PoolConfig(num_layers=1, block_size=block_size, slab_blocks=slab_blocks, design=design))
     seq_ids = list(range(len(lengths)))
     key = mx.random.key(seed)
     data = []
@@ -70,3 +70,30 @@ def random_queries(batch: int, n_q_heads: int, head_dim: int, dtype: str, seed: 
 
     q = mx.random.normal((batch, n_q_heads, 1, head_dim), key=mx.random.key(seed)) * std
     return q.astype(getattr(mx, dtype))
+
+
+def poison_unused(pool, layer: int = 0) -> int:
+    """Overwrite with NaN every K/V position of ``layer`` that no sequence can see (free rows, the tail of partial
+    last blocks, positions before a logical start), so a read of any of them shows in the output. Mutates the
+    storage arrays (reassigned); returns the number of poisoned token positions."""
+    import mlx.core as mx
+    import numpy as np
+
+    storage = pool.storage
+    per_slab = int(storage.keys[layer][0].shape[0])
+    bs = pool.config.block_size
+    visible = [np.zeros((per_slab, bs), dtype=bool) for _ in storage.keys[layer]]
+    for seq_id in pool.sequence_ids():
+        table = pool.book.tables(seq_id)[layer]
+        for pos in range(table.logical_start, table.length):
+            slab, local = divmod(table.rows[pos // bs], per_slab)
+            visible[slab][local, pos % bs] = True
+    poisoned = 0
+    for tensors in (storage.keys[layer], storage.values[layer]):
+        for i, slab in enumerate(tensors):
+            mask = mx.array(visible[i])[:, :, None, None]
+            tensors[i] = mx.where(mask, slab, mx.array(float("nan"), dtype=slab.dtype))
+        mx.eval(tensors)
+    for mask in visible:
+        poisoned += int((~mask).sum())
+    return poisoned

@@ -1,0 +1,141 @@
+"""Fused paged-decode kernel vs the gather + SDPA path, on the GPU backend that is present (CUDA or Metal).
+
+B in {1, 4, 8, 16} x context in {1k, 4k, 16k} x tables {single slab, multi-slab, fragmented}, bf16, head_dim 128
+and GQA 16/8 (qwen3-0.6b's geometry); plus fp16 / head_dim 64 / GQA 4 and ragged lengths with a logical start.
+
+Error measure: ``max|fused - ref| / max|ref|`` over the whole output, against (a) a float32 gather + SDPA path
+(the high-precision reference) and (b) the gather path in the storage dtype. The kernel accumulates in float32 in
+another order than SDPA and rounds its output once to the storage dtype (relative 2^-9 for bf16, 2^-12 for
+fp16), so against (a) it must stay within TOLERANCE = 2^-7 (bf16) / 2^-9 (fp16): a few roundings with margin.
+The half-precision gather path has its own error against (a) (some SDPA back-ends round the softmax weights to
+the storage dtype before P.V), measured and reported as ``gather_rel_err_vs_fp32``; against (b) the assertion is
+the triangle bound ``err_vs_gather <= gather_err_vs_fp32 + TOLERANCE``.
+With ``SLABSCOPE_GPU_REPORT=path`` every case's errors are appended to that file as JSON lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+mx = pytest.importorskip("mlx.core")
+
+
+def _backend() -> str | None:
+    if mx.default_device().type != mx.DeviceType.gpu:
+        return None
+    if mx.cuda.is_available():
+        return "cuda"
+    if mx.metal.is_available():
+        return "metal"
+    return None
+
+
+BACKEND = _backend()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    BACKEND is None, reason="needs an MLX GPU backend: CUDA (mx.cuda.is_available()) or Metal "
+                            "(mx.metal.is_available()); this machine has neither, so the fused kernel cannot run")]
+
+TOLERANCE = {"bfloat16": 2.0 ** -7, "float16": 2.0 ** -9}
+
+
+def _errors(out, ref) -> float:
+    out32, ref32 = out.astype(mx.float32), ref.astype(mx.float32)
+    return float(mx.max(mx.abs(out32 - ref32)).item() / max(mx.max(mx.abs(ref32)).item(), 1e-30))
+
+
+def _report(record: dict) -> None:
+    path = os.environ.get("SLABSCOPE_GPU_REPORT")
+    if path:
+        record = {**record, "unroll": os.environ.get("SLABSCOPE_CUDA_UNROLL", "default"),
+                  "target_blocks": os.environ.get("SLABSCOPE_DECODE_TARGET_BLOCKS", "default")}
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def _check(lengths, *, layout, dtype="bfloat16", n_q=16, n_kv=8, head_dim=128, slab_blocks=32, case="",
+           design="slab", poison=False):
+    from pool.kernels.paged_decode import fused_decode, gather_decode, plan_for_pool
+    from pool.kernels.plan import KernelUnsupported
+    from pool.kernels.workbench import fill_pool, poison_unused, random_queries
+
+    pool, seq_ids = fill_pool(lengths, n_kv_heads=n_kv, head_dim=head_dim, dtype=dtype, layout=layout,
+                              slab_blocks=slab_blocks, seed=len(lengths) * 7 + max(lengths), design=design)
+    if poison:  # NaN wherever no sequence can see: any stray read would show in the output
+        assert poison_unused(pool) > 0
+    queries = random_queries(len(lengths), n_q, head_dim, dtype, seed=max(lengths))
+    scale = head_dim ** -0.5
+    num_slabs = len(pool.storage.keys[0])
+    try:
+        plan = plan_for_pool(pool, 0, seq_ids, scale=scale)
+        fused = fused_decode(pool, 0, seq_ids, queries, scale=scale, backend=BACKEND, plan=plan)
+    except KernelUnsupported as exc:  # e.g. Metal's 12-slab limit: the decision rule falls back to gather
+        _report({"case": case, "backend": BACKEND, "layout": layout, "slabs": num_slabs, "skipped": str(exc)})
+        pytest.skip(f"{BACKEND} kernel declines: {exc}")
+    ref = gather_decode(pool, 0, seq_ids, queries, scale=scale)
+    ref32 = gather_decode(pool, 0, seq_ids, queries, scale=scale, upcast=True)
+    mx.eval(fused, ref, ref32)
+    assert fused.shape == queries.shape and fused.dtype == queries.dtype
+    assert not mx.any(mx.isnan(fused)).item()
+    err, err32 = _errors(fused, ref), _errors(fused, ref32)
+    gather_err32 = _errors(ref, ref32)
+    _report({"case": case, "backend": BACKEND, "dtype": dtype, "head_dim": head_dim, "gqa": f"{n_q}/{n_kv}",
+             "batch": len(lengths), "max_len": max(lengths), "layout": layout, "slabs": num_slabs,
+             "splits": plan.num_splits, "rel_err_vs_gather": err, "rel_err_vs_fp32": err32,
+             "gather_rel_err_vs_fp32": gather_err32, "tolerance": TOLERANCE[dtype]})
+    assert err32 <= TOLERANCE[dtype], f"fused vs float32: {err32:.3g} > {TOLERANCE[dtype]:.3g}"
+    assert err <= gather_err32 + TOLERANCE[dtype], f"fused vs gather: {err:.3g} > {gather_err32:.3g} + tolerance"
+
+
+@pytest.mark.parametrize("layout", ["single", "multi", "fragmented"])
+@pytest.mark.parametrize("context", [1024, 4096, 16384])
+@pytest.mark.parametrize("batch", [1, 4, 8, 16])
+def test_fused_matches_gather_grid(batch, context, layout):
+    _check([context] * batch, layout=layout, case="grid")
+
+
+@pytest.mark.parametrize("layout", ["multi", "fragmented"])
+def test_fused_fp16_head_dim_64_gqa4(layout):
+    _check([1000, 4096, 77, 2500], layout=layout, dtype="float16", n_q=8, n_kv=2, head_dim=64, case="fp16-d64")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_fused_ragged_lengths_small_slabs(dtype):
+    """Unequal lengths, partial last blocks, many small slabs (8 blocks each); every invisible position is NaN."""
+    _check([1, 31, 33, 1000, 5000, 129], layout="fragmented", dtype=dtype, slab_blocks=8, case="ragged",
+           poison=True)
+
+
+def test_fused_reads_the_monolithic_design_too():
+    """The monolithic baseline's single grown tensor is one slab of `capacity` rows to the kernel."""
+    _check([3000, 700, 4096], layout="multi", case="monolithic", design="monolithic", poison=True)
+
+
+def test_fused_respects_logical_start():
+    """Tokens before a sequence's logical start are invisible to the kernel, like to the gather path."""
+    import numpy as np
+
+    from pool.kernels.paged_decode import kernel_for_backend
+    from pool.kernels.plan import plan_decode
+    from pool.kernels.workbench import fill_pool, random_queries
+
+    pool, seq_ids = fill_pool([2048, 2048], n_kv_heads=8, head_dim=128, dtype="bfloat16", layout="multi")
+    queries = random_queries(2, 16, 128, "bfloat16")
+    tables = [pool.book.tables(s)[0].rows for s in seq_ids]
+    starts = [100, 1500]
+    plan = plan_decode(tables, [2048, 2048], starts, block_size=32, slab_blocks=32,
+                       num_slabs=len(pool.storage.keys[0]), n_kv_heads=8, scale=128 ** -0.5)
+    fused = kernel_for_backend(BACKEND)(queries, pool.storage.keys[0], pool.storage.values[0], plan)
+    outs = []
+    for i, seq_id in enumerate(seq_ids):
+        visible = pool.gather_visible(0, seq_id)
+        k, v = visible.keys[:, starts[i]:], visible.values[:, starts[i]:]
+        outs.append(mx.fast.scaled_dot_product_attention(
+            queries[i:i + 1].astype(mx.float32), k[None].astype(mx.float32), v[None].astype(mx.float32),
+            scale=128 ** -0.5).astype(mx.bfloat16))
+    ref32 = mx.concatenate(outs)
+    err = _errors(fused, ref32)
+    _report({"case": "logical_start", "backend": BACKEND, "rel_err_vs_fp32": err})
+    assert np.isfinite(err) and err <= TOLERANCE["bfloat16"]

@@ -51,6 +51,27 @@ def device_description() -> str:
         return "unknown (mlx not importable)"
 
 
+def device_memory_model() -> str:
+    """"discrete" when MLX allocates on a CUDA GPU (device memory is not in the process RSS), else "unified" (CPU,
+    or Metal on Apple silicon, where MLX buffers are host memory and count in RSS)."""
+    try:
+        import mlx.core as mx
+
+        on_gpu = "gpu" in str(getattr(mx.default_device(), "type", "")).lower()
+        return "discrete" if on_gpu and mx.cuda.is_available() else "unified"
+    except (ImportError, AttributeError):
+        return "unified"
+
+
+def memory_model_of(meta: dict) -> str:
+    """The memory model a session ran under (mlx-free): its ``memory_model`` field, or, for sessions recorded
+    before that field existed, inferred from a Linux GPU device (MLX's GPU backend on Linux is CUDA)."""
+    if meta.get("memory_model") in ("discrete", "unified"):
+        return meta["memory_model"]
+    on_gpu = str(meta.get("device", "")).lower().startswith(("gpu", "device(gpu"))
+    return "discrete" if on_gpu and str(meta.get("platform", "")).lower().startswith("linux") else "unified"
+
+
 def collect_meta(extra: dict | None = None) -> dict:
     """Metadata for a session: what ``extra`` says (workload: model, scenario, params, backend, pool) plus
     versions, device, host, Python, commit and wall-clock start time. ``extra`` wins on conflicts."""
@@ -62,6 +83,7 @@ def collect_meta(extra: dict | None = None) -> dict:
         "platform": platform.platform(),
         "host": socket.gethostname(),
         "device": device_description(),
+        "memory_model": device_memory_model(),
         "commit": git_commit(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "pid": os.getpid(),

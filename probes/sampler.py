@@ -14,7 +14,9 @@ is not resident):
     weights       model weight bytes (given by the workload)
     pool_live     pool bytes_in_use, pool_free = bytes_reserved - bytes_in_use (as of the latest pool snapshot)
     other_active  active - weights - pool reserved bytes (activations, logits, temporaries)
-    rss_other     rss - (active + cache): RSS not explained by MLX (interpreter, libraries, tokenizer, ...)
+    rss_other     rss - (active + cache): RSS not explained by MLX (interpreter, libraries, tokenizer, ...) on
+                  unified memory (CPU, Metal); on a discrete CUDA GPU MLX's memory is device memory outside RSS, so
+                  rss_other is the whole host RSS there (never a difference of two different memories)
     cost_us       what taking this sample cost, measured inline (microseconds)
 """
 
@@ -37,10 +39,13 @@ class MemorySampler:
         import mlx.core as mx
         import psutil
 
+        from probes.meta import device_memory_model
+
         self._mx = mx
         self._psutil = psutil
         self._proc = psutil.Process()
         self.weight_bytes = int(weight_bytes)
+        self.discrete = device_memory_model() == "discrete"
         self.pool_bytes: tuple[int, int] = (0, 0)
         self.footprint_max = 0
         self.rss_max = 0
@@ -69,7 +74,7 @@ class MemorySampler:
             "active": active, "cache": cache, "footprint": footprint, "peak": peak,
             "footprint_max": self.footprint_max, "rss": rss, "rss_max": self.rss_max, "sys_available": available,
             "weights": self.weight_bytes, "pool_live": in_use, "pool_free": reserved - in_use,
-            "other_active": active - self.weight_bytes - reserved, "rss_other": rss - footprint,
+            "other_active": active - self.weight_bytes - reserved, "rss_other": rss if self.discrete else rss - footprint,
             "cost_us": round(cost * 1e6, 1),
         }
 

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from app.tui.data import Track
+from probes.meta import memory_model_of
 
 FREE, LIVE, SHARED, HELD = "free", "live", "shared", "held"
 HISTORY_LIMIT = 400  # snapshots scanned backwards when asking who freed a run
@@ -187,19 +188,24 @@ def accounting(track: Track, sample_index: int, snap: dict | None) -> list[Accou
         return []
     i = min(sample_index, len(s)) - 1
     raw = s.raw[i] if i < len(s.raw) else {}
+    discrete = memory_model_of(track.meta) == "discrete"
+    host = s.rss[i] if discrete else None  # CUDA: MLX memory lives on the device, RSS is host memory alone
     if all(k in raw for k in ("weights", "pool_live", "pool_free", "other_active", "rss_other")):
         return _parts(raw["weights"], raw["pool_live"], raw["pool_free"], raw["other_active"], s.cache[i],
-                      raw["rss_other"])
+                      raw["rss_other"] if host is None else host, discrete=discrete)
     weights = float(track.meta.get("weight_bytes", 0) or 0)
     stats = (snap or {}).get("stats", {}) or {}
     live = float(stats.get("bytes_in_use", 0) or 0)
     reserved_free = float(stats.get("bytes_reserved", 0) or 0) - live
     other = s.active[i] - weights - live - reserved_free
-    return _parts(weights, live, reserved_free, other, s.cache[i], s.rss[i] - s.active[i] - s.cache[i])
+    rest = s.rss[i] - s.active[i] - s.cache[i] if host is None else host
+    return _parts(weights, live, reserved_free, other, s.cache[i], rest, discrete=discrete)
 
 
-def _parts(*values: float) -> list[AccountingPart]:
-    labels = ("weights", "pool live", "pool reserved-free", "other active", "MLX cache", "unexplained RSS")
+def _parts(*values: float, discrete: bool = False) -> list[AccountingPart]:
+    """Labels in display order; on a discrete GPU the last part is the host RSS (not part of the device footprint)."""
+    last = "host RSS (not on GPU)" if discrete else "unexplained RSS"
+    labels = ("weights", "pool live", "pool reserved-free", "other active", "MLX cache", last)
     return [AccountingPart(label, float(v)) for label, v in zip(labels, values)]
 
 

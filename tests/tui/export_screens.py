@@ -36,8 +36,13 @@ SHOTS = [  # (file stem, keys, terminal size, theme)
 KEY_NAMES = {">": "greater_than_sign", "?": "question_mark"}
 
 
-async def shoot(out: Path, stem: str, keys: str, size: tuple[int, int], theme: str | None) -> Path:
-    app = SlabscopeApp(AppOptions(autostart=False, open_paths=[SAMPLE_SLAB, SAMPLE_DENSE], recordings_dir=SAMPLE_DIR))
+GPU_DIR = Path(__file__).resolve().parents[2] / "assets" / "recordings" / "gpu"
+
+
+async def shoot(out: Path, stem: str, keys: str, size: tuple[int, int], theme: str | None,
+                paths: list[Path] | None = None) -> Path:
+    paths = paths or [SAMPLE_SLAB, SAMPLE_DENSE]
+    app = SlabscopeApp(AppOptions(autostart=False, open_paths=paths, recordings_dir=paths[0].parent))
     async with app.run_test(size=size) as pilot:
         if theme:
             app.theme = theme
@@ -75,6 +80,11 @@ async def shoot_live(out: Path, seconds: float) -> list[Path]:
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "screens")
     out.mkdir(parents=True, exist_ok=True)
+    if "--gpu" in sys.argv:  # the H200 footprint-gate recordings (distinct_burst, slab/dense/monolithic)
+        gpu = [GPU_DIR / f"distinct_burst-{b}.slabrec" for b in ("slab", "dense", "monolithic")]
+        for stem, keys in (("1-memory", "1"), ("2-slabs", "2"), ("4-gather", "4"), ("5-fused", "5")):
+            print(asyncio.run(shoot(out, f"gpu-{stem}", keys, (120, 36), None, gpu)))
+        return 0
     if "--live" in sys.argv:
         seconds = float(sys.argv[sys.argv.index("--live") + 1])
         for path in asyncio.run(shoot_live(out, seconds)):

@@ -1,5 +1,5 @@
 """AccountingBar: one stacked horizontal bar per backend splitting its memory into weights, pool live, pool
-reserved-free, other active, MLX cache and unexplained RSS (nothing hidden: the parts sum to the bar's total)."""
+reserved-free, other active, MLX cache and the RSS MLX does not explain (host RSS on a discrete CUDA GPU) (nothing hidden: the parts sum to the bar's total)."""
 
 from __future__ import annotations
 

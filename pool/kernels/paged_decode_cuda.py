@@ -21,10 +21,10 @@ never reuses a stale binary. This module imports mlx only inside functions.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Sequence
 
+from pool.kernels.kernel_build import PagedDecodeKernels
 from pool.kernels.plan import (DecodePlan, KernelUnsupported, slab_bucket, tokens_per_warp_step,
                                unsupported_reason)
 
@@ -304,44 +304,9 @@ def pass1_source(num_slabs: int, direct: bool) -> str:
             .replace("{epilogue}", DIRECT_EPILOGUE if direct else SPLIT_EPILOGUE))
 
 
-def slab_input_names(num_slabs: int) -> list[str]:
-    return [f"k{i}" for i in range(num_slabs)] + [f"v{i}" for i in range(num_slabs)]
-
-
-def _source_tag(*parts: str) -> str:
-    return hashlib.sha1("\n".join(parts).encode()).hexdigest()[:10]
-
-
-_PASS1: dict[tuple[int, bool], object] = {}
-_MERGE: list[object] = []
-
-
-def pass1_kernel(num_slabs: int, direct: bool):
-    """The cached first-pass kernel for ``num_slabs`` slab inputs (built on first use)."""
-    key = (num_slabs, direct)
-    if key not in _PASS1:
-        import mlx.core as mx
-
-        source = pass1_source(num_slabs, direct)
-        kind = "direct" if direct else "split"
-        _PASS1[key] = mx.fast.cuda_kernel(
-            name=f"ssp_paged_decode_{kind}_s{num_slabs}_{_source_tag(HEADER, source)}",
-            input_names=["queries", "meta", *slab_input_names(num_slabs)],
-            output_names=["out"] if direct else ["part_acc", "part_ml"],
-            source=source, header=HEADER, ensure_row_contiguous=True)
-    return _PASS1[key]
-
-
-def merge_kernel():
-    """The cached split-merge kernel (built on first use)."""
-    if not _MERGE:
-        import mlx.core as mx
-
-        _MERGE.append(mx.fast.cuda_kernel(
-            name=f"ssp_paged_decode_merge_{_source_tag(HEADER, MERGE_SOURCE)}",
-            input_names=["part_acc", "part_ml"], output_names=["out"],
-            source=MERGE_SOURCE, header=HEADER, ensure_row_contiguous=True))
-    return _MERGE[0]
+_KERNELS = PagedDecodeKernels("cuda_kernel", HEADER, pass1_source, MERGE_SOURCE)
+pass1_kernel = _KERNELS.pass1
+merge_kernel = _KERNELS.merge
 
 
 def unroll_for(block_size: int, head_dim: int) -> int:

@@ -20,6 +20,7 @@ import tempfile
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
 from pool.kernels import paged_decode_cuda as cu  # noqa: E402
+from pool.kernels.kernel_build import slab_input_names  # noqa: E402
 
 DEFAULT_HEADER = """
 #include "mlx/backend/cuda/device/utils.cuh"
@@ -53,7 +54,7 @@ def mlx_kernel_source(name: str, header: str, source: str, inputs: list[tuple[st
 
 def pass1_unit(dtype: str, head_dim: int, group: int, n_kv: int, block_size: int, num_slabs: int,
                direct: bool) -> str:
-    slabs = [(n, dtype, 4) for n in cu.slab_input_names(num_slabs)]
+    slabs = [(n, dtype, 4) for n in slab_input_names(num_slabs)]
     outputs = [("out", dtype)] if direct else [("part_acc", "float32"), ("part_ml", "float32")]
     template = [("T", dtype), ("HEAD_DIM", head_dim), ("GROUP", group), ("N_KV", n_kv),
                 ("BLOCK_SIZE", block_size), ("UNROLL", cu.unroll_for(block_size, head_dim)),

@@ -132,6 +132,7 @@ def test_kernel_algorithm_skips_tokens_before_logical_start():
 
 def test_cuda_source_generation(monkeypatch):
     from pool.kernels import paged_decode_cuda as cu
+    from pool.kernels.kernel_build import slab_input_names
 
     monkeypatch.delenv(cu.UNROLL_ENV, raising=False)
     setup = cu.slab_setup_source(300)
@@ -142,7 +143,7 @@ def test_cuda_source_generation(monkeypatch):
         assert "{" + "slab_setup}" not in source and "{" + "epilogue}" not in source
         assert ("out + head" in source) == direct and ("part_ml[2 * slot]" in source) == (not direct)
     assert cu.unroll_for(32, 128) == min(cu.UNROLL, 16) and cu.unroll_for(4, 128) == 2 and cu.unroll_for(8, 64) == 2
-    assert cu.slab_input_names(2) == ["k0", "k1", "v0", "v1"]
+    assert slab_input_names(2) == ["k0", "k1", "v0", "v1"]
 
 
 def test_metal_source_generation_and_buffer_cap():

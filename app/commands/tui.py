@@ -69,9 +69,22 @@ def build_options(args: argparse.Namespace):
     missing = [str(p) for p in opts.open_paths if not p.is_file()]
     if missing:
         raise SystemExit(f"slabscope: no such recording: {', '.join(missing)}")
+    for path in opts.open_paths:  # a corrupt or foreign file: one line here, not a TUI that opens on an error
+        check_recording(path)
     if args.gate <= 0:
         raise SystemExit("slabscope: --gate must be > 0")
     return opts
+
+
+def check_recording(path: Path) -> None:
+    """SystemExit with the recording's one-line error if ``path`` cannot be opened as a session (mlx-free)."""
+    from probes.errors import RecordingError
+    from probes.replay import Session
+
+    try:
+        Session.open(path)
+    except RecordingError as exc:
+        raise SystemExit(f"slabscope: {exc}") from None
 
 
 def main(args: argparse.Namespace) -> int:

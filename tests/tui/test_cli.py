@@ -61,6 +61,14 @@ def test_missing_recording_is_a_clear_error(tmp_path):
         tui_cmd.build_options(parse("tui", "--open", str(tmp_path / "nope.slabrec")))
 
 
+def test_corrupt_recording_is_one_line_before_the_tui_starts(tmp_path):
+    bad = tmp_path / "bad.slabrec"
+    bad.write_bytes(b"garbage, not a session")
+    with pytest.raises(SystemExit, match="not a slabscope recording") as exc:
+        tui_cmd.build_options(parse("tui", "--open", str(bad)))
+    assert "\n" not in str(exc.value.code)
+
+
 def test_web_serves_the_same_tui_command(monkeypatch):
     made = {}
 

@@ -27,14 +27,25 @@ REQUIRED_KEYS = ("growth_events", "bytes_copied", "live_bytes", "max_active_plus
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an int >= 1 (a clear usage error instead of a traceback from a worker)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--layers", type=int, default=28, help="transformer layers (default 28)")
-    parser.add_argument("--kv-heads", type=int, default=8, help="KV heads (default 8)")
-    parser.add_argument("--head-dim", type=int, default=128, help="head dim (default 128)")
-    parser.add_argument("--block-size", type=int, default=32, help="tokens per block (default 32)")
-    parser.add_argument("--slab-blocks", type=int, default=32, help="blocks per slab (default 32)")
-    parser.add_argument("--prefills", type=int, default=8, help="successive distinct prefills (default 8)")
-    parser.add_argument("--tokens", type=int, default=1024,
+    parser.add_argument("--layers", type=positive_int, default=28, help="transformer layers (default 28)")
+    parser.add_argument("--kv-heads", type=positive_int, default=8, help="KV heads (default 8)")
+    parser.add_argument("--head-dim", type=positive_int, default=128, help="head dim (default 128)")
+    parser.add_argument("--block-size", type=positive_int, default=32, help="tokens per block (default 32)")
+    parser.add_argument("--slab-blocks", type=positive_int, default=32, help="blocks per slab (default 32)")
+    parser.add_argument("--prefills", type=positive_int, default=8, help="successive distinct prefills (default 8)")
+    parser.add_argument("--tokens", type=positive_int, default=1024,
                         help="tokens per prefill (default 1024; the issue's full size is 4096)")
     parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="bfloat16")
     parser.add_argument("--designs", default="slab,monolithic", help="comma-separated designs (slab,monolithic)")

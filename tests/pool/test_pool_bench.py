@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+import pytest
+
 from app.commands import bench_growth, bench_snapshot
 
 
@@ -42,3 +44,18 @@ def test_bench_snapshot_prints_costs(capsys):
     figures = json.loads(capsys.readouterr().out)
     assert set(figures["ms_per_snapshot"]) == {"cold", "after_decode", "unchanged"}
     assert figures["layers"] == 3 and figures["live_blocks"] > 0
+
+
+@pytest.mark.parametrize("flag", ["--layers", "--kv-heads", "--head-dim", "--block-size", "--slab-blocks",
+                                  "--prefills", "--tokens"])
+def test_bench_growth_refuses_non_positive_sizes_with_a_usage_error(flag, capsys):
+    import argparse
+
+    from app.commands.bench_growth import add_arguments
+
+    parser = argparse.ArgumentParser(prog="slabscope bench growth")
+    add_arguments(parser)
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args([flag, "0"])
+    assert exc.value.code == 2
+    assert "must be >= 1" in capsys.readouterr().err

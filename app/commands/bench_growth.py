@@ -21,21 +21,12 @@ import threading
 import time
 from pathlib import Path
 
+from app.commands.arg_types import positive_int
+
 DESIGN_NAMES = ("slab", "monolithic")
 REQUIRED_KEYS = ("growth_events", "bytes_copied", "live_bytes", "max_active_plus_cache_bytes", "mx_peak_bytes",
                  "wall_s")
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an int >= 1 (a clear usage error instead of a traceback from a worker)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,6 +18,8 @@ import statistics
 import tempfile
 import time
 
+from app.commands.arg_types import positive_int
+
 
 def add_arguments(p) -> None:
     p.add_argument("--scenario", default="churn", help="scenario (default churn, shortened by the --set defaults)")
@@ -25,7 +27,7 @@ def add_arguments(p) -> None:
                    help="scenario overrides (default: n=4 prompt_max=192 gen_max=24)")
     p.add_argument("--backend", default="slab", choices=("slab", "monolithic", "dense"))
     p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--reps", type=int, default=5, help="off/on pairs, alternating which runs first (default 5)")
+    p.add_argument("--reps", type=positive_int, default=5, help="off/on pairs, alternating which runs first (default 5)")
     p.add_argument("--sample-hz", type=float, default=10.0)
     p.add_argument("--snapshot-hz", type=float, default=2.0)
     p.add_argument("--open-time", action="store_true", help="benchmark opening a one-hour session instead")

@@ -20,14 +20,16 @@ import json
 import statistics
 import time
 
+from app.commands.arg_types import positive_int
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--layers", type=int, default=28, help="layers (default 28)")
-    parser.add_argument("--slabs", type=int, default=64, help="slabs per layer to fill (default 64)")
-    parser.add_argument("--slab-blocks", type=int, default=32, help="blocks per slab (default 32)")
-    parser.add_argument("--block-size", type=int, default=32, help="tokens per block (default 32)")
-    parser.add_argument("--sequences", type=int, default=24, help="sequences filling the pool (default 24)")
-    parser.add_argument("--repeat", type=int, default=30, help="snapshots timed per case (default 30)")
+    parser.add_argument("--layers", type=positive_int, default=28, help="layers (default 28)")
+    parser.add_argument("--slabs", type=positive_int, default=64, help="slabs per layer to fill (default 64)")
+    parser.add_argument("--slab-blocks", type=positive_int, default=32, help="blocks per slab (default 32)")
+    parser.add_argument("--block-size", type=positive_int, default=32, help="tokens per block (default 32)")
+    parser.add_argument("--sequences", type=positive_int, default=24, help="sequences filling the pool (default 24)")
+    parser.add_argument("--repeat", type=positive_int, default=30, help="snapshots timed per case (default 30)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
 
 

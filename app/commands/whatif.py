@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from app.commands.arg_types import positive_int
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("whatif", help="re-run a session's pool ops with another slab size, block size or design",
@@ -12,8 +14,8 @@ def add_parser(sub) -> None:
                        "mlx) and prints slab counts, reserved bytes, fragmentation and gather runs next to the "
                        "recorded configuration's replay.")
     p.add_argument("session", help="a recorded session (.slabrec) of a pool backend")
-    p.add_argument("--slab-blocks", type=int, default=None, help="rows (blocks) per slab")
-    p.add_argument("--block-size", type=int, default=None, help="tokens per block")
+    p.add_argument("--slab-blocks", type=positive_int, default=None, help="rows (blocks) per slab")
+    p.add_argument("--block-size", type=positive_int, default=None, help="tokens per block")
     p.add_argument("--design", choices=("slab", "monolithic"), default=None, help="storage design")
     p.add_argument("--json", action="store_true", help="print both summaries as JSON")
     p.set_defaults(func=main)

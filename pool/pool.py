@@ -136,6 +136,28 @@ class PagedKVPool:
         self._ensure_layer(layer, geometry)
         self.storage.write_span(layer, rows, start % self.config.block_size, keys, values)
 
+    def write_batch(self, layer: int, seq_ids: list[int], starts: list[int], keys, values) -> None:
+        """:meth:`write` for several sequences of one layer: ``keys``/``values`` [B, num_tokens, n_kv_heads,
+        head_dim], sequence ``seq_ids[i]`` at ``starts[i]``. Stores the same bytes as B calls of ``write``; every
+        check (geometry once, each sequence's prepared span) runs before the first store, so an error writes
+        nothing."""
+        from pool.storage_base import geometry_of
+
+        self.book.check_layer(layer)
+        if keys.ndim != 4 or keys.shape[0] != len(seq_ids) or len(starts) != len(seq_ids):
+            raise PoolError(f"write_batch: keys must be [{len(seq_ids)}, num_tokens, n_kv_heads, head_dim] for "
+                            f"{len(seq_ids)} sequences and starts; got keys {tuple(keys.shape)}, "
+                            f"{len(starts)} starts")
+        per_seq = [(keys[i], values[i]) for i in range(len(seq_ids))]
+        geometry = geometry_of(*per_seq[0])  # one geometry: the slices share the batch's shape and dtype
+        self.storage.check_geometry(layer, geometry)
+        num_tokens = int(keys.shape[1])
+        rows = [self.book.rows_for_write(layer, seq_id, start, num_tokens) for seq_id, start in zip(seq_ids, starts)]
+        self._ensure_layer(layer, geometry)
+        bs = self.config.block_size
+        for (k, v), seq_rows, start in zip(per_seq, rows, starts):
+            self.storage.write_span(layer, seq_rows, start % bs, k, v)
+
     def _ensure_layer(self, layer: int, geometry) -> None:
         if self.storage.has_layer(layer):
             return

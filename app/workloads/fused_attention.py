@@ -18,13 +18,13 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
-KernelFn = Callable[..., object]  # (pool, layer, seq_ids, queries, *, scale, backend) -> [B, Hq, 1, D]
+KernelFn = Callable[..., object]  # (pool, layer, seq_ids, queries, *, scale, backend[, plan, meta]) -> [B, Hq, 1, D]
 
 
-def _fused_decode(pool, layer, seq_ids, queries, *, scale, backend):
+def _fused_decode(pool, layer, seq_ids, queries, *, scale, backend, plan=None, meta=None):
     from pool.kernels.paged_decode import fused_decode
 
-    return fused_decode(pool, layer, seq_ids, queries, scale=scale, backend=backend)
+    return fused_decode(pool, layer, seq_ids, queries, scale=scale, backend=backend, plan=plan, meta=meta)
 
 
 def _register_kernels() -> list[str]:
@@ -46,6 +46,12 @@ class KernelRoute:
     register: Callable[[], list] = _register_kernels
     backend: str | None = None  # None: pool.fused_decision.detect_backend() at start
     registered: list = field(default_factory=list)
+    # run takes ``plan=``/``meta=`` (a launch plan built once per step, see step_plans.py); None: only the default
+    accepts_plan: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.accepts_plan is None:
+            self.accepts_plan = self.run is _fused_decode
 
     def start(self) -> "KernelRoute":
         """Register the kernels and fix the backend name the kernel is called with; returns self."""

@@ -14,12 +14,14 @@ same padding, same mask -> same attention arithmetic.
 
 Step protocol (owned by ``PagedStep``): the caller creates one ``PagedStep`` per forward pass, which calls
 ``pool.prepare_write`` once per sequence *before* the model runs (so a budget error happens before any compute
-and changes nothing); each layer's ``update_and_fetch`` then calls ``pool.write`` and ``pool.gather_visible``.
+and changes nothing); each layer's ``update_and_fetch`` then calls ``pool.write_batch`` (all sequences at once) and
+``pool.gather_visible``.
 
 Fused decode (``PagedStep.set_fused``, decided per layer by ``app.workloads.fused_attention.DecodeDecisions``): a
 fused layer's ``update_and_fetch`` only writes (no gather, no padded batch) and hands back the new token's K/V
 untouched; the paged SDPA installed in the model's module then calls ``PagedStep.fused_attention``, which runs
-the kernel on the pool's slabs through the block tables. ``check_served`` proves every fused layer's attention
+the kernel on the pool's slabs through the block tables, with one launch plan per step shared by every layer
+whose tables match (``app.workloads.step_plans``). ``check_served`` proves every fused layer's attention
 went that way (a model that bypassed the paged SDPA would otherwise attend to one token only).
 """
 
@@ -31,6 +33,7 @@ import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import create_attention_mask
 
+from app.workloads.step_plans import StepPlans
 from pool.gather_runs import count_runs
 
 
@@ -66,6 +69,7 @@ class PagedStep:
         self.kernel = None                 # KernelRoute when any layer is fused
         self.served: set[int] = set()      # fused layers whose attention the kernel computed
         self.gather_runs: dict[int, list[int]] = {}  # layer -> same-slab runs read per sequence (gathered layers)
+        self.plans: StepPlans | None = None  # fused launch plans of this step (built at the first fused layer)
 
     def set_fused(self, flags: list[bool], kernel) -> None:
         """Mark layers whose attention runs on ``kernel`` (a ``KernelRoute``); only one-token batched decode."""
@@ -100,9 +104,10 @@ class PagedStep:
         # All writes first, then all gathers: a gather is a view of a slab, and a write into a slab that a pending
         # view still references cannot reuse (donate) the slab's buffer, so interleaving them made every write
         # copy its whole slab (monolithic: the whole tensor). Measured: ~30x more time in writes.
-        for i, (seq_id, start) in enumerate(zip(self.seq_ids, self.starts)):
-            # pool layout is [tokens, heads, dim]; mlx-lm's is [batch, heads, tokens, dim]
-            self.pool.write(layer, seq_id, start, keys[i].transpose(1, 0, 2), values[i].transpose(1, 0, 2))
+        # pool layout is [tokens, heads, dim]; mlx-lm's is [batch, heads, tokens, dim]: one transpose per batch,
+        # and one pool call per layer (geometry checked once), not one per sequence
+        self.pool.write_batch(layer, self.seq_ids, self.starts, keys.transpose(0, 2, 1, 3),
+                              values.transpose(0, 2, 1, 3))
         if self.fused[layer]:
             return keys, values  # the kernel reads the slabs itself; nothing to gather (see fused_attention)
         gathered, runs = [], []
@@ -130,7 +135,13 @@ class PagedStep:
             raise ValueError(f"expected queries [{len(self.seq_ids)}, Hq, 1, D], got {queries.shape}")
         self.served.add(layer)
         kernel = self.kernel
-        return kernel.run(self.pool, layer, self.seq_ids, queries, scale=scale, backend=kernel.backend)
+        if not kernel.accepts_plan:
+            return kernel.run(self.pool, layer, self.seq_ids, queries, scale=scale, backend=kernel.backend)
+        if self.plans is None:
+            self.plans = StepPlans(self.pool, self.seq_ids)
+        plan, meta = self.plans.plan(layer, scale)  # one plan for every layer with the same tables (verified)
+        return kernel.run(self.pool, layer, self.seq_ids, queries, scale=scale, backend=kernel.backend,
+                          plan=plan, meta=meta)
 
     def check_served(self) -> None:
         """RuntimeError if a fused layer's attention did not go through the paged SDPA (after the forward)."""

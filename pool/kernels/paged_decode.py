@@ -41,11 +41,13 @@ def kernel_for_backend(backend: str):
 
 
 def fused_decode(pool, layer: int, seq_ids: Sequence[int], queries, *, scale: float, backend: str,
-                 plan: DecodePlan | None = None):
-    """Fused paged attention of one new token per sequence, reading the layer's slabs in place."""
-    plan = plan_for_pool(pool, layer, seq_ids, scale=scale) if plan is None else plan
+                 plan: DecodePlan | None = None, meta=None):
+    """Fused paged attention of one new token per sequence, reading the layer's slabs in place. ``plan`` (and
+    ``meta``, ``mx.array(plan.meta)``) may come from the caller, built once for every layer they fit."""
+    if plan is None:
+        plan, meta = plan_for_pool(pool, layer, seq_ids, scale=scale), None
     storage = pool.storage
-    return kernel_for_backend(backend)(queries, storage.keys[layer], storage.values[layer], plan)
+    return kernel_for_backend(backend)(queries, storage.keys[layer], storage.values[layer], plan, meta=meta)
 
 
 def gather_decode(pool, layer: int, seq_ids: Sequence[int], queries, *, scale: float, upcast: bool = False):

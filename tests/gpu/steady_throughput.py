@@ -59,6 +59,9 @@ def main() -> int:
     parser.add_argument("--device", choices=("cpu", "gpu"), default=None)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--profile-out", default=None,
+                        help="after the runs, one more slab_fused run under cProfile; top functions to this file")
+    parser.add_argument("--engines", default=None, help="comma-separated subset of the engine names")
     args = parser.parse_args()
     from app.models import load_model
     from app.workloads.scenarios import parse_overrides
@@ -70,8 +73,9 @@ def main() -> int:
     requests = scenario_requests(args.scenario, overrides, loaded, 0)
     results: dict = {name: [] for name, _, _ in ENGINES}
     results["mlx_lm_batchgenerator"] = []
+    engines = [e for e in ENGINES if args.engines is None or e[0] in args.engines.split(",")]
     for _ in range(args.repeats):
-        for name, backend, env in ENGINES:
+        for name, backend, env in engines:
             spec = RunSpec(scenario=args.scenario, backend=backend, model=args.model, dtype=args.dtype,
                            device=args.device, overrides=overrides, seed=0)
             results[name].append(_slabscope_run(spec, loaded, env))
@@ -83,7 +87,31 @@ def main() -> int:
         print("mlx-lm", json.dumps({k: run[k] for k in ("wall_s", "tok_s", "prompt_tps", "generation_tps",
                                                           "decode_step_median_ms")}), file=sys.stderr, flush=True)
     print(json.dumps(results) if args.json else json.dumps(results, indent=1))
+    if args.profile_out:
+        _profile_slab(args, overrides, loaded)
     return 0
+
+
+def _profile_slab(args, overrides, loaded) -> None:
+    """One more slab_fused run (warm) under cProfile: where the host time of a decode step goes."""
+    import cProfile
+    import io
+    import pstats
+
+    from app.workloads.spec import RunSpec
+
+    spec = RunSpec(scenario=args.scenario, backend="slab", model=args.model, dtype=args.dtype,
+                   device=args.device, overrides=overrides, seed=0)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    result = _slabscope_run(spec, loaded, {})
+    profiler.disable()
+    text = io.StringIO()
+    text.write(json.dumps(result) + "\n")
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(40)
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(40)
+    with open(args.profile_out, "w") as f:
+        f.write(text.getvalue())
 
 
 if __name__ == "__main__":

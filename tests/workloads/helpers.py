@@ -24,6 +24,13 @@ def write_scenario(directory: Path, text: str, name: str = "t") -> str:
     return str(path)
 
 
+def burst_toml(*, n: int = 3, concurrency: int = 3, prompt_tokens: str = "[10, 40]", gen_tokens: str = "4") -> str:
+    """A one-phase scenario: ``n`` requests, ``concurrency`` in flight, token counts as TOML values (int or
+    [min, max])."""
+    return (f'[params]\nn = {n}\n[[phases]]\nname = "burst"\nkind = "requests"\ncount = "$n"\n'
+            f"concurrency = {concurrency}\nprompt_tokens = {prompt_tokens}\ngen_tokens = {gen_tokens}\n")
+
+
 def run_backend(loaded, scenario: str, backend: str, *, check: bool = True, kernel_route=None, **spec_fields):
     """Run ``scenario`` on ``backend``; returns (summary, events, [(seq_ids, logits)] per decode step)."""
     from app.workloads.runner import run_workload

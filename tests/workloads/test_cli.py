@@ -6,19 +6,9 @@ import pytest
 
 from app.cli import main
 
-from .helpers import write_scenario
+from .helpers import burst_toml, write_scenario
 
-TINY = """
-[params]
-n = 3
-[[phases]]
-name = "burst"
-kind = "requests"
-count = "$n"
-concurrency = 2
-prompt_tokens = [10, 30]
-gen_tokens = 3
-"""
+TINY = burst_toml(n=3, concurrency=2, prompt_tokens="[10, 30]", gen_tokens="3")
 
 
 def test_run_list_shows_every_scenario(capsys):

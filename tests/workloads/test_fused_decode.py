@@ -13,19 +13,9 @@ tolerance-bounded and lives in tests/gpu.
 
 import pytest
 
-from .helpers import assert_same_logits, run_backend, write_scenario
+from .helpers import assert_same_logits, burst_toml, run_backend, write_scenario
 
-BURST = """
-[params]
-n = 3
-[[phases]]
-name = "burst"
-kind = "requests"
-count = "$n"
-concurrency = 3
-prompt_tokens = [9, 40]
-gen_tokens = [4, 9]
-"""
+BURST = burst_toml(n=3, concurrency=3, prompt_tokens="[9, 40]", gen_tokens="[4, 9]")
 POOL = dict(block_size=4, slab_blocks=2, prefill_chunk=16, prefix_cache=False)
 
 

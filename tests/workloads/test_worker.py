@@ -9,21 +9,11 @@ import pytest
 from app.workloads.spec import RunSpec
 from app.workloads.worker import WorkerHandle
 
-from .helpers import write_scenario
+from .helpers import burst_toml, write_scenario
 
 pytestmark = pytest.mark.slow
 
-SMALL = """
-[params]
-n = 3
-[[phases]]
-name = "burst"
-kind = "requests"
-count = "$n"
-concurrency = 3
-prompt_tokens = [10, 40]
-gen_tokens = 4
-"""
+SMALL = burst_toml(n=3, concurrency=3, prompt_tokens="[10, 40]", gen_tokens="4")
 LONG_IDLE = """
 [params]
 seconds = 60.0

@@ -85,10 +85,12 @@ class PagedBackend:
     def prefill_caches(self, seq: Sequence, start: int, num_tokens: int) -> list:
         return PagedStep(self.pool, [seq.seq_id], [start], num_tokens, batched=False).caches()
 
-    def decode_caches(self, seqs: tuple[Sequence, ...]) -> list:
+    def decode_caches(self, seqs: tuple[Sequence, ...], starts: list[int] | None = None) -> list:
         """Prepare one decode step and take the per-layer fused decisions (after prepare_write: the slab count
-        is the one the kernel will see)."""
-        step = PagedStep(self.pool, [s.seq_id for s in seqs], [s.num_cached for s in seqs], 1, batched=True)
+        is the one the kernel will see). ``starts``: write positions (default ``num_cached``; the engine passes
+        ``num_cached + 1`` when it builds a step before recording the previous one's tokens)."""
+        starts = [s.num_cached for s in seqs] if starts is None else starts
+        step = PagedStep(self.pool, [s.seq_id for s in seqs], starts, 1, batched=True)
         if self.decisions is not None:
             context = max(n - self.pool.logical_start(sid) for n, sid in zip(step.lengths, step.seq_ids))
             step.set_fused(self.decisions.decide(len(seqs), context), self.kernel)
@@ -180,7 +182,9 @@ class DenseBackend:
             raise RuntimeError(f"dense prefill of sequence {seq.seq_id} at {start}, cache holds {caches[0].offset}")
         return caches
 
-    def decode_caches(self, seqs: tuple[Sequence, ...]) -> list:
+    def decode_caches(self, seqs: tuple[Sequence, ...], starts: list[int] | None = None) -> list:
+        """The batch's per-layer caches (joining newly prefilled sequences). ``starts`` is not needed:
+        ``BatchKVCache`` keeps its own offsets, advanced by each step built on it."""
         ids = [s.seq_id for s in seqs]
         joining = [sid for sid in ids if sid not in self._batch_ids]
         if joining:

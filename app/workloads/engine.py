@@ -40,6 +40,13 @@ class Engine:
     """Owns nothing persistent but the model handle; mutates the backend (K/V) and the scheduler per step.
 
     ``logits_hook(seq_ids, logits)`` (tests/parity) receives every decode step's [B, vocab] logits.
+
+    Decode steps are pipelined like mlx-lm's ``generate_step``: when the step just dispatched cannot change the
+    batch (no sequence reaches its fixed length, none has stop tokens, nothing can be admitted), the next step's
+    graph is built from the still-lazy sampled tokens and handed to ``mx.async_eval`` *before* this step's tokens
+    are materialised for bookkeeping, so host-side Python overlaps device work. Each ``step()`` call still
+    completes exactly one forward pass; the next one may already be in flight (``_inflight``), in which case the
+    backend already holds K/V room (and, on the pool, blocks) for one token more than ``seq.num_cached``.
     """
 
     def __init__(self, model, backend, scheduler: Scheduler, *, sampler=None, logits_hook=None):
@@ -49,16 +56,24 @@ class Engine:
         self.sampler = sampler or make_sampler()
         self.logits_hook = logits_hook
         self._trunk = getattr(model, "model", None)
+        self._inflight: _Dispatched | None = None  # decode step dispatched (async_eval) but not yet completed
+        self._chain_t0 = 0.0  # when the previous pipelined step completed (its successor's wall clock starts)
 
     def step(self) -> StepResult | None:
-        """Admit, plan and run one forward pass; None when nothing is running or waiting to be admitted."""
+        """Complete one forward pass (the in-flight decode step if any, else admit, plan and run one); None
+        when nothing is running or waiting to be admitted."""
+        if self._inflight is not None:
+            return self._complete(self._inflight, self._chain_t0)
         self.scheduler.admit()
         plan = self.scheduler.plan()
         if plan is None:
             return None
         if isinstance(plan, PrefillPlan):
             return self._prefill(plan)
-        return self._decode(plan)
+        t0 = time.perf_counter()
+        starts = [s.num_cached for s in plan.seqs]
+        inputs = mx.array([[s.tokens[s.num_cached]] for s in plan.seqs])
+        return self._complete(self._dispatch(plan, starts, inputs), t0)
 
     def _prefill(self, plan: PrefillPlan) -> StepResult:
         t0 = time.perf_counter()
@@ -70,19 +85,56 @@ class Engine:
         self.scheduler.complete_prefill(plan)
         return StepResult("prefill", 1, plan.num_tokens, time.perf_counter() - t0, [])
 
-    def _decode(self, plan: DecodePlan) -> StepResult:
-        t0 = time.perf_counter()
-        caches = self.backend.decode_caches(plan.seqs)
-        inputs = mx.array([[s.tokens[s.num_cached]] for s in plan.seqs])
+    def _dispatch(self, plan: DecodePlan, starts: list[int], inputs: mx.array) -> _Dispatched:
+        """Build one decode step's graph (sequence i writes at ``starts[i]``; ``inputs`` [B, 1], possibly lazy)
+        and start evaluating it. Mutates the backend (K/V room, fused decisions); takes the step's events now,
+        while its ``PagedStep`` is still the backend's current one."""
+        caches = self.backend.decode_caches(plan.seqs, starts)
         logits = self.model(inputs, cache=caches)[:, -1, :]
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         sampled = self.sampler(logprobs)
-        mx.eval(sampled, logits, *_cache_state(caches))
-        events = self.backend.finish_decode()  # before completion: release may drop what the events describe
+        mx.async_eval(sampled, logits, *_cache_state(caches))
+        return _Dispatched(plan, starts, logits, sampled, self.backend.finish_decode())
+
+    def _complete(self, step: _Dispatched, t0: float) -> StepResult:
+        """Dispatch the successor of ``step`` when the batch cannot change, then materialise ``step``'s tokens
+        and record them (scheduler, logits hook). Wall time runs from ``t0`` (the call's start, or the previous
+        pipelined step's completion, so time spent outside ``step()`` while the device works is counted)."""
+        self._inflight = None
+        if self._batch_unchanged_after(step.plan):
+            starts = [n + 1 for n in step.starts]
+            self._inflight = self._dispatch(step.plan, starts, step.sampled[:, None])
+        tokens = step.sampled.tolist()  # waits for this step only
         if self.logits_hook is not None:
-            self.logits_hook([s.seq_id for s in plan.seqs], logits)
-        finished = self.scheduler.complete_decode(plan, sampled.tolist())
-        return StepResult("decode", len(plan.seqs), len(plan.seqs), time.perf_counter() - t0, finished, events)
+            self.logits_hook([s.seq_id for s in step.plan.seqs], step.logits)
+        finished = self.scheduler.complete_decode(step.plan, tokens)
+        now = time.perf_counter()
+        self._chain_t0 = now
+        batch = len(step.plan.seqs)
+        return StepResult("decode", batch, batch, now - t0, finished, step.events)
+
+    def _batch_unchanged_after(self, plan: DecodePlan) -> bool:
+        """True when completing ``plan`` cannot change the next plan: no sequence ends at this token (fixed
+        lengths; stop tokens are unknown until sampled), and nothing waits that admission could take."""
+        scheduler = self.scheduler
+        if scheduler.waiting and len(scheduler.running) < scheduler.concurrency:
+            return False
+        running = scheduler.running
+        if len(plan.seqs) != len(running) or any(a is not b for a, b in zip(plan.seqs, running)):
+            return False
+        return all(not s.request.stop_tokens and len(s.generated) + 1 < s.request.max_new_tokens
+                   for s in plan.seqs)
+
+
+@dataclass
+class _Dispatched:
+    """A decode step whose graph is built and evaluating; its tokens are not yet recorded."""
+
+    plan: DecodePlan
+    starts: list[int]
+    logits: mx.array
+    sampled: mx.array
+    events: list
 
 
 def _cache_state(caches: list) -> list:

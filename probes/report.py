@@ -31,6 +31,14 @@ def _label(view) -> str:
     return str(view.meta.get("label") or view.meta.get("backend") or os.path.basename(view.path))
 
 
+def _save(plt, fig, ax, path: str, legend_loc: str = "best") -> None:
+    """Legend, tight layout, write the PNG and free the figure (every plot ends this way)."""
+    ax.legend(fontsize=7, loc=legend_loc)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_timeline(views, path: str) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(10, 4.5))
@@ -51,10 +59,7 @@ def plot_timeline(views, path: str) -> None:
     ax.set_xlabel("seconds since start")
     ax.set_ylabel("MiB")
     ax.set_title("Memory timeline (phases of the first session shaded)")
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, ax, path, legend_loc="lower right")
 
 
 def plot_accounting(view, path: str) -> None:
@@ -68,10 +73,7 @@ def plot_accounting(view, path: str) -> None:
     ax.set_xlabel("seconds since start")
     ax.set_ylabel("MiB")
     ax.set_title(f"Accounting: {_label(view)}")
-    ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, ax, path, legend_loc="upper left")
 
 
 def plot_slabs(views, path: str) -> bool:
@@ -88,10 +90,7 @@ def plot_slabs(views, path: str) -> bool:
     ax.set_xlabel("seconds since start")
     ax.set_ylabel("slabs / grow chunks per layer")
     ax.set_title("Slab count over time (max over layers)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, ax, path)
     return True
 
 
@@ -122,10 +121,7 @@ def plot_gather_hist(views, path: str) -> bool:
     ax.set_xlabel("same-slab runs per gather")
     ax.set_ylabel("gathers (all layers)")
     ax.set_title("Gather-run histogram")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, ax, path)
     return True
 
 

@@ -60,6 +60,13 @@ class BlockBook(RowBook):
         if start > length:
             raise PoolError(f"sequence {seq_id}: write start {start} is past its length {length} (no gaps)")
         first, last = start // self.block_size, (start + num_tokens - 1) // self.block_size
+        if self._inside_exclusive_blocks(tables, first, last):
+            # the common decode case (the span lies in blocks the sequence already owns alone): nothing to copy,
+            # mint or reserve, only the lengths move; every layer is still checked
+            for table in tables:
+                table.length = max(length, start + num_tokens)
+            self._emit("prepare_write", seq=seq_id, start=start, num_tokens=num_tokens)
+            return WritePlan(cow_pairs=[[] for _ in tables], growth=[])
         cow_indices = [self._shared_in_span(layer, table, first, last) for layer, table in enumerate(tables)]
         new_blocks = max(0, last + 1 - len(tables[0].rows))
         for layer in range(self.num_layers):
@@ -73,6 +80,14 @@ class BlockBook(RowBook):
         growth = self._reserve_capacity()
         self._emit("prepare_write", seq=seq_id, start=start, num_tokens=num_tokens)
         return WritePlan(cow_pairs=cow_pairs, growth=growth)
+
+    def _inside_exclusive_blocks(self, tables: list[BlockTable], first: int, last: int) -> bool:
+        """True when blocks ``first..last`` exist in every layer's table and each has refcount 1."""
+        if last >= len(tables[0].rows):
+            return False
+        layers = self.layers
+        return all(layers[layer].row_refcount[row] == 1
+                   for layer, table in enumerate(tables) for row in table.rows[first:last + 1])
 
     def _shared_in_span(self, layer: int, table: BlockTable, first: int, last: int) -> list[int]:
         counts = self.layers[layer].row_refcount

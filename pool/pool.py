@@ -17,10 +17,11 @@ from pool.config import PoolConfig, blocks_for_tokens
 from pool.errors import PoolError
 from pool.fused_decision import DecisionCounters, FusedDecision, decide
 from pool.stats import PoolStats
+from pool.token_slots import TokenSlots, check_current, resolve_token_slots
 
 
 class GatherResult(NamedTuple):
-    keys: Any      # mx.array [n_kv_heads, length - logical_start, head_dim]
+    keys: Any      # mx.array [n_kv_heads, length - logical_start, head_dim], row-contiguous
     values: Any
     num_runs: int  # same-slab runs read (1 for the monolithic design)
 
@@ -117,11 +118,15 @@ class PagedKVPool:
         self._execute(plan)
 
     def _execute(self, plan: WritePlan) -> None:
+        if not plan.growth and not any(plan.cow_pairs):
+            return  # storage already holds the book's capacity (kept equal after every operation)
         for layer in range(self.config.num_layers):
             if not self.storage.has_layer(layer):
                 continue  # nothing written in this layer yet: storage is created at its first write
             self.storage.ensure_rows(layer, self.book.layers[layer].capacity)
-            for src, dst in plan.cow_pairs[layer]:
+        self.storage.materialize()
+        for layer in range(self.config.num_layers):
+            for src, dst in plan.cow_pairs[layer] if self.storage.has_layer(layer) else ():
                 self.storage.copy_row(layer, src, dst)
 
     def write(self, layer: int, seq_id: int, start: int, keys, values) -> None:
@@ -158,6 +163,26 @@ class PagedKVPool:
         for (k, v), seq_rows, start in zip(per_seq, rows, starts):
             self.storage.write_span(layer, seq_rows, start % bs, k, v)
 
+    def token_slots(self, seq_ids: list[int], positions: list[int]) -> TokenSlots:
+        """Resolve where one new token per sequence goes in every layer (positions prepared by prepare_write);
+        see ``pool/token_slots.py``. Reads only."""
+        return resolve_token_slots(self.book, seq_ids, positions)
+
+    def write_tokens(self, layer: int, slots: TokenSlots, keys, values, indices: dict | None = None) -> None:
+        """Store one token per sequence of ``slots`` in ``layer``: ``keys``/``values`` [B, n_kv_heads, head_dim].
+        The same bytes as ``write_batch`` with one-token spans, in one scatter per slab touched. ``indices``: a
+        dict the caller keeps for one step (device index arrays shared by layers writing the same rows). Checks
+        (stale slots, geometry, batch) run before the first store, so an error writes nothing."""
+        from pool.storage_base import geometry_of
+
+        self.book.check_layer(layer)
+        check_current(self.book, slots, layer)
+        geometry = geometry_of(keys, values, tokens=len(slots.seq_ids))
+        self.storage.check_geometry(layer, geometry)
+        self._ensure_layer(layer, geometry)
+        self.storage.write_tokens(layer, slots.layer_rows[layer], slots.offsets, keys, values,
+                                  {} if indices is None else indices)
+
     def _ensure_layer(self, layer: int, geometry) -> None:
         if self.storage.has_layer(layer):
             return
@@ -166,6 +191,7 @@ class PagedKVPool:
             self.book.set_geometry(geometry.dtype, geometry.n_kv_heads, geometry.head_dim,
                                    geometry.bytes_per_row(self.config.block_size))
         self.storage.ensure_rows(layer, self.book.layers[layer].capacity)
+        self.storage.materialize()
 
     # ---- reads -----------------------------------------------------------------------------------------------
     def gather_visible(self, layer: int, seq_id: int) -> GatherResult:
@@ -181,12 +207,12 @@ class PagedKVPool:
         rows = table.rows[first:last]
         if not rows:
             return self._empty_gather(layer)
-        keys, values, runs = self.storage.gather(layer, rows)
         lo, hi = table.logical_start - first * bs, table.length - first * bs
+        keys, values, runs = self.storage.gather(layer, rows, lo, hi)
         self.gathers += 1
         self.gather_runs_total += runs
         self.gather_runs_hist[layer][runs] += 1
-        return GatherResult(keys[lo:hi].transpose(1, 0, 2), values[lo:hi].transpose(1, 0, 2), runs)
+        return GatherResult(keys, values, runs)
 
     def _empty_gather(self, layer: int) -> GatherResult:
         import mlx.core as mx
@@ -219,6 +245,7 @@ class PagedKVPool:
         try:
             self._ensure_layer(layer, geometry)
             self.storage.ensure_rows(layer, self.book.layers[layer].capacity)
+            self.storage.materialize()
             self.storage.write_row(layer, row, contents.keys, contents.values)
         except BaseException:
             self.book.release_block(block_id)

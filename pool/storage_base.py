@@ -54,6 +54,22 @@ def geometry_of(keys, values, what: str = "keys/values", tokens: int | None = No
     return LayerGeometry(dtype_name(keys.dtype), int(keys.shape[1]), int(keys.shape[2]))
 
 
+def store_rows(tensors: list, index: int, start: int, rows: mx.array) -> None:
+    """``tensors[index][start:start + len(rows)] = rows``, always into that tensor's own buffer.
+
+    MLX's ``__setitem__`` turns an assignment that covers a whole array into the assigned value itself: a slab
+    written by one full-slab prefill span became a (strided) view of the model's K/V output instead of staying
+    the slab's own contiguous buffer, so the slab no longer owned its memory and every fused-kernel launch
+    copied it to make it contiguous (on the H200: 3,528 slab copies, ~16 ms, per decode step of a 28-layer
+    model). A whole-tensor write therefore goes through ``mx.slice_update``, which writes into the (donated)
+    buffer like any partial write."""
+    target = tensors[index]
+    if start == 0 and rows.shape[0] == target.shape[0]:
+        tensors[index] = mx.slice_update(target, rows, mx.array([0]), axes=(0,))
+    else:
+        target[start:start + rows.shape[0]] = rows
+
+
 class RowStorage:
     """Physical K/V rows of every layer. Subclasses define the row mapping, capacity and growth."""
 
@@ -69,7 +85,9 @@ class RowStorage:
         self.slab_appends = 0
         self.grow_events = 0
         self.bytes_copied = 0
-        self.after_alloc: Callable[[], None] | None = None  # called after each layer's allocation (sampling)
+        self.after_alloc: Callable[[], None] | None = None  # called after allocations are evaluated (sampling)
+        self._unevaluated: list[mx.array] = []  # tensors allocated since the last materialize()
+        self._last_reads: tuple[list[int], list[tuple]] | None = None  # gather's memo (see _reads_for)
 
     # ---- mapping and capacity (design-specific) --------------------------------------------------------------
     def _slab_for_row(self, row: int) -> tuple[int, int]:
@@ -115,6 +133,16 @@ class RowStorage:
         geometry = self.geometry[layer]
         return mx.zeros((rows, *geometry.row_shape(self.block_size)), dtype=DTYPES[geometry.dtype])
 
+    def materialize(self) -> None:
+        """Start evaluating every tensor allocated since the last call (one ``mx.async_eval``: no host-device
+        sync, so a pipelined prefill keeps the device busy across a growth), then report the allocation
+        (``after_alloc``). Designs that allocate eagerly have nothing pending."""
+        if not self._unevaluated:
+            return
+        pending, self._unevaluated = self._unevaluated, []
+        mx.async_eval(pending)
+        self._allocated()
+
     def _allocated(self) -> None:
         if self.after_alloc is not None:
             self.after_alloc()
@@ -135,8 +163,8 @@ class RowStorage:
             if pos == 0 and count == bs:
                 span = self._full_block_run(rows, index, (total - done) // bs)
                 shape = (span, *self.geometry[layer].row_shape(bs))
-                self.keys[layer][slab][local:local + span] = keys[done:done + span * bs].reshape(shape)
-                self.values[layer][slab][local:local + span] = values[done:done + span * bs].reshape(shape)
+                store_rows(self.keys[layer], slab, local, keys[done:done + span * bs].reshape(shape))
+                store_rows(self.values[layer], slab, local, values[done:done + span * bs].reshape(shape))
                 done += span * bs
                 index += span
                 continue
@@ -144,6 +172,34 @@ class RowStorage:
             self.values[layer][slab][local, pos:pos + count] = values[done:done + count]
             done += count
             index += 1
+
+    def write_tokens(self, layer: int, rows: tuple[int, ...], offsets: tuple[int, ...], keys: mx.array,
+                     values: mx.array, indices: dict) -> None:
+        """One token per entry: ``keys``/``values`` [n, H, D], entry i into token ``offsets[i]`` of row ``rows[i]``.
+        One scatter per slab touched (a decode step's tail blocks usually share one or two slabs) instead of one
+        slice update per entry; each scatter is assigned back into its slab so MLX can donate the slab's buffer.
+        ``indices`` caches the device index arrays by (rows, offsets) (the caller's dict, kept for one step: layers
+        that write the same rows share them). Mutates the layer's slabs."""
+        groups = indices.get((rows, offsets))
+        if groups is None:
+            groups = indices[rows, offsets] = self._token_groups(rows, offsets)
+        for slab, local_rows, token_offsets, picks in groups:
+            for tensors, update in ((self.keys[layer], keys), (self.values[layer], values)):
+                tensors[slab][local_rows, token_offsets] = update if picks is None else update[picks]
+
+    def _token_groups(self, rows: tuple[int, ...], offsets: tuple[int, ...]) -> list[tuple]:
+        """[(slab, local rows, token offsets, entry picks or None when the group is every entry in order)], the
+        index arrays as int32 mx.arrays, slabs in first-seen order."""
+        by_slab: dict[int, list[int]] = {}
+        for i, row in enumerate(rows):
+            by_slab.setdefault(self._slab_for_row(row)[0], []).append(i)
+        groups = []
+        for slab, entries in by_slab.items():
+            local = mx.array([self._slab_for_row(rows[i])[1] for i in entries], dtype=mx.int32)
+            tokens = mx.array([offsets[i] for i in entries], dtype=mx.int32)
+            picks = None if len(entries) == len(rows) else mx.array(entries, dtype=mx.int32)
+            groups.append((slab, local, tokens, picks))
+        return groups
 
     def _full_block_run(self, rows: list[int], index: int, limit: int) -> int:
         """How many of ``rows[index:index+limit]`` are consecutive rows of one slab."""
@@ -161,28 +217,45 @@ class RowStorage:
         dst_slab, dst_local = self._slab_for_row(dst)
         index = mx.array([src_local])
         for tensors in (self.keys[layer], self.values[layer]):
-            block = mx.take(tensors[src_slab], index, axis=0)[0]
+            block = mx.take(tensors[src_slab], index, axis=0)
             mx.eval(block)
-            tensors[dst_slab][dst_local] = block
+            store_rows(tensors, dst_slab, dst_local, block)
 
-    def gather(self, layer: int, rows: list[int]) -> tuple[mx.array, mx.array, int]:
-        """Rows in logical order -> (K, V) shaped [len(rows)*block_size, H, D] and the number of runs. One read per
-        maximal same-slab run (a slice when the run's rows are consecutive, else a take), concatenated in order."""
-        runs = split_runs(rows, self._slab_for_row)
+    def gather(self, layer: int, rows: list[int], lo: int, hi: int) -> tuple[mx.array, mx.array, int]:
+        """Tokens [lo, hi) of ``rows`` (in logical order; token 0 is the first token of ``rows[0]``) as K and V
+        shaped [H, hi - lo, D], row-contiguous, and the number of runs. One read per maximal same-slab run (a
+        slice when the run's rows are consecutive, else a take), viewed as [H, rows, block, D] and joined along
+        the rows: the join (for one run, ``mx.contiguous``) is the only copy, and a run costs two graph ops, which
+        matters because a prefill chunk gathers every layer (host time per op dominates on a GPU)."""
+        reads = self._reads_for(rows)
         geometry = self.geometry[layer]
-        flat = (len(rows) * self.block_size, geometry.n_kv_heads, geometry.head_dim)
+        heads, dim = geometry.n_kv_heads, geometry.head_dim
+        total = len(rows) * self.block_size
         out = []
         for tensors in (self.keys[layer], self.values[layer]):
             parts = []
-            for slab, local_rows in runs:
-                bounds = contiguous_range(local_rows)
-                if bounds is not None:
-                    parts.append(tensors[slab][bounds[0]:bounds[1]])
-                else:
-                    parts.append(mx.take(tensors[slab], mx.array(local_rows), axis=0))
-            joined = parts[0] if len(parts) == 1 else mx.concatenate(parts, axis=0)
-            out.append(joined.reshape(flat))
-        return out[0], out[1], len(runs)
+            for slab, bounds, index in reads:
+                part = tensors[slab][bounds[0]:bounds[1]] if index is None else mx.take(tensors[slab], index, axis=0)
+                parts.append(part.transpose(2, 0, 1, 3))  # [H, rows, block, D]
+            joined = mx.contiguous(parts[0]) if len(parts) == 1 else mx.concatenate(parts, axis=1)
+            flat = joined.reshape(heads, total, dim)
+            # a partial first/last block is trimmed and copied once more, so the result stays row-contiguous
+            out.append(flat if (lo, hi) == (0, total) else mx.contiguous(flat[:, lo:hi]))
+        return out[0], out[1], len(reads)
+
+    def _reads_for(self, rows: list[int]) -> list[tuple]:
+        """The reads of ``rows``: per same-slab run (slab, (first, stop) slice bounds, or None and a take index).
+        Memoised for the last rows list: the layers of one step read equal tables (they allocate in lockstep), so
+        27 of 28 layers reuse the split for one C-level list comparison instead of a Python walk over the rows."""
+        last = self._last_reads
+        if last is not None and last[0] == rows:
+            return last[1]
+        reads = []
+        for slab, local_rows in split_runs(rows, self._slab_for_row):
+            bounds = contiguous_range(local_rows)
+            reads.append((slab, bounds, None if bounds is not None else mx.array(local_rows)))
+        self._last_reads = (list(rows), reads)
+        return reads
 
     def read_row(self, layer: int, row: int) -> tuple[mx.array, mx.array]:
         """Copies (own buffers, evaluated) of one row's K and V, [block_size, H, D]."""
@@ -196,5 +269,5 @@ class RowStorage:
     def write_row(self, layer: int, row: int, keys: mx.array, values: mx.array) -> None:
         """Overwrite one whole row (restore path)."""
         slab, local = self._slab_for_row(row)
-        self.keys[layer][slab][local] = keys
-        self.values[layer][slab][local] = values
+        store_rows(self.keys[layer], slab, local, keys[None])
+        store_rows(self.values[layer], slab, local, values[None])

@@ -59,6 +59,9 @@ class PagedStep:
         self.batched = batched
         for seq_id, start in zip(self.seq_ids, self.starts):
             pool.prepare_write(seq_id, start, self.num_tokens)
+        # one-token batched steps (decode) write through slots resolved once, one scatter per slab per layer
+        self.slots = pool.token_slots(self.seq_ids, self.starts) if batched and self.num_tokens == 1 else None
+        self._token_indices: dict = {}  # device index arrays of this step's token writes, shared by layers
         self.lengths = [s + self.num_tokens for s in self.starts]  # visible length after this step
         self.width = max(self.lengths)  # T of the returned K/V (BatchKVCache's _idx after the update)
         self.left_padding = [self.width - n for n in self.lengths]
@@ -106,8 +109,13 @@ class PagedStep:
         # copy its whole slab (monolithic: the whole tensor). Measured: ~30x more time in writes.
         # pool layout is [tokens, heads, dim]; mlx-lm's is [batch, heads, tokens, dim]: one transpose per batch,
         # and one pool call per layer (geometry checked once), not one per sequence
-        self.pool.write_batch(layer, self.seq_ids, self.starts, keys.transpose(0, 2, 1, 3),
-                              values.transpose(0, 2, 1, 3))
+        if self.slots is not None:
+            batch, heads, _, dim = keys.shape  # one token: [B, H, 1, D] is [B, H, D] in the same element order
+            self.pool.write_tokens(layer, self.slots, keys.reshape(batch, heads, dim),
+                                   values.reshape(batch, heads, dim), self._token_indices)
+        else:
+            self.pool.write_batch(layer, self.seq_ids, self.starts, keys.transpose(0, 2, 1, 3),
+                                  values.transpose(0, 2, 1, 3))
         if self.fused[layer]:
             return keys, values  # the kernel reads the slabs itself; nothing to gather (see fused_attention)
         gathered, runs = [], []
@@ -116,13 +124,13 @@ class PagedStep:
             gathered.append((result.keys, result.values))
             runs.append(result.num_runs)
         self.gather_runs[layer] = runs
-        # The pool hands back transposed views of [T, H, D] storage. The dense caches hand SDPA row-contiguous
-        # [B, H, T, D] arrays, and SDPA's CPU path sums in a different order for the two layouts (measured: not
-        # byte-equal), so materialise the dense layout: one copy per sequence into a zero-filled batch buffer
-        # (zeros = BatchKVCache's left padding). Measured cheaper than pad-then-stack.
+        # The pool hands back row-contiguous [H, T, D] arrays: exactly the layout of a dense cache's [B, H, T, D]
+        # (SDPA's CPU path sums in a different order for other layouts: measured, not byte-equal). One sequence
+        # without padding is used as is; a batch is copied right-aligned into a zero-filled buffer (zeros =
+        # BatchKVCache's left padding; measured cheaper than pad-then-stack).
         if len(gathered) == 1 and self.left_padding[0] == 0:
             k, v = gathered[0]
-            return mx.contiguous(k)[None], mx.contiguous(v)[None]
+            return k[None], v[None]
         return _padded_batch([k for k, _ in gathered], self.width), _padded_batch([v for _, v in gathered], self.width)
 
 
@@ -153,6 +161,10 @@ class PagedStep:
     def run_counts(self) -> tuple[list[int], list[int]]:
         """Same-slab runs per sequence this step: (layer 0, max over layers). Gathered layers report what the
         gathers read; fused layers what the kernel walks (the block table's runs, computed here)."""
+        if self.plans is not None and self.plans.built == 1 and len(self.served) == len(self.fused):
+            # every layer was fused through one plan, verified equal to its own tables: layer 0 speaks for all
+            runs = [self._table_runs(0, seq_id, {}) for seq_id in self.seq_ids]
+            return runs, list(runs)
         first: list[int] = []
         most = [0] * len(self.seq_ids)
         seen: dict[int, tuple[list[int], int]] = {}  # seq -> (rows, runs) last counted: layers share tables
@@ -166,20 +178,21 @@ class PagedStep:
         return first, most
 
     def _table_runs(self, layer: int, seq_id: int, seen: dict) -> int:
-        """Same-slab runs of a sequence's visible blocks in ``layer`` (what a gather or the kernel reads); a
-        table equal to the one counted last for this sequence (the usual case: layers allocate in lockstep)
-        reuses its count, so a step costs one list comparison per layer instead of one walk."""
+        """Same-slab runs of a sequence's visible blocks in ``layer`` (what a gather or the kernel reads). A table
+        equal to the one counted last for this sequence (the usual case: layers allocate in lockstep) reuses its
+        count: one C-level list comparison per layer instead of a slice and a walk."""
         table = self.pool.book.tables(seq_id)[layer]
+        span = (table.logical_start, table.length)
+        last = seen.get(seq_id)
+        if last is not None and last[1] == span and last[0] == table.rows:
+            return last[2]
         bs = self.pool.config.block_size
         rows = table.rows[table.logical_start // bs:-(-table.length // bs)]
-        last = seen.get(seq_id)
-        if last is not None and last[0] == rows:
-            return last[1]
         if self.pool.config.design != "slab":
             runs = 1 if rows else 0
         else:
             runs = count_runs(rows, self.pool.config.slab_blocks)
-        seen[seq_id] = (rows, runs)
+        seen[seq_id] = (list(table.rows), span, runs)  # a copy: the next layer's list is compared against it
         return runs
 
 

@@ -47,6 +47,8 @@ class Engine:
     are materialised for bookkeeping, so host-side Python overlaps device work. Each ``step()`` call still
     completes exactly one forward pass; the next one may already be in flight (``_inflight``), in which case the
     backend already holds K/V room (and, on the pool, blocks) for one token more than ``seq.num_cached``.
+    Prefill chunks overlap the same way: each is dispatched with ``mx.async_eval`` and the previous one is
+    awaited after it, so a prefill step's wall time is its host work plus the wait for the chunk before it.
     """
 
     def __init__(self, model, backend, scheduler: Scheduler, *, sampler=None, logits_hook=None):
@@ -58,6 +60,7 @@ class Engine:
         self._trunk = getattr(model, "model", None)
         self._inflight: _Dispatched | None = None  # decode step dispatched (async_eval) but not yet completed
         self._chain_t0 = 0.0  # when the previous pipelined step completed (its successor's wall clock starts)
+        self._prefill_inflight: mx.array | None = None  # last prefill chunk's output, dispatched, maybe running
 
     def step(self) -> StepResult | None:
         """Complete one forward pass (the in-flight decode step if any, else admit, plan and run one); None
@@ -67,6 +70,9 @@ class Engine:
         self.scheduler.admit()
         plan = self.scheduler.plan()
         if plan is None:
+            if self._prefill_inflight is not None:  # idle: let the last prefill chunk finish before reporting
+                mx.eval(self._prefill_inflight)
+                self._prefill_inflight = None
             return None
         if isinstance(plan, PrefillPlan):
             return self._prefill(plan)
@@ -81,7 +87,12 @@ class Engine:
         inputs = mx.array(plan.seq.tokens[plan.start:plan.start + plan.num_tokens])[None]
         # the trunk alone: its hidden states feed nothing but the cache writes
         out = self._trunk(inputs, cache=caches) if self._trunk is not None else self.model(inputs, cache=caches)
-        mx.eval(out, *_cache_state(caches))
+        # Pipelined like decode: start this chunk, then wait for the previous one, so the host builds chunk n+1
+        # while the device runs chunk n (at most two chunks in flight; nothing on the host reads their results).
+        mx.async_eval(out, *_cache_state(caches))
+        previous, self._prefill_inflight = self._prefill_inflight, out
+        if previous is not None:
+            mx.eval(previous)
         self.scheduler.complete_prefill(plan)
         return StepResult("prefill", 1, plan.num_tokens, time.perf_counter() - t0, [])
 
@@ -89,6 +100,7 @@ class Engine:
         """Build one decode step's graph (sequence i writes at ``starts[i]``; ``inputs`` [B, 1], possibly lazy)
         and start evaluating it. Mutates the backend (K/V room, fused decisions); takes the step's events now,
         while its ``PagedStep`` is still the backend's current one."""
+        self._prefill_inflight = None  # decode runs after it on the same stream
         caches = self.backend.decode_caches(plan.seqs, starts)
         logits = self.model(inputs, cache=caches)[:, -1, :]
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)

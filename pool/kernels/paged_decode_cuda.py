@@ -10,7 +10,7 @@ Design (docs/gpu.md has the full write-up and the measurements):
 * Warps take whole blocks of the pool round-robin; the block's physical row resolves once per block to
   (slab, row in slab) and a slab base pointer from a shared-memory table filled from the kernel's slab inputs
   ``k0..kN-1`` / ``v0..vN-1``. ``mx.fast.cuda_kernel`` takes a fixed list of inputs, so one kernel is generated
-  per slab-count bucket (the next power of two; padding repeats slab 0, never read).
+  per slab-count bucket (``plan.slab_bucket``: under 1/3 padding, repeating slab 0, never read).
 * Online softmax in float32 (log2 domain, ``exp2f``), one max/correction per UNROLL tile; warps merge through
   shared memory. Long contexts are split into chunks (``pool.kernels.plan.choose_splits``) whose partial states a
   second small kernel merges; with one split the first kernel writes the output directly.
@@ -21,6 +21,7 @@ never reuses a stale binary. This module imports mlx only inside functions.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Sequence
 
@@ -310,9 +311,15 @@ merge_kernel = _KERNELS.merge
 
 
 def unroll_for(block_size: int, head_dim: int) -> int:
-    """Largest power of two <= UNROLL (or $SLABSCOPE_CUDA_UNROLL) whose warp step (tokens_per_warp_step * unroll) divides block_size, so a
-    step never crosses into the next block."""
-    unroll = int(os.environ.get(UNROLL_ENV, UNROLL))
+    """See :func:`_unroll_for`; reads $SLABSCOPE_CUDA_UNROLL on every call (tuning runs set it in-process)."""
+    return _unroll_for(block_size, head_dim, os.environ.get(UNROLL_ENV))
+
+
+@functools.lru_cache(maxsize=64)
+def _unroll_for(block_size: int, head_dim: int, override: str | None) -> int:
+    """Largest power of two <= UNROLL (or the $SLABSCOPE_CUDA_UNROLL ``override``) whose warp step
+    (tokens_per_warp_step * unroll) divides block_size, so a step never crosses into the next block."""
+    unroll = int(override or UNROLL)
     while unroll > 1 and block_size % (tokens_per_warp_step(head_dim) * unroll):
         unroll //= 2
     return unroll
@@ -320,6 +327,13 @@ def unroll_for(block_size: int, head_dim: int) -> int:
 
 def _dtype_name(dtype) -> str:
     return str(dtype).rsplit(".", 1)[-1]
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_reason(dtype: str, head_dim: int, n_q: int, n_kv: int, block_size: int, num_slabs: int) -> str | None:
+    """``unsupported_reason`` for one geometry, computed once (the kernel is launched once per layer per step)."""
+    return unsupported_reason(dtype=dtype, head_dim=head_dim, n_q_heads=n_q, n_kv_heads=n_kv,
+                              block_size=block_size, num_slabs=num_slabs, max_slabs=MAX_SLABS)
 
 
 def check_inputs(queries, k_slabs: Sequence, v_slabs: Sequence, plan: DecodePlan) -> tuple[int, int, int, int]:
@@ -345,9 +359,7 @@ def check_inputs(queries, k_slabs: Sequence, v_slabs: Sequence, plan: DecodePlan
     if plan.slab_blocks != slab_blocks or plan.block_size != block_size or plan.num_slabs != len(k_slabs):
         raise KernelUnsupported("plan was made for another slab geometry")
     n_q = queries.shape[1]
-    reason = unsupported_reason(dtype=_dtype_name(queries.dtype), head_dim=head_dim, n_q_heads=n_q,
-                                n_kv_heads=n_kv, block_size=block_size, num_slabs=len(k_slabs),
-                                max_slabs=MAX_SLABS)
+    reason = _cached_reason(_dtype_name(queries.dtype), head_dim, n_q, n_kv, block_size, len(k_slabs))
     if reason:
         raise KernelUnsupported(reason)
     return n_q, n_kv, head_dim, block_size

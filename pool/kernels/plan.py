@@ -70,12 +70,23 @@ def unsupported_reason(*, dtype: str, head_dim: int, n_q_heads: int, n_kv_heads:
 
 
 def slab_bucket(num_slabs: int) -> int:
-    """Number of slab inputs a kernel is compiled for: the next power of two (padding repeats slab 0), so a
-    growing pool compiles O(log slabs) kernel variants, not one per slab count."""
+    """Number of slab inputs a kernel is compiled for: the smallest of 1, 2, 4, 8 and then 2^k, 1.25 * 2^k,
+    1.5 * 2^k (10, 12, 16, 20, 24, 32, 40, ...) that holds ``num_slabs`` (padding repeats slab 0, never read).
+
+    Every kernel input costs host time at each launch (MLX converts, checks and records each one; a decode step
+    launches once per layer), so padding stays under a third of the real slabs (beyond 8), while a growing pool
+    still compiles O(log slabs) variants (three per doubling) instead of one per slab count."""
     bucket = 1
-    while bucket < num_slabs:
+    while bucket < min(num_slabs, 8):
         bucket *= 2
-    return bucket
+    if num_slabs <= bucket:
+        return bucket
+    power = 8
+    while True:
+        for step in (power + power // 4, power + power // 2, 2 * power):
+            if num_slabs <= step:
+                return step
+        power *= 2
 
 
 def choose_splits(max_end: int, batch: int, n_kv_heads: int, block_size: int,

@@ -45,8 +45,11 @@ def test_choose_splits_fills_gpu_and_respects_min_chunk(monkeypatch):
     assert chunk % 32 == 0 and splits * chunk >= 1000 and (splits - 1) * chunk < 1000
 
 
-def test_slab_bucket_is_next_power_of_two():
-    assert [slab_bucket(n) for n in (1, 2, 3, 5, 8, 9, 300)] == [1, 2, 4, 8, 8, 16, 512]
+def test_slab_bucket_pads_at_most_a_third_with_few_variants():
+    assert [slab_bucket(n) for n in (1, 2, 3, 5, 8, 9, 11, 13, 17, 33, 300)] == [1, 2, 4, 8, 8, 10, 12, 16, 20, 40, 320]
+    buckets = {slab_bucket(n) for n in range(1, 513)}
+    assert len(buckets) == 4 + 3 * 6  # 1, 2, 4, 8, then three per doubling up to 512
+    assert all(n <= slab_bucket(n) and 3 * slab_bucket(n) <= max(24, 4 * n) for n in range(1, 513))
 
 
 @pytest.mark.parametrize("kwargs, fragment", [

@@ -3,8 +3,9 @@ once and every engine runs the scenario twice; the second run's figures are the 
 MLX's JIT compiles, e.g. ~1.5 s per fused-kernel variant, which a fresh process pays again).
 
 Engines: slabscope dense, slab (fused decode per the decision rule), slab with SLABSCOPE_PAGED_ATTENTION_NATIVE=0
-(gather), monolithic, and mlx-lm BatchGenerator; same prompts (the workload's own source) and lengths. Per run:
-wall, prefill and decode tok/s, and the median / first decode step time.
+(gather), monolithic, slab with 128-block slabs (slab128_fused), and mlx-lm BatchGenerator; same prompts (the
+workload's own source) and lengths. Per run: wall, prefill and decode tok/s, and the median / first decode step
+time. ``--repeats N`` interleaves N rounds of every engine (round 1 pays the JIT compiles).
 
     python tests/gpu/steady_throughput.py --set n=8 --set prompt_tokens=4096 --set gen_tokens=32 \
         --model synthetic:qwen3-0.6b --dtype bfloat16 --device gpu --json
@@ -21,8 +22,9 @@ import sys
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-ENGINES = (("dense", "dense", {}), ("slab_fused", "slab", {}),
-           ("slab_gather", "slab", {"SLABSCOPE_PAGED_ATTENTION_NATIVE": "0"}), ("monolithic", "monolithic", {}))
+ENGINES = (("dense", "dense", {}, {}), ("slab_fused", "slab", {}, {}),
+           ("slab_gather", "slab", {"SLABSCOPE_PAGED_ATTENTION_NATIVE": "0"}, {}), ("monolithic", "monolithic", {}, {}),
+           ("slab128_fused", "slab", {}, {"slab_blocks": 128}))
 
 
 def _slabscope_run(spec, loaded, env: dict) -> dict:
@@ -71,13 +73,13 @@ def main() -> int:
     overrides = parse_overrides(args.set)
     loaded = load_model(args.model, dtype=args.dtype, device=args.device, seed=0)
     requests = scenario_requests(args.scenario, overrides, loaded, 0)
-    results: dict = {name: [] for name, _, _ in ENGINES}
+    results: dict = {name: [] for name, *_ in ENGINES}
     results["mlx_lm_batchgenerator"] = []
     engines = [e for e in ENGINES if args.engines is None or e[0] in args.engines.split(",")]
     for _ in range(args.repeats):
-        for name, backend, env in engines:
+        for name, backend, env, spec_kwargs in engines:
             spec = RunSpec(scenario=args.scenario, backend=backend, model=args.model, dtype=args.dtype,
-                           device=args.device, overrides=overrides, seed=0)
+                           device=args.device, overrides=overrides, seed=0, **spec_kwargs)
             results[name].append(_slabscope_run(spec, loaded, env))
             print(name, json.dumps(results[name][-1]), file=sys.stderr, flush=True)
         run = run_batchgenerator(loaded, requests)

@@ -120,13 +120,13 @@ class PagedKVPool:
     def _execute(self, plan: WritePlan) -> None:
         if not plan.growth and not any(plan.cow_pairs):
             return  # storage already holds the book's capacity (kept equal after every operation)
-        for layer in range(self.config.num_layers):
-            if not self.storage.has_layer(layer):
-                continue  # nothing written in this layer yet: storage is created at its first write
+        # layers with nothing written yet get storage at their first write
+        layers = [layer for layer in range(self.config.num_layers) if self.storage.has_layer(layer)]
+        for layer in layers:
             self.storage.ensure_rows(layer, self.book.layers[layer].capacity)
-        self.storage.materialize()
-        for layer in range(self.config.num_layers):
-            for src, dst in plan.cow_pairs[layer] if self.storage.has_layer(layer) else ():
+        self.storage.materialize()  # every layer's new slabs in one evaluation, before the copies read them
+        for layer in layers:
+            for src, dst in plan.cow_pairs[layer]:
                 self.storage.copy_row(layer, src, dst)
 
     def write(self, layer: int, seq_id: int, start: int, keys, values) -> None:

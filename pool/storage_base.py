@@ -190,12 +190,13 @@ class RowStorage:
     def _token_groups(self, rows: tuple[int, ...], offsets: tuple[int, ...]) -> list[tuple]:
         """[(slab, local rows, token offsets, entry picks or None when the group is every entry in order)], the
         index arrays as int32 mx.arrays, slabs in first-seen order."""
+        located = [self._slab_for_row(row) for row in rows]
         by_slab: dict[int, list[int]] = {}
-        for i, row in enumerate(rows):
-            by_slab.setdefault(self._slab_for_row(row)[0], []).append(i)
+        for i, (slab, _) in enumerate(located):
+            by_slab.setdefault(slab, []).append(i)
         groups = []
         for slab, entries in by_slab.items():
-            local = mx.array([self._slab_for_row(rows[i])[1] for i in entries], dtype=mx.int32)
+            local = mx.array([located[i][1] for i in entries], dtype=mx.int32)
             tokens = mx.array([offsets[i] for i in entries], dtype=mx.int32)
             picks = None if len(entries) == len(rows) else mx.array(entries, dtype=mx.int32)
             groups.append((slab, local, tokens, picks))

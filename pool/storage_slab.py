@@ -6,8 +6,6 @@ live capacity and no ladder of ever-larger freed buffers accumulates in its cach
 
 from __future__ import annotations
 
-import mlx.core as mx
-
 from pool.storage_base import RowStorage
 
 

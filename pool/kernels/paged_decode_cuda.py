@@ -21,7 +21,6 @@ never reuses a stale binary. This module imports mlx only inside functions.
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Sequence
 
@@ -311,15 +310,9 @@ merge_kernel = _KERNELS.merge
 
 
 def unroll_for(block_size: int, head_dim: int) -> int:
-    """See :func:`_unroll_for`; reads $SLABSCOPE_CUDA_UNROLL on every call (tuning runs set it in-process)."""
-    return _unroll_for(block_size, head_dim, os.environ.get(UNROLL_ENV))
-
-
-@functools.lru_cache(maxsize=64)
-def _unroll_for(block_size: int, head_dim: int, override: str | None) -> int:
-    """Largest power of two <= UNROLL (or the $SLABSCOPE_CUDA_UNROLL ``override``) whose warp step
-    (tokens_per_warp_step * unroll) divides block_size, so a step never crosses into the next block."""
-    unroll = int(override or UNROLL)
+    """Largest power of two <= UNROLL (or $SLABSCOPE_CUDA_UNROLL) whose warp step (tokens_per_warp_step * unroll)
+    divides block_size, so a step never crosses into the next block."""
+    unroll = int(os.environ.get(UNROLL_ENV, UNROLL))
     while unroll > 1 and block_size % (tokens_per_warp_step(head_dim) * unroll):
         unroll //= 2
     return unroll
@@ -327,13 +320,6 @@ def _unroll_for(block_size: int, head_dim: int, override: str | None) -> int:
 
 def _dtype_name(dtype) -> str:
     return str(dtype).rsplit(".", 1)[-1]
-
-
-@functools.lru_cache(maxsize=256)
-def _cached_reason(dtype: str, head_dim: int, n_q: int, n_kv: int, block_size: int, num_slabs: int) -> str | None:
-    """``unsupported_reason`` for one geometry, computed once (the kernel is launched once per layer per step)."""
-    return unsupported_reason(dtype=dtype, head_dim=head_dim, n_q_heads=n_q, n_kv_heads=n_kv,
-                              block_size=block_size, num_slabs=num_slabs, max_slabs=MAX_SLABS)
 
 
 def check_inputs(queries, k_slabs: Sequence, v_slabs: Sequence, plan: DecodePlan) -> tuple[int, int, int, int]:
@@ -359,7 +345,9 @@ def check_inputs(queries, k_slabs: Sequence, v_slabs: Sequence, plan: DecodePlan
     if plan.slab_blocks != slab_blocks or plan.block_size != block_size or plan.num_slabs != len(k_slabs):
         raise KernelUnsupported("plan was made for another slab geometry")
     n_q = queries.shape[1]
-    reason = _cached_reason(_dtype_name(queries.dtype), head_dim, n_q, n_kv, block_size, len(k_slabs))
+    reason = unsupported_reason(dtype=_dtype_name(queries.dtype), head_dim=head_dim, n_q_heads=n_q,
+                                n_kv_heads=n_kv, block_size=block_size, num_slabs=len(k_slabs),
+                                max_slabs=MAX_SLABS)
     if reason:
         raise KernelUnsupported(reason)
     return n_q, n_kv, head_dim, block_size

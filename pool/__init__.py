@@ -5,16 +5,23 @@ docs/contracts.md (API) and docs/pool.md (design).
 """
 
 from pool.block_table import BlockTable, PrefixHandle
+from pool.book_state import BookState
 from pool.bookkeeping import BlockBook, WritePlan
-from pool.config import DESIGNS, MONOLITHIC_CHUNK_BLOCKS, PoolConfig
+from pool.config import DESIGNS, MONOLITHIC_CHUNK_BLOCKS, LayerGeometry, PoolConfig, PoolGeometry
 from pool.errors import BudgetExceeded, PoolError
 from pool.fused_decision import FusedDecision, KernelCaps, register_kernel, unregister_kernel
+from pool.layer_view import LayerView
 from pool.op_apply import SEQUENCE_OPS, apply_op
+from pool.ops import AnyOp, DerivedOp, Op, SequenceOp
 from pool.pool import BlockContents, GatherResult, PagedKVPool
-from pool.stats import PoolStats
+from pool.snapshot import build_snapshot
+from pool.snapshot_types import LayerSnapshot, ObservedFigures, Owner, PoolSnapshot, RowState, row_state
+from pool.stats import PoolCounters, PoolStats
 
 __all__ = [
-    "BlockBook", "BlockContents", "BlockTable", "BudgetExceeded", "DESIGNS", "FusedDecision", "GatherResult",
-    "KernelCaps", "MONOLITHIC_CHUNK_BLOCKS", "PagedKVPool", "PoolConfig", "PoolError", "PoolStats",
-    "PrefixHandle", "SEQUENCE_OPS", "WritePlan", "apply_op", "register_kernel", "unregister_kernel",
+    "AnyOp", "BlockBook", "BlockContents", "BlockTable", "BookState", "BudgetExceeded", "DESIGNS", "DerivedOp",
+    "FusedDecision", "GatherResult", "KernelCaps", "LayerGeometry", "LayerSnapshot", "LayerView",
+    "MONOLITHIC_CHUNK_BLOCKS", "ObservedFigures", "Op", "Owner", "PagedKVPool", "PoolConfig", "PoolCounters",
+    "PoolError", "PoolGeometry", "PoolSnapshot", "PoolStats", "PrefixHandle", "RowState", "SEQUENCE_OPS",
+    "SequenceOp", "WritePlan", "apply_op", "build_snapshot", "register_kernel", "row_state", "unregister_kernel",
 ]

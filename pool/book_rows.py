@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pool.block_table import BlockTable, PrefixHandle
-from pool.config import DESIGNS, capacity_for
+from pool.config import DESIGNS, LayerGeometry, capacity_for
 from pool.errors import BudgetExceeded, PoolError
 from pool.free_rows import FreeRows
-from pool.stats import BookCounters
+from pool.ops import Grow, Op, RowsFreed, SetSlabBlocks, SlabAppend, StorageInit
+from pool.stats import BookCounters, PoolStats
 
-OpListener = Callable[[dict], None]
+OpListener = Callable[[Op], None]
 
 
 @dataclass
@@ -70,7 +71,7 @@ class RowBook:
         self.handles: dict[int, list[BlockTable]] = {}
         self.loose: set[int] = set()  # blocks referenced by a caller (restore path), one reference each
         self.counters = BookCounters()
-        self.geometry: dict | None = None
+        self.geometry: LayerGeometry | None = None  # fixed by the first write (storage_init)
         self.versions = [0] * num_layers  # bumped on every row/refcount change of a layer (snapshot cache key)
         self._next_block_id = 0
         self._next_handle_id = 0
@@ -80,9 +81,10 @@ class RowBook:
     def add_op_listener(self, fn: OpListener) -> None:
         self._listeners.append(fn)
 
-    def _emit(self, op: str, **fields) -> None:
+    def _emit(self, op_type: type[Op], **fields) -> None:
+        """Build the op only when someone listens (the book runs without listeners in replays)."""
         if self._listeners:
-            record = {"op": op, **fields}
+            record = op_type(**fields)
             for fn in self._listeners:
                 fn(record)
 
@@ -94,13 +96,13 @@ class RowBook:
         if any(layer.capacity for layer in self.layers):
             raise PoolError("set_slab_blocks is allowed only before the first write (storage already reserved)")
         self.slab_blocks = slab_blocks
-        self._emit("set_slab_blocks", slab_blocks=slab_blocks)
+        self._emit(SetSlabBlocks, slab_blocks=slab_blocks)
 
     def set_geometry(self, dtype: str, n_kv_heads: int, head_dim: int, bytes_per_row: int) -> None:
         """Record the row geometry fixed by the first write (byte figures use ``bytes_per_row``, K+V)."""
-        self.geometry = {"dtype": dtype, "n_kv_heads": n_kv_heads, "head_dim": head_dim}
+        self.geometry = LayerGeometry(dtype, n_kv_heads, head_dim)
         self.bytes_per_row = bytes_per_row
-        self._emit("storage_init", dtype=dtype, n_kv_heads=n_kv_heads, head_dim=head_dim,
+        self._emit(StorageInit, dtype=dtype, n_kv_heads=n_kv_heads, head_dim=head_dim,
                    bytes_per_row=bytes_per_row)
 
     # ---- lookups ---------------------------------------------------------------------------------------------
@@ -131,6 +133,16 @@ class RowBook:
     def check_layer(self, layer: int) -> None:
         if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer < self.num_layers:
             raise PoolError(f"layer {layer!r} out of range [0, {self.num_layers})")
+
+    def stats(self) -> PoolStats:
+        """Totals over all layers, byte figures modelled as rows x ``bytes_per_row`` (a live pool measures them on
+        its storage instead: ``PagedKVPool.stats``)."""
+        layers, bpr = self.layers, self.bytes_per_row
+        live = sum(rows.num_live for rows in layers)
+        allocated = sum(len(rows.row_block) for rows in layers)
+        return PoolStats(allocated_blocks=allocated, live_blocks=live, free_blocks=allocated - live,
+                         bytes_reserved=sum(rows.capacity for rows in layers) * bpr, bytes_in_use=live * bpr,
+                         num_sequences=len(self.seqs), num_handles=len(self.handles))
 
     def can_allocate(self, num_new_blocks: int) -> bool:
         """True when every layer can take ``num_new_blocks`` more live blocks within the budget."""
@@ -196,7 +208,7 @@ class RowBook:
             if layer == 0:
                 freed0 = freed
         if count:
-            self._emit("rows_freed", rows=freed0, count=count)
+            self._emit(RowsFreed, rows=freed0, count=count)
 
     def _reserve_capacity(self) -> list[tuple[int, int, int]]:
         """Round every layer's capacity up to hold its minted rows; model the growth. Returns (layer, old, new)."""
@@ -216,9 +228,9 @@ class RowBook:
             slabs = sum((new - old) // self.slab_blocks for _, old, new in growth)
             self.counters.slab_appends += slabs
             added = sum(new - old for _, old, new in growth) * self.bytes_per_row
-            self._emit("slab_append", layers=len(growth), count=slabs, bytes=added)
+            self._emit(SlabAppend, layers=len(growth), count=slabs, bytes=added)
         else:
             copied = sum(old for _, old, _ in growth) * self.bytes_per_row
             self.counters.grow_events += len(growth)
             self.counters.bytes_copied += copied
-            self._emit("grow", layers=len(growth), old_rows=old_rows, new_rows=new_rows, bytes_copied=copied)
+            self._emit(Grow, layers=len(growth), old_rows=old_rows, new_rows=new_rows, bytes_copied=copied)

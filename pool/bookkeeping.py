@@ -11,10 +11,14 @@ sequence-level method emits its op (``docs/contracts.md``) after its derived ops
 
 from __future__ import annotations
 
+from pool import book_state
 from pool.block_table import BlockTable, PrefixHandle
 from pool.book_rows import LayerRows, OpListener, RowBook, WritePlan
+from pool.book_state import BookState
 from pool.config import blocks_for_tokens
 from pool.errors import PoolError
+from pool.ops import (Adopt, AddSequence, Clone, CopyOnWrite, Detach, PrepareWrite, Release, ReleaseHandle, RowMint,
+                      SetLogicalStart, Trim)
 
 __all__ = ["BlockBook", "LayerRows", "OpListener", "WritePlan"]
 
@@ -27,6 +31,24 @@ def _check_int(name: str, value, minimum: int = 0) -> None:
 class BlockBook(RowBook):
     """Sequences, handles and loose blocks on top of :class:`RowBook`'s rows and refcounts."""
 
+    # ---- serialisation (pool/book_state.py) ------------------------------------------------------------------
+    def state(self) -> BookState:
+        """Everything this book is, as a typed record (a copy). Mutates nothing."""
+        return book_state.state_of(self)
+
+    @classmethod
+    def from_state(cls, state: BookState, max_blocks_per_layer: int | None = None,
+                   check: bool = False) -> "BlockBook":
+        """A new book (no listeners) in ``state``; ``check`` also verifies every invariant (PoolError), for
+        states read from outside."""
+        if check:
+            return book_state.validated(cls, state)
+        return book_state.restore(cls, state, max_blocks_per_layer)
+
+    def handle_map(self) -> dict[int, PrefixHandle]:
+        """Tickets of the live prefix handles by id (replays continue from a restored book with these)."""
+        return book_state.handle_map(self)
+
     # ---- sequences -------------------------------------------------------------------------------------------
     def add_sequence(self, seq_id: int) -> None:
         """Register an empty sequence (no blocks yet) in every layer."""
@@ -34,7 +56,7 @@ class BlockBook(RowBook):
         if seq_id in self.seqs:
             raise PoolError(f"sequence {seq_id} already exists")
         self.seqs[seq_id] = [BlockTable() for _ in range(self.num_layers)]
-        self._emit("add_sequence", seq=seq_id)
+        self._emit(AddSequence, seq=seq_id)
 
     def sequence_ids(self) -> list[int]:
         return list(self.seqs)
@@ -44,6 +66,11 @@ class BlockBook(RowBook):
 
     def logical_start(self, seq_id: int) -> int:
         return self.tables(seq_id)[0].logical_start
+
+    def block_rows(self, layer: int, seq_id: int) -> list[int]:
+        """The sequence's physical rows in ``layer``, logical order (a copy)."""
+        self.check_layer(layer)
+        return list(self.tables(seq_id)[layer].rows)
 
     def block_ids(self, layer: int, seq_id: int) -> list[int]:
         self.check_layer(layer)
@@ -65,7 +92,7 @@ class BlockBook(RowBook):
             # mint or reserve, only the lengths move; every layer is still checked
             for table in tables:
                 table.length = max(length, start + num_tokens)
-            self._emit("prepare_write", seq=seq_id, start=start, num_tokens=num_tokens)
+            self._emit(PrepareWrite, seq=seq_id, start=start, num_tokens=num_tokens)
             return WritePlan(cow_pairs=[[] for _ in tables], growth=[])
         cow_indices = [self._shared_in_span(layer, table, first, last) for layer, table in enumerate(tables)]
         new_blocks = max(0, last + 1 - len(tables[0].rows))
@@ -78,7 +105,7 @@ class BlockBook(RowBook):
         for table in tables:
             table.length = max(length, start + num_tokens)
         growth = self._reserve_capacity()
-        self._emit("prepare_write", seq=seq_id, start=start, num_tokens=num_tokens)
+        self._emit(PrepareWrite, seq=seq_id, start=start, num_tokens=num_tokens)
         return WritePlan(cow_pairs=cow_pairs, growth=growth)
 
     def _inside_exclusive_blocks(self, tables: list[BlockTable], first: int, last: int) -> bool:
@@ -104,7 +131,7 @@ class BlockBook(RowBook):
         self.counters.cow_copies += len(pairs)
         if layer == 0:
             for index in indices:
-                self._emit("cow", seq=seq_id, logical_block=index, num_layers=self.num_layers)
+                self._emit(CopyOnWrite, seq=seq_id, logical_block=index, num_layers=self.num_layers)
         return pairs
 
     def _extend(self, tables: list[BlockTable], new_blocks: int, cow_pairs: list[list[tuple]],
@@ -118,7 +145,7 @@ class BlockBook(RowBook):
                 table.block_ids.append(block_id)
                 table.rows.append(row)
         rows0 = [dst for _, dst in cow_pairs[0]] + (tables[0].rows[-new_blocks:] if new_blocks else [])
-        self._emit("row_mint", layer_count=self.num_layers, rows=rows0,
+        self._emit(RowMint, layer_count=self.num_layers, rows=rows0,
                    minted=self.counters.rows_minted - minted_before,
                    reused=self.counters.rows_reused - reused_before)
 
@@ -146,7 +173,7 @@ class BlockBook(RowBook):
         tables = self.tables(seq_id)
         del self.seqs[seq_id]
         self._drop_tables(tables)
-        self._emit("release", seq=seq_id)
+        self._emit(Release, seq=seq_id)
 
     def clone(self, src_id: int, dst_id: int, num_tokens: int) -> None:
         """New sequence ``dst_id`` sharing (refcount + 1) the blocks covering ``src_id``'s first num_tokens."""
@@ -160,7 +187,7 @@ class BlockBook(RowBook):
         count = blocks_for_tokens(num_tokens, self.block_size)
         start = min(src[0].logical_start, num_tokens)
         self.seqs[dst_id] = self._share(src, count, num_tokens, start)
-        self._emit("clone", src=src_id, dst=dst_id, num_tokens=num_tokens)
+        self._emit(Clone, src=src_id, dst=dst_id, num_tokens=num_tokens)
 
     def _share(self, tables: list[BlockTable], count: int, length: int, logical_start: int) -> list[BlockTable]:
         shared = [table.prefix(count, length, logical_start) for table in tables]
@@ -177,7 +204,7 @@ class BlockBook(RowBook):
         self.handles[handle_id] = tables
         for layer in range(self.num_layers):
             self.versions[layer] += 1  # row owners change (sequence -> handle)
-        self._emit("detach", seq=seq_id, handle=handle_id)
+        self._emit(Detach, seq=seq_id, handle=handle_id)
         return PrefixHandle(handle_id, tables[0].length, tables[0].logical_start)
 
     def adopt(self, handle: PrefixHandle, seq_id: int) -> None:
@@ -187,13 +214,13 @@ class BlockBook(RowBook):
         if seq_id in self.seqs:
             raise PoolError(f"sequence {seq_id} already exists")
         self.seqs[seq_id] = self._share(tables, len(tables[0].rows), tables[0].length, tables[0].logical_start)
-        self._emit("adopt", handle=handle.handle_id, seq=seq_id)
+        self._emit(Adopt, handle=handle.handle_id, seq=seq_id)
 
     def release_handle(self, handle: PrefixHandle) -> None:
         tables = self.handle_tables(handle)
         del self.handles[handle.handle_id]
         self._drop_tables(tables)
-        self._emit("release_handle", handle=handle.handle_id)
+        self._emit(ReleaseHandle, handle=handle.handle_id)
 
     def trim(self, seq_id: int, num_tokens: int) -> None:
         """Keep the first ``num_tokens`` tokens: a multiple of block_size (or the current length), not below the
@@ -211,7 +238,7 @@ class BlockBook(RowBook):
             del table.block_ids[keep:], table.rows[keep:]
             table.length = num_tokens
         self._drop_tables(dropped)
-        self._emit("trim", seq=seq_id, num_tokens=num_tokens)
+        self._emit(Trim, seq=seq_id, num_tokens=num_tokens)
 
     def set_logical_start(self, seq_id: int, logical_start: int) -> None:
         """Hide tokens before ``logical_start`` from gathers (e.g. a sliding window); blocks stay referenced."""
@@ -221,7 +248,7 @@ class BlockBook(RowBook):
             raise PoolError(f"logical_start {logical_start} past sequence {seq_id}'s length {tables[0].length}")
         for table in tables:
             table.logical_start = logical_start
-        self._emit("set_logical_start", seq=seq_id, logical_start=logical_start)
+        self._emit(SetLogicalStart, seq=seq_id, logical_start=logical_start)
 
     # ---- loose blocks (serialization restore path) -----------------------------------------------------------
     def acquire_block(self, layer: int) -> tuple[int, int, list]:

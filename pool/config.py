@@ -10,12 +10,40 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 from pool.errors import PoolError
 
 DESIGNS = ("slab", "monolithic")
 DEFAULT_BLOCK_SIZE = 32
 DEFAULT_SLAB_BLOCKS = 32
 MONOLITHIC_CHUNK_BLOCKS = 32  # the grow chunk of the design being replaced (origin: POOL_GROW_CHUNK_BLOCKS)
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}  # the dtypes storage accepts (pool/storage_base.py)
+
+
+class LayerGeometry(msgspec.Struct, frozen=True):
+    """What a layer's first write fixes: element dtype (name), KV heads and head size."""
+
+    dtype: str
+    n_kv_heads: int
+    head_dim: int
+
+    def row_shape(self, block_size: int) -> tuple[int, int, int]:
+        return (block_size, self.n_kv_heads, self.head_dim)
+
+    def bytes_per_row(self, block_size: int) -> int:
+        """K + V bytes of one row."""
+        return 2 * block_size * self.n_kv_heads * self.head_dim * DTYPE_BYTES[self.dtype]
+
+
+class PoolGeometry(msgspec.Struct, frozen=True):
+    """A pool's configuration as plain data (recorded in a session's metadata; what replays rebuild from)."""
+
+    num_layers: int
+    block_size: int = DEFAULT_BLOCK_SIZE
+    slab_blocks: int = DEFAULT_SLAB_BLOCKS
+    design: str = "slab"
+    max_blocks_per_layer: int | None = None
 
 
 @dataclass
@@ -27,6 +55,9 @@ class PoolConfig:
     slab_blocks: int = DEFAULT_SLAB_BLOCKS
     design: str = "slab"
     max_blocks_per_layer: int | None = None
+
+    def geometry(self) -> PoolGeometry:
+        return PoolGeometry(self.num_layers, self.block_size, self.slab_blocks, self.design, self.max_blocks_per_layer)
 
     def validate(self) -> None:
         """Raise PoolError naming the first bad field."""

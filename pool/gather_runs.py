@@ -35,6 +35,19 @@ def count_runs(rows: list[int], slab_blocks: int) -> int:
     return runs
 
 
+def visible_rows(rows: list[int], logical_start: int, length: int, block_size: int) -> list[int]:
+    """The rows of a block table a gather reads: the blocks covering tokens ``[logical_start, length)``."""
+    return rows[logical_start // block_size:-(-length // block_size)]
+
+
+def table_runs(rows: list[int], design: str, slab_blocks: int) -> int:
+    """Same-slab runs a gather (or the fused kernel) walks over ``rows``: the slab design's mapping, or one run of
+    the single monolithic tensor (0 for no rows)."""
+    if not rows:
+        return 0
+    return count_runs(rows, slab_blocks) if design == "slab" else 1
+
+
 def contiguous_range(local_rows: list[int]) -> tuple[int, int] | None:
     """(first, stop) when ``local_rows`` are consecutive ascending (a slice reads them), else None (take)."""
     first = local_rows[0]

@@ -9,54 +9,49 @@ from __future__ import annotations
 
 from pool.block_table import PrefixHandle
 from pool.errors import PoolError
+from pool.ops import (Adopt, AddSequence, Clone, DerivedOp, Detach, Op, PrepareWrite, Release, ReleaseHandle,
+                      SequenceOp, SetLogicalStart, SetSlabBlocks, StorageInit, Trim)
 
-SEQUENCE_OPS = frozenset({"add_sequence", "prepare_write", "release", "clone", "detach", "adopt",
-                          "release_handle", "trim", "set_slab_blocks", "set_logical_start"})
-DERIVED_OPS = frozenset({"row_mint", "cow", "slab_append", "grow", "rows_freed", "storage_init"})
+SEQUENCE_OPS = frozenset(cls.__struct_config__.tag for cls in SequenceOp.__subclasses__())
 
 
-def apply_op(book, op: dict, handles: dict[int, PrefixHandle]) -> bool:
+def apply_op(book, op: Op, handles: dict[int, PrefixHandle]) -> bool:
     """Apply one op to ``book``; returns False for derived ops (ignored). Mutates ``book`` and ``handles``.
 
-    ``storage_init`` is the exception among derived ops: it sets the replay's ``bytes_per_row`` so modelled byte
+    ``StorageInit`` is the exception among derived ops: it sets the replay's ``bytes_per_row`` so modelled byte
     figures match, unless the replay fixed its own geometry (``book.geometry`` already set).
     """
-    name = op.get("op")
-    if name == "storage_init":
-        if book.geometry is None:
-            book.set_geometry(op["dtype"], op["n_kv_heads"], op["head_dim"], op["bytes_per_row"])
-        return False
-    if name in DERIVED_OPS:
-        return False
-    if name not in SEQUENCE_OPS:
-        raise PoolError(f"unknown pool op {name!r}")
-    if name == "detach":
-        handles[op["handle"]] = book.detach(op["seq"])
-    elif name == "adopt":
-        book.adopt(_handle(handles, op["handle"]), op["seq"])
-    elif name == "release_handle":
-        book.release_handle(_handle(handles, op["handle"]))
-        del handles[op["handle"]]
-    else:
-        _apply_plain(book, name, op)
+    match op:
+        case StorageInit(dtype=dtype, n_kv_heads=heads, head_dim=dim, bytes_per_row=bpr):
+            if book.geometry is None:
+                book.set_geometry(dtype, heads, dim, bpr)
+            return False
+        case DerivedOp():
+            return False
+        case AddSequence(seq=seq):
+            book.add_sequence(seq)
+        case PrepareWrite(seq=seq, start=start, num_tokens=n):
+            book.prepare_write(seq, start, n)
+        case Release(seq=seq):
+            book.release(seq)
+        case Clone(src=src, dst=dst, num_tokens=n):
+            book.clone(src, dst, n)
+        case Detach(seq=seq, handle=handle):
+            handles[handle] = book.detach(seq)
+        case Adopt(handle=handle, seq=seq):
+            book.adopt(_handle(handles, handle), seq)
+        case ReleaseHandle(handle=handle):
+            book.release_handle(_handle(handles, handle))
+            del handles[handle]
+        case Trim(seq=seq, num_tokens=n):
+            book.trim(seq, n)
+        case SetSlabBlocks(slab_blocks=slab_blocks):
+            book.set_slab_blocks(slab_blocks)
+        case SetLogicalStart(seq=seq, logical_start=start):
+            book.set_logical_start(seq, start)
+        case _:
+            raise PoolError(f"unknown pool op {op!r}")
     return True
-
-
-def _apply_plain(book, name: str, op: dict) -> None:
-    if name == "add_sequence":
-        book.add_sequence(op["seq"])
-    elif name == "prepare_write":
-        book.prepare_write(op["seq"], op["start"], op["num_tokens"])
-    elif name == "release":
-        book.release(op["seq"])
-    elif name == "clone":
-        book.clone(op["src"], op["dst"], op["num_tokens"])
-    elif name == "trim":
-        book.trim(op["seq"], op["num_tokens"])
-    elif name == "set_slab_blocks":
-        book.set_slab_blocks(op["slab_blocks"])
-    elif name == "set_logical_start":
-        book.set_logical_start(op["seq"], op["logical_start"])
 
 
 def _handle(handles: dict[int, PrefixHandle], recorded_id: int) -> PrefixHandle:

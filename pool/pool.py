@@ -16,7 +16,10 @@ from pool.bookkeeping import BlockBook, OpListener, WritePlan
 from pool.config import PoolConfig, blocks_for_tokens
 from pool.errors import PoolError
 from pool.fused_decision import DecisionCounters, FusedDecision, decide
-from pool.stats import PoolStats
+from pool.layer_view import LayerView
+from pool.snapshot import SnapshotCache, build_snapshot
+from pool.snapshot_types import ObservedFigures, PoolSnapshot
+from pool.stats import PoolCounters, PoolStats
 from pool.token_slots import TokenSlots, check_current, resolve_token_slots
 
 
@@ -56,7 +59,8 @@ class PagedKVPool:
         self.gather_runs_total = 0
         self.gather_runs_hist: list[Counter] = [Counter() for _ in range(config.num_layers)]
         self.decisions = DecisionCounters()
-        self._snapshot_cache: dict[int, tuple] = {}
+        self.snapshot_cache = SnapshotCache()  # per-layer row lists of the last snapshot (clear: a cold one)
+        self._snapshot_backend: str | None = None  # the fused-decision backend defaults are computed for
 
     # ---- configuration and sequences -------------------------------------------------------------------------
     def set_slab_blocks(self, slab_blocks: int) -> None:
@@ -68,7 +72,7 @@ class PagedKVPool:
         self.config.slab_blocks = slab_blocks
 
     def add_op_listener(self, fn: OpListener) -> None:
-        """``fn(op)`` for every topology-changing operation (op dicts in docs/contracts.md)."""
+        """``fn(op)`` for every topology-changing operation (typed ops: ``pool.ops``)."""
         self.book.add_op_listener(fn)
 
     def add_sequence(self, seq_id: int) -> None:
@@ -277,19 +281,66 @@ class PagedKVPool:
                          bytes_reserved=self.storage.bytes_reserved(), bytes_in_use=in_use,
                          num_sequences=len(self.book.seqs), num_handles=len(self.book.handles))
 
-    def counters(self) -> dict:
+    def counters(self) -> PoolCounters:
+        """Growth as measured by storage, the bookkeeping's copy-on-write and row counts, reads and decisions."""
         book = self.book.counters
-        return {"slab_appends": self.storage.slab_appends, "grow_events": self.storage.grow_events,
-                "bytes_copied": self.storage.bytes_copied, "cow_copies": book.cow_copies,
-                "rows_minted": book.rows_minted, "rows_reused": book.rows_reused, "gathers": self.gathers,
-                "gather_runs_total": self.gather_runs_total, "fused_decisions": self.decisions.fused,
-                "gather_decisions": self.decisions.gather}
+        return PoolCounters(
+            slab_appends=self.storage.slab_appends, grow_events=self.storage.grow_events,
+            bytes_copied=self.storage.bytes_copied, cow_copies=book.cow_copies, rows_minted=book.rows_minted,
+            rows_reused=book.rows_reused, gathers=self.gathers, gather_runs_total=self.gather_runs_total,
+            fused_decisions=self.decisions.fused, gather_decisions=self.decisions.gather)
 
-    def snapshot(self) -> dict:
-        """Plain-data snapshot (docs/contracts.md); see pool/snapshot.py for its cost and the fragmentation index."""
-        from pool.snapshot import build_snapshot
+    def snapshot(self) -> PoolSnapshot:
+        """The pool now (docs/contracts.md; pool/snapshot.py has its cost and the fragmentation index). Mutates only
+        the snapshot cache."""
+        return build_snapshot(self.book, self.observed(), self.snapshot_cache)
 
-        return build_snapshot(self)
+    def observed(self) -> ObservedFigures:
+        """What a snapshot takes from the running pool beyond the bookkeeping: measured stats and counters, each
+        layer's gather-run histogram and its fused decision in force (a default computed now for layers that
+        were never asked)."""
+        decisions = [self.decisions.last.get(layer) or self._default_decision(layer)
+                     for layer in range(self.config.num_layers)]
+        return ObservedFigures(self.stats(), self.counters(), [dict(hist) for hist in self.gather_runs_hist],
+                               decisions)
+
+    def _default_decision(self, layer: int) -> FusedDecision:
+        """What the fused decision would say now for this layer's geometry (not counted as a decision)."""
+        geometry = self.storage.geometry[layer]
+        if geometry is None:
+            return FusedDecision(False, "layer not written yet")
+        if self._snapshot_backend is None:
+            from pool.fused_decision import detect_backend
+
+            self._snapshot_backend = detect_backend()
+        return decide(num_slabs=self.storage.num_buffers(layer), dtype=geometry.dtype, head_dim=geometry.head_dim,
+                      batch_size=max(1, len(self.book.seqs)), backend=self._snapshot_backend)
+
+    # ---- the narrow face for kernels, step plans and benchmarks ----------------------------------------------
+    def layer_view(self, layer: int, seq_ids=()) -> LayerView:
+        """One layer as kernels and step plans read it: the sequences' rows, lengths and logical starts, the K/V
+        slab lists and their geometry. Reads only; valid until the pool's next mutation."""
+        self.book.check_layer(layer)
+        tables = [self.book.tables(seq_id)[layer] for seq_id in seq_ids]
+        keys, values = self.storage.keys[layer], self.storage.values[layer]
+        return LayerView(layer=layer, seq_ids=tuple(seq_ids), rows=tuple(t.rows for t in tables),
+                         lengths=tuple(t.length for t in tables),
+                         logical_starts=tuple(t.logical_start for t in tables), block_size=self.config.block_size,
+                         design=self.config.design, geometry=self.storage.geometry[layer], keys=tuple(keys),
+                         values=tuple(values), rows_per_slab=int(keys[0].shape[0]) if keys else 0)
+
+    def book_state(self):
+        """The bookkeeping's full state (``pool.book_state.BookState``: keyframes of a recording carry it)."""
+        return self.book.state()
+
+    @property
+    def geometry(self):
+        """The row geometry (``pool.config.LayerGeometry``) fixed by the first write; None before it."""
+        return self.book.geometry
+
+    def on_storage_alloc(self, fn) -> None:
+        """``fn()`` after every storage allocation is evaluated (a benchmark samples memory there)."""
+        self.storage.after_alloc = fn
 
     def check_integrity(self) -> None:
         """Bookkeeping invariants plus storage agreement: every layer with storage holds exactly the capacity the

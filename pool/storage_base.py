@@ -8,11 +8,11 @@ grows by copying (``pool/storage_monolithic.py``). Storage never decides which r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import mlx.core as mx
 
+from pool.config import LayerGeometry
 from pool.errors import PoolError
 from pool.gather_runs import contiguous_range, split_runs
 
@@ -22,20 +22,6 @@ DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 def dtype_name(dtype) -> str:
     """'float32' for mx.float32 etc."""
     return str(dtype).rsplit(".", 1)[-1]
-
-
-@dataclass(frozen=True)
-class LayerGeometry:
-    dtype: str
-    n_kv_heads: int
-    head_dim: int
-
-    def row_shape(self, block_size: int) -> tuple[int, int, int]:
-        return (block_size, self.n_kv_heads, self.head_dim)
-
-    def bytes_per_row(self, block_size: int) -> int:
-        """K + V bytes of one row."""
-        return 2 * block_size * self.n_kv_heads * self.head_dim * DTYPES[self.dtype].size
 
 
 def geometry_of(keys, values, what: str = "keys/values", tokens: int | None = None) -> LayerGeometry:

@@ -20,9 +20,12 @@ import threading
 import time
 from typing import Any
 
+import msgspec
+
 from probes.meta import collect_meta
 from probes.recording import SessionRecorder
 from probes.transport import BatchSender
+from probes.v1 import op_to_v1, snapshot_to_v1
 
 FLUSH_S = 0.075       # transport batches to the parent
 FILE_FLUSH_S = 0.5    # recording writes: fewer, larger records keep long sessions fast to open; a SIGKILL loses
@@ -110,7 +113,7 @@ class WorkerProbes:
     def _on_op(self, op: dict) -> None:
         """Pool op listener (workload thread): stamps the op and appends it to the open op batch."""
         start = time.perf_counter()
-        op = dict(op, t=time.monotonic())
+        op = dict(op_to_v1(op), t=time.monotonic())
         self._num_ops += 1
         with self._lock:
             buf = self._buffer
@@ -142,7 +145,7 @@ class WorkerProbes:
         """Snapshot the pool (workload thread). A keyframe (with the bookkeeping state, probes.bookstate) is
         flagged every ``keyframe_interval_s`` or ``keyframe_max_ops`` ops, and for the first snapshot."""
         start = time.perf_counter()
-        snap = self._pool.snapshot()
+        snap = snapshot_to_v1(self._pool.snapshot())
         now = time.monotonic()
         self._next_snapshot = now + (1.0 / self.snapshot_hz if self.snapshot_hz > 0 else float("inf"))
         stats = snap.get("stats", {})
@@ -153,9 +156,7 @@ class WorkerProbes:
                  "keyframe": False}
         if (self._keyframe_t is None or now - self._keyframe_t >= self.keyframe_interval_s
                 or self._num_ops - self._keyframe_ops >= self.keyframe_max_ops):
-            from probes.bookstate import book_to_state
-
-            event.update(keyframe=True, book=book_to_state(self._pool.book))
+            event.update(keyframe=True, book=msgspec.to_builtins(self._pool.book_state()))
             self._keyframe_t, self._keyframe_ops = now, self._num_ops
         self._push(event)
         self._num_snapshots += 1

@@ -10,50 +10,40 @@ Seeking backward restores an earlier keyframe; the cost is bounded by the ops be
 from __future__ import annotations
 
 import bisect
-from collections import Counter
-from types import SimpleNamespace
 
-from pool import apply_op
-from pool.fused_decision import FusedDecision
-from pool.snapshot import build_snapshot
-from pool.stats import PoolStats
+import msgspec
+
+from pool import FusedDecision, ObservedFigures, PoolCounters, PoolSnapshot, apply_op, build_snapshot
 from probes.bookstate import book_from_state
+from probes.v1 import op_from_v1, snapshot_from_v1, snapshot_to_v1
 
 GROWTH_COUNTERS = ("slab_appends", "grow_events", "bytes_copied")
 
 
-class _BookPool:
-    """The pool surface ``pool.snapshot.build_snapshot`` reads, served from a replayed book plus the non-topology
-    figures of a recorded snapshot. Owns nothing but its snapshot cache."""
+def observed_from(book, recorded: PoolSnapshot, growth_base: PoolCounters, book_growth_base: dict) -> ObservedFigures:
+    """What the rebuilt snapshot takes beyond the replayed book: stats modelled by the book (exact at t), growth
+    counters as the keyframe's measured figures plus the book's modelled growth since, the bookkeeping's own
+    counters, and the recorded gather histograms, gather counts and fused decisions (as of ``recorded``)."""
+    growth = {k: getattr(growth_base, k) + getattr(book.counters, k) - book_growth_base.get(k, 0)
+              for k in GROWTH_COUNTERS}
+    counters = msgspec.structs.replace(recorded.counters, cow_copies=book.counters.cow_copies,
+                                       rows_minted=book.counters.rows_minted, rows_reused=book.counters.rows_reused,
+                                       **growth)
+    layers = recorded.layers
+    hist = [dict(layers[i].gather_runs_hist) if i < len(layers) else {} for i in range(book.num_layers)]
+    decisions = [layers[i].fused if i < len(layers) else FusedDecision(False, "no decision recorded")
+                 for i in range(book.num_layers)]
+    return ObservedFigures(book.stats(), counters, hist, decisions)
 
-    def __init__(self, book, recorded: dict, growth_base: dict, book_growth_base: dict) -> None:
-        self.book = book
-        self._recorded = recorded
-        self._growth = {k: growth_base.get(k, 0) + getattr(book.counters, k) - book_growth_base.get(k, 0)
-                        for k in GROWTH_COUNTERS}
-        layers = recorded.get("layers", [])
-        self.gather_runs_hist = [Counter({int(k): v for k, v in layer.get("gather_runs_hist", {}).items()})
-                                 for layer in layers] or [Counter() for _ in range(book.num_layers)]
-        last = {i: FusedDecision(False, "no decision recorded") for i in range(book.num_layers)}
-        last.update({i: FusedDecision(bool(layer["fused"]["use_fused"]), str(layer["fused"]["reason"]))
-                     for i, layer in enumerate(layers) if "fused" in layer})
-        self.decisions = SimpleNamespace(last=last)
-        self._snapshot_cache: dict = {}
 
-    def stats(self) -> PoolStats:
-        layers, bpr = self.book.layers, self.book.bytes_per_row
-        live = sum(rows.num_live for rows in layers)
-        allocated = sum(len(rows.row_block) for rows in layers)
-        return PoolStats(allocated_blocks=allocated, live_blocks=live, free_blocks=allocated - live,
-                         bytes_reserved=sum(rows.capacity for rows in layers) * bpr, bytes_in_use=live * bpr,
-                         num_sequences=len(self.book.seqs), num_handles=len(self.book.handles))
-
-    def counters(self) -> dict:
-        recorded = dict(self._recorded.get("counters", {}))
-        book = self.book.counters
-        recorded.update(self._growth, cow_copies=book.cow_copies, rows_minted=book.rows_minted,
-                        rows_reused=book.rows_reused)
-        return recorded
+def modelled_observed(book) -> ObservedFigures:
+    """Figures for a book that never ran on storage (synthetic sessions): everything the book models, no gathers
+    and no fused decisions."""
+    c = book.counters
+    counters = PoolCounters(slab_appends=c.slab_appends, grow_events=c.grow_events, bytes_copied=c.bytes_copied,
+                            cow_copies=c.cow_copies, rows_minted=c.rows_minted, rows_reused=c.rows_reused)
+    return ObservedFigures(book.stats(), counters, [{} for _ in range(book.num_layers)],
+                           [FusedDecision(False, "no decision recorded")] * book.num_layers)
 
 
 class SnapshotRebuilder:
@@ -80,10 +70,10 @@ class SnapshotRebuilder:
         for op in view.ops_range(op_index, t):
             if limit is not None and op["i"] >= limit:
                 break
-            apply_op(book, op, handles)
-        recorded_snap = recorded["snapshot"] if recorded is not None else snap
-        shim = _BookPool(book, recorded_snap, snap.get("counters", {}), book_growth_base)
-        return build_snapshot(shim)
+            apply_op(book, op_from_v1(op), handles)
+        recorded_snap = snapshot_from_v1(recorded["snapshot"] if recorded is not None else snap)
+        observed = observed_from(book, recorded_snap, snapshot_from_v1(snap).counters, book_growth_base)
+        return snapshot_to_v1(build_snapshot(book, observed))
 
 
 def _unpack(loaded) -> tuple[int, dict, dict | None]:

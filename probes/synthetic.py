@@ -82,13 +82,13 @@ def write_synthetic_session(path, seconds: float = 3600.0, sample_hz: float = 10
                             steps_per_s: float = 10.0, num_layers: int = 4, keyframe_interval_s: float = 10.0,
                             seed: int = 0, file_flush_s: float = 0.5) -> dict:
     """Write a session of ``seconds`` of fake time; returns counts of what was written. No mlx needed."""
-    from pool import BlockBook
-    from probes.rebuild import _BookPool
-    from pool.snapshot import build_snapshot
+    from pool import BlockBook, build_snapshot
+    from probes.rebuild import modelled_observed
+    from probes.v1 import op_to_v1, snapshot_to_v1
 
     book = BlockBook(num_layers, 16, "slab", 32, None)
     ops: list[dict] = []
-    book.add_op_listener(ops.append)
+    book.add_op_listener(lambda op: ops.append(op_to_v1(op)))
     book.set_geometry("float32", 2, 64, 2 * 2 * 64 * 16 * 4)
     traffic = ScriptedTraffic(book, seed=seed, max_live=8, prefill=(16, 400))
     meta = {"scenario": "synthetic-hour", "backend": "slab", "model": "none", "sample_hz": sample_hz,
@@ -116,7 +116,7 @@ def write_synthetic_session(path, seconds: float = 3600.0, sample_hz: float = 10
                       "cache": 10**6, "footprint": foot, "peak": foot, "rss": foot + 50 * 10**6,
                       "sys_available": 10**10, "cost_us": 60.0})
         if t >= next_snap:
-            snap = build_snapshot(_BookPool(book, {}, {}, {}))
+            snap = snapshot_to_v1(build_snapshot(book, modelled_observed(book)))
             event = {"kind": "snapshot", "t": t, "step": step, "tokens": step * 8, "snapshot": snap,
                      "keyframe": t >= next_key}
             if t >= next_key:

@@ -16,9 +16,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from pool import BlockBook, PoolError, apply_op
-from pool.config import blocks_for_tokens, chunk_rows
-from pool.free_rows import fragmentation_index, free_run_stats
-from pool.gather_runs import count_runs
+from pool.config import chunk_rows
+from pool.gather_runs import table_runs, visible_rows
+from pool.snapshot import free_figures
+from probes.v1 import op_from_v1
 from probes.errors import ReplayError
 
 CHECKED_STATS = ("allocated_blocks", "live_blocks", "free_blocks", "bytes_reserved", "bytes_in_use",
@@ -122,7 +123,7 @@ def _replay_one(book, op: dict, handles: dict, cfg: dict, base: dict, result: Wh
         book.set_geometry(op["dtype"], op["n_kv_heads"], op["head_dim"], int(op["bytes_per_row"] * scale))
         return
     try:
-        if apply_op(book, op, handles):
+        if apply_op(book, op_from_v1(op), handles):
             result.ops_replayed += 1
     except PoolError as exc:
         if name == "trim":  # a trim aligned to the recorded block size may not align to the new one
@@ -133,26 +134,17 @@ def _replay_one(book, op: dict, handles: dict, cfg: dict, base: dict, result: Wh
 
 def _measure(book, mark: tuple[int, float]) -> WhatIfPoint:
     op_index, t = mark
-    bpr = book.bytes_per_row
-    layers = book.layers
-    live = sum(rows.num_live for rows in layers)
-    allocated = sum(len(rows.row_block) for rows in layers)
-    stats = {"allocated_blocks": allocated, "live_blocks": live, "free_blocks": allocated - live,
-             "bytes_reserved": sum(rows.capacity for rows in layers) * bpr, "bytes_in_use": live * bpr,
-             "num_sequences": len(book.seqs), "num_handles": len(book.handles)}
-    rows0 = layers[0]
-    free, holes, largest = free_run_stats(rows0.free.sorted_rows(), len(rows0.row_block), rows0.capacity)
-    layer0 = {"num_slabs": rows0.capacity // chunk_rows(book.design, book.slab_blocks),
-              "capacity_rows": rows0.capacity, "free_rows": free, "holes": holes, "largest_free_run": largest,
-              "fragmentation": fragmentation_index(free, largest)}
+    capacity = book.layers[0].capacity
+    free, holes, largest, fragmentation = free_figures(book, 0)
+    layer0 = {"num_slabs": capacity // chunk_rows(book.design, book.slab_blocks), "capacity_rows": capacity,
+              "free_rows": free, "holes": holes, "largest_free_run": largest, "fragmentation": fragmentation}
     runs = []
-    for tables in book.seqs.values():
-        table = tables[0]
-        visible = table.rows[table.logical_start // book.block_size:blocks_for_tokens(table.length,
-                                                                                       book.block_size)]
+    for seq_id in book.sequence_ids():
+        visible = visible_rows(book.block_rows(0, seq_id), book.logical_start(seq_id), book.seq_length(seq_id),
+                               book.block_size)
         if visible:
-            runs.append(count_runs(visible, book.slab_blocks) if book.design == "slab" else 1)
-    return WhatIfPoint(t, op_index, stats, book.counters.to_dict(), layer0, runs)
+            runs.append(table_runs(visible, book.design, book.slab_blocks))
+    return WhatIfPoint(t, op_index, book.stats().to_dict(), book.counters.to_dict(), layer0, runs)
 
 
 def mismatches_with_recording(view, result: WhatIfResult) -> list[str]:

@@ -113,13 +113,14 @@ def measure_cell(args, mx, backend: str, batch: int, context: int) -> dict:
 
     def fused(i):
         pool, ids, q, _, _ = cells[i]
-        return kernel(q, pool.storage.keys[0], pool.storage.values[0], plans[i], meta=metas[i])
+        view = pool.layer_view(0)
+        return kernel(q, view.keys, view.values, plans[i], meta=metas[i])
 
     def sdpa(i):
         _, _, q, k, v = cells[i]
         return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)
 
-    result = {"batch": batch, "context": context, "kv_bytes": kv_bytes, "slabs": len(cells[0][0].storage.keys[0]),
+    result = {"batch": batch, "context": context, "kv_bytes": kv_bytes, "slabs": cells[0][0].layer_view(0).num_slabs,
               "splits": plans[0].num_splits}
     medians = _time_methods({"gather": gather, "fused": fused, "sdpa": sdpa}, mx, **timing)
     result.update({f"{name}_us": value for name, value in medians.items()})

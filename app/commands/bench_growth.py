@@ -140,7 +140,7 @@ def run_design(args: argparse.Namespace, design: str) -> dict:
     baseline = mx.get_active_memory() + mx.get_cache_memory()
     sampler = _FootprintSampler(mx, args.sample_hz)
     sample_cost_us = _sample_cost_us(sampler)
-    pool.storage.after_alloc = sampler.sample
+    pool.on_storage_alloc(sampler.sample)
     start = time.perf_counter()
     with sampler:
         for seq in range(args.prefills):
@@ -149,8 +149,8 @@ def run_design(args: argparse.Namespace, design: str) -> dict:
     stats, counters = pool.stats(), pool.counters()
     pool.check_integrity()
     return {
-        "growth_events": counters["slab_appends"] if design == "slab" else counters["grow_events"],
-        "bytes_copied": counters["bytes_copied"],
+        "growth_events": counters.slab_appends if design == "slab" else counters.grow_events,
+        "bytes_copied": counters.bytes_copied,
         "live_bytes": stats.bytes_in_use,
         "max_active_plus_cache_bytes": sampler.max_footprint,
         "mx_peak_bytes": mx.get_peak_memory(),
@@ -183,7 +183,8 @@ def _prefill(mx, pool, seq: int, keys, values, sampler) -> None:
         # whole slab alias its input's buffer, so writing one shared input into every layer would undercount.
         scale = 1.0 + (seq * pool.config.num_layers + layer) / 1024
         pool.write(layer, seq, 0, keys * scale, values * scale)
-        mx.eval(*pool.storage.keys[layer], *pool.storage.values[layer])
+        view = pool.layer_view(layer)
+        mx.eval(*view.keys, *view.values)
         sampler.sample()
 
 

@@ -20,6 +20,8 @@ import json
 import statistics
 import time
 
+import msgspec
+
 from app.commands.arg_types import positive_int
 
 
@@ -41,18 +43,18 @@ def main(args: argparse.Namespace) -> int:
     pool = PagedKVPool(PoolConfig(num_layers=args.layers, block_size=args.block_size, slab_blocks=args.slab_blocks))
     state = _fill(mx, pool, args)
     cases = {
-        "cold": _time(pool, args.repeat, before=pool._snapshot_cache.clear),
+        "cold": _time(pool, args.repeat, before=pool.snapshot_cache.clear),
         "after_decode": _time(pool, args.repeat, before=lambda: _decode_step(mx, pool, state)),
         "unchanged": _time(pool, args.repeat, before=None),
     }
     snap = pool.snapshot()
-    layer0 = snap["layers"][0]
+    layer0 = snap.layers[0]
     figures = {
-        "layers": args.layers, "slabs_per_layer": layer0["num_slabs"], "rows_per_layer": layer0["capacity_rows"],
-        "sequences": len(snap["seq_rows"]), "live_blocks": snap["stats"]["live_blocks"],
-        "free_rows_layer0": layer0["free_rows"], "holes_layer0": layer0["holes"],
-        "fragmentation_layer0": round(layer0["fragmentation"], 3),
-        "snapshot_json_bytes": len(json.dumps(snap)),
+        "layers": args.layers, "slabs_per_layer": layer0.num_chunks, "rows_per_layer": layer0.capacity_rows,
+        "sequences": len(snap.seq_rows), "live_blocks": snap.stats.live_blocks,
+        "free_rows_layer0": layer0.free_rows, "holes_layer0": layer0.holes,
+        "fragmentation_layer0": round(layer0.fragmentation, 3),
+        "snapshot_json_bytes": len(msgspec.json.encode(snap)),
         "ms_per_snapshot": {name: {"median": round(statistics.median(t), 3), "max": round(max(t), 3)}
                             for name, t in cases.items()},
     }
@@ -69,7 +71,7 @@ def _fill(mx, pool, args) -> dict:
         _new_sequence(mx, pool, state, per_seq_blocks * args.block_size - 3)
     for seq in list(pool.sequence_ids())[::3]:
         pool.release(seq)
-    while pool.book.layers[0].free and len(pool.sequence_ids()) < 2 * args.sequences:
+    while pool.stats().free_blocks and len(pool.sequence_ids()) < 2 * args.sequences:
         _new_sequence(mx, pool, state, (per_seq_blocks // 2) * args.block_size + 5)
     for seq in list(pool.sequence_ids())[1::4]:
         pool.release(seq)  # leave holes between the survivors: fragmented free rows
@@ -98,7 +100,8 @@ def _write(mx, pool, seq: int, start: int, tokens: int) -> None:
 def _decode_step(mx, pool, state) -> None:
     for seq in pool.sequence_ids():
         _write(mx, pool, seq, pool.seq_length(seq), 1)
-    mx.eval(*[slab for layer in pool.storage.keys for slab in layer])
+    views = [pool.layer_view(layer) for layer in range(pool.config.num_layers)]
+    mx.eval(*[slab for view in views for slab in view.keys])
 
 
 def _time(pool, repeat: int, before) -> list[float]:

@@ -130,8 +130,8 @@ class DecodeDecisions:
 
     def decide(self, batch_size: int, context_len: int) -> list[bool]:
         """Per layer: True to run the fused kernel this step. Counts in the pool's decision counters."""
-        geometry = self.pool.book.geometry or {}
-        dtype, head_dim = geometry.get("dtype", self.dtype), geometry.get("head_dim", self.head_dim)
+        geometry = self.pool.geometry
+        dtype, head_dim = (geometry.dtype, geometry.head_dim) if geometry else (self.dtype, self.head_dim)
         out = []
         for layer in range(self.pool.config.num_layers):
             decision = self.pool.fused_decision(layer, dtype=dtype, head_dim=head_dim, batch_size=batch_size,

@@ -34,7 +34,7 @@ from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import create_attention_mask
 
 from app.workloads.step_plans import StepPlans
-from pool.gather_runs import count_runs
+from pool.gather_runs import table_runs, visible_rows
 
 
 class PagedStep:
@@ -181,18 +181,15 @@ class PagedStep:
         """Same-slab runs of a sequence's visible blocks in ``layer`` (what a gather or the kernel reads). A table
         equal to the one counted last for this sequence (the usual case: layers allocate in lockstep) reuses its
         count: one C-level list comparison per layer instead of a slice and a walk."""
-        table = self.pool.book.tables(seq_id)[layer]
-        span = (table.logical_start, table.length)
+        view = self.pool.layer_view(layer, (seq_id,))
+        rows, span = view.rows[0], (view.logical_starts[0], view.lengths[0])
         last = seen.get(seq_id)
-        if last is not None and last[1] == span and last[0] == table.rows:
+        if last is not None and last[1] == span and last[0] == rows:
             return last[2]
-        bs = self.pool.config.block_size
-        rows = table.rows[table.logical_start // bs:-(-table.length // bs)]
-        if self.pool.config.design != "slab":
-            runs = 1 if rows else 0
-        else:
-            runs = count_runs(rows, self.pool.config.slab_blocks)
-        seen[seq_id] = (list(table.rows), span, runs)  # a copy: the next layer's list is compared against it
+        config = self.pool.config
+        visible = visible_rows(rows, span[0], span[1], config.block_size)
+        runs = table_runs(visible, config.design, config.slab_blocks)
+        seen[seq_id] = (list(rows), span, runs)  # a copy: the next layer's list is compared against it
         return runs
 
 

@@ -55,9 +55,9 @@ class WorkloadSession:
         out: dict = {"pool_params": dict(self.pool_params)}
         if self.pool is not None:
             snap = self.pool.snapshot()
-            out["pool"] = {"stats": snap["stats"], "counters": snap["counters"],
-                           "num_slabs": [layer["num_slabs"] for layer in snap["layers"][:1]],
-                           "bytes_per_row": snap["bytes_per_row"]}
+            out["pool"] = {"stats": snap.stats.to_dict(), "counters": snap.counters.to_dict(),
+                           "num_slabs": [layer.num_chunks for layer in snap.layers[:1]],
+                           "bytes_per_row": snap.bytes_per_row}
             decisions = self.pool.decisions
             out["fused_decode"] = {"fused": decisions.fused, "gather": decisions.gather,
                                    "reasons": dict(decisions.by_reason), **(self._fused_meta() or {})}

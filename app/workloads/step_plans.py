@@ -23,39 +23,31 @@ class StepPlans:
     def __init__(self, pool, seq_ids: Sequence[int]):
         self.pool = pool
         self.seq_ids = list(seq_ids)
-        self._entries: list[tuple[tuple, list[tuple[list[int], int, int]], object, object]] = []
+        self._entries: list[tuple[tuple, tuple, object, object]] = []  # (geometry key, tables, plan, meta)
         self.built = 0
         self.reused = 0
 
     def plan(self, layer: int, scale: float):
         """(plan, meta array) for ``layer``: a verified-equal cached one, else a new one (cached)."""
-        key = self._geometry_key(layer, scale)
-        ranges = self._ranges(layer)
-        for cached_key, cached_ranges, plan, meta in self._entries:
-            if cached_key == key and cached_ranges == ranges:
+        view = self.pool.layer_view(layer, self.seq_ids)
+        key = (view.num_slabs, view.rows_per_slab, view.geometry, float(scale))
+        for cached_key, cached_tables, plan, meta in self._entries:
+            if cached_key == key and _same_tables(cached_tables, view):
                 self.reused += 1
                 return plan, meta
         import mlx.core as mx
 
-        from pool.kernels.paged_decode import plan_for_pool
+        from pool.kernels.paged_decode import plan_for_view
 
-        plan = plan_for_pool(self.pool, layer, self.seq_ids, scale=scale)
+        plan = plan_for_view(view, scale=scale)
         meta = mx.array(plan.meta)
-        # a copy: the plan must be compared with what it was built from, even if a table changed since
-        self._entries.append((key, [(list(rows), length, start) for rows, length, start in ranges], plan, meta))
+        # copies of the rows: the plan must be compared with what it was built from, even if a table changed since
+        self._entries.append((key, ([list(rows) for rows in view.rows], view.lengths, view.logical_starts), plan,
+                              meta))
         self.built += 1
         return plan, meta
 
-    def _geometry_key(self, layer: int, scale: float) -> tuple:
-        storage = self.pool.storage
-        slabs = storage.keys[layer]
-        slab_blocks = int(slabs[0].shape[0]) if slabs else 0
-        return (len(slabs), slab_blocks, storage.geometry[layer], float(scale))
 
-    def _ranges(self, layer: int) -> list[tuple[list[int], int, int]]:
-        tables = self.pool.book.tables
-        out = []
-        for seq_id in self.seq_ids:
-            table = tables(seq_id)[layer]
-            out.append((table.rows, table.length, table.logical_start))
-        return out
+def _same_tables(cached: tuple, view) -> bool:
+    rows, lengths, starts = cached
+    return lengths == view.lengths and starts == view.logical_starts and rows == list(view.rows)

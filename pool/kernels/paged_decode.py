@@ -11,22 +11,23 @@ from __future__ import annotations
 from typing import Sequence
 
 from pool.kernels.plan import DecodePlan, KernelUnsupported, plan_decode
+from pool.layer_view import LayerView
 
 
 def plan_for_pool(pool, layer: int, seq_ids: Sequence[int], *, scale: float,
                   num_splits: int | None = None) -> DecodePlan:
     """The launch plan of ``seq_ids`` in ``layer``: their block tables (physical rows), visible ranges
-    [logical_start, length) and the layer's slab geometry. Reads the pool; changes nothing."""
-    storage = pool.storage
-    if not storage.has_layer(layer):
-        raise KernelUnsupported(f"layer {layer} has no storage yet")
-    geometry = storage.geometry[layer]
-    slabs = storage.keys[layer]
-    tables = [pool.book.tables(seq_id)[layer] for seq_id in seq_ids]
-    return plan_decode([t.rows for t in tables], [t.length for t in tables], [t.logical_start for t in tables],
-                       block_size=pool.config.block_size, slab_blocks=int(slabs[0].shape[0]),
-                       num_slabs=len(slabs), n_kv_heads=geometry.n_kv_heads, scale=scale,
-                       num_splits=num_splits)
+    [logical_start, length) and the layer's slab geometry (``pool.layer_view``). Reads the pool; changes nothing."""
+    return plan_for_view(pool.layer_view(layer, seq_ids), scale=scale, num_splits=num_splits)
+
+
+def plan_for_view(view: LayerView, *, scale: float, num_splits: int | None = None) -> DecodePlan:
+    """The launch plan of one layer view (``PagedKVPool.layer_view``)."""
+    if not view.written:
+        raise KernelUnsupported(f"layer {view.layer} has no storage yet")
+    return plan_decode(list(view.rows), list(view.lengths), list(view.logical_starts), block_size=view.block_size,
+                       slab_blocks=view.rows_per_slab, num_slabs=view.num_slabs,
+                       n_kv_heads=view.geometry.n_kv_heads, scale=scale, num_splits=num_splits)
 
 
 def kernel_for_backend(backend: str):
@@ -44,10 +45,10 @@ def fused_decode(pool, layer: int, seq_ids: Sequence[int], queries, *, scale: fl
                  plan: DecodePlan | None = None, meta=None):
     """Fused paged attention of one new token per sequence, reading the layer's slabs in place. ``plan`` (and
     ``meta``, ``mx.array(plan.meta)``) may come from the caller, built once for every layer they fit."""
+    view = pool.layer_view(layer, seq_ids if plan is None else ())
     if plan is None:
-        plan, meta = plan_for_pool(pool, layer, seq_ids, scale=scale), None
-    storage = pool.storage
-    return kernel_for_backend(backend)(queries, storage.keys[layer], storage.values[layer], plan, meta=meta)
+        plan, meta = plan_for_view(view, scale=scale), None
+    return kernel_for_backend(backend)(queries, view.keys, view.values, plan, meta=meta)
 
 
 def gather_decode(pool, layer: int, seq_ids: Sequence[int], queries, *, scale: float, upcast: bool = False):

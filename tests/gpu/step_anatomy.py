@@ -71,7 +71,8 @@ def _paged_factory(loaded, state, *, design: str, slab_blocks: int, slices: bool
         pool.prepare_write(seq_id, 0, context)
         for layer, (keys, values) in enumerate(state):
             pool.write(layer, seq_id, 0, keys[seq_id].transpose(1, 0, 2), values[seq_id].transpose(1, 0, 2))
-        mx.eval(pool.storage.keys, pool.storage.values)
+        views = [pool.layer_view(layer) for layer in range(pool.config.num_layers)]
+        mx.eval([view.keys for view in views], [view.values for view in views])
     route = KernelRoute().start()
     if probe == "slab-nowrite":
         pool.write_tokens = lambda *args, **kwargs: None  # timing only: the kernel reads stale rows
@@ -83,8 +84,8 @@ def _paged_factory(loaded, state, *, design: str, slab_blocks: int, slices: bool
 
         cuda_kernel.slab_bucket = lambda n: n  # one kernel per exact slab count: no padding inputs
     routable = install_paged_sdpa(loaded.model) is not None
-    geometry = pool.book.geometry
-    decisions = DecodeDecisions(pool, dtype=geometry["dtype"], head_dim=geometry["head_dim"], routable=routable)
+    geometry = pool.geometry
+    decisions = DecodeDecisions(pool, dtype=geometry.dtype, head_dim=geometry.head_dim, routable=routable)
 
     def make(starts):
         step = PagedStep(pool, list(range(batch)), starts, 1, batched=True)

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from pool import BlockBook, BudgetExceeded, PoolError, apply_op
+from pool import BlockBook, BudgetExceeded, PoolError, SequenceOp, apply_op
+from pool.ops import CopyOnWrite
 
 
 def book(num_layers=2, block_size=4, slab_blocks=2, design="slab", budget=None):
@@ -161,11 +162,10 @@ def test_op_log_replays_on_fresh_book_with_other_geometry():
     b.release_handle(handle)
     b.trim(3, 8)
     b.release(2)
-    sequence_ops = [op["op"] for op in ops if op["op"] in ("add_sequence", "prepare_write", "clone", "detach",
-                                                              "adopt", "release_handle", "trim", "release")]
+    sequence_ops = [op.name for op in ops if isinstance(op, SequenceOp)]
     assert sequence_ops == ["add_sequence", "prepare_write", "clone", "prepare_write", "detach", "adopt",
                             "release_handle", "trim", "release"]
-    assert {"op": "cow", "seq": 2, "logical_block": 1, "num_layers": 2} in ops
+    assert CopyOnWrite(seq=2, logical_block=1, num_layers=2) in ops
     same, handles = book(num_layers=2), {}
     for op in ops:
         apply_op(same, op, handles)

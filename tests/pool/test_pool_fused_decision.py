@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pool import KernelCaps, register_kernel, unregister_kernel
+from pool import FusedDecision, KernelCaps, register_kernel, unregister_kernel
 from pool.fused_decision import ENV_VAR, REASON_NO_KERNEL, decide, detect_backend
 
 CAPS = KernelCaps(backend="cuda", dtypes=frozenset({"bfloat16", "float16"}), head_dims=frozenset({64, 128}),
@@ -59,10 +59,10 @@ def test_pool_counts_outcomes_and_uses_registry(tiny_pool, monkeypatch):
     finally:
         unregister_kernel("cuda")
     counters = pool.counters()
-    assert counters["fused_decisions"] == 1 and counters["gather_decisions"] == 2
-    layers = pool.snapshot()["layers"]
-    assert layers[1]["fused"] == {"use_fused": False, "reason": f"disabled by {ENV_VAR}=0"}
-    assert layers[0]["fused"]["reason"] == "no GPU kernel backend (cpu)"
+    assert counters.fused_decisions == 1 and counters.gather_decisions == 2
+    layers = pool.snapshot().layers
+    assert layers[1].fused == FusedDecision(False, f"disabled by {ENV_VAR}=0")
+    assert layers[0].fused.reason == "no GPU kernel backend (cpu)"
 
 
 def test_monolithic_layer_is_one_buffer_for_the_multi_slab_rule(tiny_pool, monkeypatch):

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import json
-
+import msgspec
 from pool_helpers import make_kv
 
-TOP_KEYS = {"design", "block_size", "slab_blocks", "num_layers", "dtype", "n_kv_heads", "head_dim", "bytes_per_row",
-            "stats", "counters", "layers", "seq_rows"}
-STATS_KEYS = {"allocated_blocks", "live_blocks", "free_blocks", "bytes_reserved", "bytes_in_use", "num_sequences",
-              "num_handles"}
-COUNTER_KEYS = {"slab_appends", "grow_events", "bytes_copied", "cow_copies", "rows_minted", "rows_reused",
-                "gathers", "gather_runs_total", "fused_decisions", "gather_decisions"}
-LAYER_KEYS = {"num_slabs", "capacity_rows", "row_owner", "row_refcount", "free_rows", "holes", "largest_free_run",
-              "fragmentation", "gather_runs_hist", "fused"}
+from pool import AnyOp, Owner, PoolSnapshot, PoolStats, RowState, row_state
+from pool.ops import CopyOnWrite, RowMint, RowsFreed, SlabAppend, StorageInit
+
+TOP_KEYS = ("design", "block_size", "slab_blocks", "num_layers", "dtype", "n_kv_heads", "head_dim", "bytes_per_row",
+            "stats", "counters", "layers", "seq_rows")
+STATS_KEYS = ("allocated_blocks", "live_blocks", "free_blocks", "bytes_reserved", "bytes_in_use", "num_sequences",
+              "num_handles")
+COUNTER_KEYS = ("slab_appends", "grow_events", "bytes_copied", "cow_copies", "rows_minted", "rows_reused",
+                "gathers", "gather_runs_total", "fused_decisions", "gather_decisions")
+LAYER_KEYS = ("num_chunks", "capacity_rows", "free_rows", "holes", "largest_free_run", "fragmentation",
+              "gather_runs_hist", "fused", "row_owner", "row_refcount")
 
 
 def fill(pool, seq, tokens, seed=0):
@@ -25,10 +27,11 @@ def fill(pool, seq, tokens, seed=0):
 
 def test_empty_pool_snapshot_schema(tiny_pool):
     snap = tiny_pool("slab").snapshot()
-    assert set(snap) == TOP_KEYS and set(snap["stats"]) == STATS_KEYS and set(snap["counters"]) == COUNTER_KEYS
-    assert snap["dtype"] is None and snap["bytes_per_row"] == 0
-    assert [set(layer) for layer in snap["layers"]] == [LAYER_KEYS, LAYER_KEYS]
-    assert snap["layers"][0]["capacity_rows"] == 0 and snap["layers"][0]["fragmentation"] == 0.0
+    assert isinstance(snap, PoolSnapshot) and snap.__struct_fields__ == TOP_KEYS
+    assert snap.stats.__struct_fields__ == STATS_KEYS and snap.counters.__struct_fields__ == COUNTER_KEYS
+    assert snap.dtype is None and snap.bytes_per_row == 0
+    assert [layer.__struct_fields__ for layer in snap.layers] == [LAYER_KEYS, LAYER_KEYS]
+    assert snap.layers[0].capacity_rows == 0 and snap.layers[0].fragmentation == 0.0
 
 
 def test_snapshot_owners_refcounts_and_fragmentation(tiny_pool):
@@ -42,21 +45,24 @@ def test_snapshot_owners_refcounts_and_fragmentation(tiny_pool):
     pool.release(2)                   # rows 4,5 free
     pool.gather_visible(0, 3)
     snap = pool.snapshot()
-    layer = snap["layers"][0]
-    assert layer["num_slabs"] == 2 and layer["capacity_rows"] == 8
-    assert layer["row_owner"] == [-1, -1, -2, -2, -1, -1, 3, 3]
-    assert layer["row_refcount"] == [0, 0, 1, 1, 0, 0, 2, 2]
-    assert (layer["free_rows"], layer["holes"], layer["largest_free_run"]) == (4, 2, 2)
-    assert layer["fragmentation"] == 0.5
-    assert layer["gather_runs_hist"] == {"1": 1} and snap["layers"][1]["gather_runs_hist"] == {}
-    assert snap["seq_rows"] == {"3": [6, 7], "9": [6, 7]}
-    assert snap["stats"] == {"allocated_blocks": 16, "live_blocks": 8, "free_blocks": 8,
-                             "bytes_reserved": 2 * 8 * 256, "bytes_in_use": 8 * 256, "num_sequences": 2,
-                             "num_handles": 1}
-    assert snap["bytes_per_row"] == 256 and snap["dtype"] == "float32"
-    json.dumps(snap)  # plain data
+    layer = snap.layers[0]
+    assert layer.num_chunks == 2 and layer.capacity_rows == 8
+    assert layer.row_owner == [-1, -1, -2, -2, -1, -1, 3, 3]
+    assert layer.row_refcount == [0, 0, 1, 1, 0, 0, 2, 2]
+    assert [row_state(o, r) for o, r in zip(layer.row_owner, layer.row_refcount)][1:4] == [
+        RowState.FREE, RowState.HANDLE, RowState.HANDLE]
+    assert (layer.free_rows, layer.holes, layer.largest_free_run) == (4, 2, 2)
+    assert layer.fragmentation == 0.5
+    assert layer.gather_runs_hist == {1: 1} and snap.layers[1].gather_runs_hist == {}
+    assert snap.seq_rows == {3: [6, 7], 9: [6, 7]}
+    assert snap.stats == PoolStats(allocated_blocks=16, live_blocks=8, free_blocks=8, bytes_reserved=2 * 8 * 256,
+                                   bytes_in_use=8 * 256, num_sequences=2, num_handles=1)
+    assert snap.bytes_per_row == 256 and snap.dtype == "float32"
+    assert msgspec.json.decode(msgspec.json.encode(snap), type=PoolSnapshot) == snap  # plain data, round trip
+    summary = snap.summary()
+    assert summary.seq_rows is None and summary.layers[0].row_owner is None and summary.stats == snap.stats
     pool.release_handle(handle)
-    assert pool.snapshot()["layers"][1]["row_owner"] == [-1, -1, -1, -1, -1, -1, 3, 3]
+    assert pool.snapshot().layers[1].row_owner == [-1, -1, -1, -1, -1, -1, 3, 3]
 
 
 def test_restored_block_owner_is_caller(tiny_pool):
@@ -66,7 +72,9 @@ def test_restored_block_owner_is_caller(tiny_pool):
     contents = pool.read_block(pool.block_ids(1, 0)[0])
     block = pool.restore_block(1, contents)
     snap = pool.snapshot()
-    assert snap["layers"][1]["row_owner"][:2] == [0, -3] and snap["layers"][0]["row_owner"][:2] == [0, -1]
+    assert snap.layers[1].row_owner[:2] == [0, Owner.CALLER] and snap.layers[0].row_owner[:2] == [0, Owner.FREE]
+    # a caller-held row is neither free nor a sequence's live row (the TUI draws what row_state says)
+    assert row_state(snap.layers[1].row_owner[1], snap.layers[1].row_refcount[1]) == RowState.CALLER
     pool.release_block(block)
     pool.check_integrity()
 
@@ -80,12 +88,14 @@ def test_op_listener_emits_contract_ops(tiny_pool):
     pool.clone(0, 1, 10)
     pool.prepare_write(1, 10, 1)
     pool.release(0)
-    names = [op["op"] for op in ops]
+    names = [op.name for op in ops]
     assert names == ["add_sequence", "row_mint", "slab_append", "prepare_write", "storage_init", "clone", "cow",
                      "row_mint", "prepare_write", "rows_freed", "release"]
-    assert ops[1] == {"op": "row_mint", "layer_count": 2, "rows": [0, 1, 2], "minted": 6, "reused": 0}
-    assert ops[2] == {"op": "slab_append", "layers": 2, "count": 4, "bytes": 0}  # geometry unknown before 1st write
-    assert ops[4] == {"op": "storage_init", "dtype": "float32", "n_kv_heads": 2, "head_dim": 4, "bytes_per_row": 256}
-    assert ops[6] == {"op": "cow", "seq": 1, "logical_block": 2, "num_layers": 2}
-    assert ops[9] == {"op": "rows_freed", "rows": [2], "count": 2}
-    json.dumps(ops)
+    assert ops[1] == RowMint(layer_count=2, rows=[0, 1, 2], minted=6, reused=0)
+    assert ops[2] == SlabAppend(layers=2, count=4, bytes=0)  # geometry unknown before 1st write
+    assert ops[4] == StorageInit(dtype="float32", n_kv_heads=2, head_dim=4, bytes_per_row=256)
+    assert ops[6] == CopyOnWrite(seq=1, logical_block=2, num_layers=2)
+    assert ops[9] == RowsFreed(rows=[2], count=2)
+    encoded = msgspec.json.encode(ops)
+    assert encoded.startswith(b'[{"op":"add_sequence","seq":0}')  # the op log's wire shape (docs/contracts.md)
+    assert msgspec.json.decode(encoded, type=list[AnyOp]) == ops

@@ -136,12 +136,12 @@ class PoolMachine(RuleBasedStateMachine):
         from pool.snapshot import _row_owners
 
         cached = self.pool.snapshot()
-        self.pool._snapshot_cache.clear()
+        self.pool.snapshot_cache.clear()
         fresh = self.pool.snapshot()
         assert cached == fresh
-        for layer, entry in enumerate(fresh["layers"]):
-            assert entry["row_owner"] == _row_owners(self.pool.book, layer)
-            assert sum(1 for owner in entry["row_owner"] if owner == -1) == entry["free_rows"]
+        for layer, entry in enumerate(fresh.layers):
+            assert entry.row_owner == _row_owners(self.pool.book, layer)
+            assert sum(1 for owner in entry.row_owner if owner == -1) == entry.free_rows
 
     @invariant()
     def integrity_and_dense_parity(self):

@@ -44,8 +44,8 @@ def test_slab_growth_appends_exact_slabs_and_copies_nothing(tiny_pool):
         keys, values = make_kv(tokens, seed=seq)
         write_all_layers(pool, seq, 0, keys, values)
     assert [pool.storage.num_slabs(layer) for layer in range(3)] == [6, 6, 6]
-    assert pool.counters()["slab_appends"] == 18 == pool.book.counters.slab_appends
-    assert pool.counters()["bytes_copied"] == 0 and pool.counters()["grow_events"] == 0
+    assert pool.counters().slab_appends == 18 == pool.book.counters.slab_appends
+    assert pool.counters().bytes_copied == 0 and pool.counters().grow_events == 0
     bytes_per_row = 2 * 4 * 2 * 4 * 4
     assert pool.stats().bytes_reserved == 3 * 12 * bytes_per_row
     assert pool.stats().bytes_in_use == 3 * 12 * bytes_per_row
@@ -57,12 +57,12 @@ def test_monolithic_growth_copies_old_contents(tiny_pool):
     keys, values = make_kv(2 * 40, seed=1)  # 40 rows -> 64
     pool.add_sequence(0)
     write_all_layers(pool, 0, 0, keys, values)
-    assert pool.counters()["grow_events"] == 2 and pool.counters()["bytes_copied"] == 0
+    assert pool.counters().grow_events == 2 and pool.counters().bytes_copied == 0
     more_k, more_v = make_kv(2 * 30, seed=2)  # 70 rows -> 96: copies 64 rows per layer
     write_all_layers(pool, 0, 80, more_k, more_v)
     bytes_per_row = 2 * 2 * 2 * 4 * 4
-    assert pool.counters()["grow_events"] == 4
-    assert pool.counters()["bytes_copied"] == 2 * 64 * bytes_per_row == pool.book.counters.bytes_copied
+    assert pool.counters().grow_events == 4
+    assert pool.counters().bytes_copied == 2 * 64 * bytes_per_row == pool.book.counters.bytes_copied
     got = pool.gather_visible(1, 0)
     assert mx.array_equal(got.keys, mx.concatenate([keys, more_k]).transpose(1, 0, 2)) and got.num_runs == 1
     pool.check_integrity()
@@ -103,7 +103,7 @@ def test_copy_on_write_keeps_the_original_intact(tiny_pool, design):
     pool.clone(1, 2, 6)
     new_k, new_v = make_kv(3, seed=2)
     write_all_layers(pool, 2, 5, new_k, new_v)  # overwrites position 5 of a shared block, extends to 8
-    assert pool.counters()["cow_copies"] == 2
+    assert pool.counters().cow_copies == 2
     for layer in range(2):
         assert mx.array_equal(pool.gather_visible(layer, 1).keys, keys.transpose(1, 0, 2))
         expected = mx.concatenate([keys[:5], new_k]).transpose(1, 0, 2)

@@ -114,7 +114,7 @@ def test_copy_on_write_into_a_one_block_slab_keeps_both_rows(tiny_pool, design):
         pool.write(layer, 0, 0, keys, values)  # row 0 whole (its slab), row 1 in part
     pool.clone(0, 1, 3)
     pool.prepare_write(1, 3, 1)  # block 1 shared: copied to row 2 (a slab of its own)
-    assert pool.book.tables(1)[1].rows == [0, 2] and pool.counters()["cow_copies"] == 2
+    assert pool.book.tables(1)[1].rows == [0, 2] and pool.counters().cow_copies == 2
     new_k, new_v = make_kv(1, seed=5)
     for layer in range(2):
         pool.write(layer, 1, 3, new_k, new_v)

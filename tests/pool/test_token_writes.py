@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pool import BlockBook, PoolError, WritePlan, apply_op
+from pool.ops import CopyOnWrite, PrepareWrite, RowMint, SlabAppend
 from pool.token_slots import TokenSlots, check_current, resolve_token_slots
 
 from pool_helpers import full_state, make_kv
@@ -116,16 +117,14 @@ def test_prepare_write_inside_owned_blocks_moves_only_lengths():
     before, replay_from = book_state(b, with_lengths=False), len(ops)
     assert b.prepare_write(1, 5, 3) == WritePlan(cow_pairs=[[], []], growth=[])  # tokens 5..7: inside block 1
     assert b.prepare_write(1, 0, 2) == WritePlan(cow_pairs=[[], []], growth=[])  # rewrite inside block 0
-    assert ops[replay_from:] == [{"op": "prepare_write", "seq": 1, "start": 5, "num_tokens": 3},
-                                 {"op": "prepare_write", "seq": 1, "start": 0, "num_tokens": 2}]
+    assert ops[replay_from:] == [PrepareWrite(seq=1, start=5, num_tokens=3), PrepareWrite(seq=1, start=0, num_tokens=2)]
     assert book_state(b, with_lengths=False) == before  # no row minted, no version bumped, no capacity
     assert [t.length for t in b.tables(1)] == [8, 8]
     del ops[:]
     plan = b.prepare_write(1, 8, 1)  # block 2 does not exist yet: the full path
     assert plan == WritePlan(cow_pairs=[[], []], growth=[(0, 2, 4), (1, 2, 4)])
-    assert ops == [{"op": "row_mint", "layer_count": 2, "rows": [2], "minted": 2, "reused": 0},
-                   {"op": "slab_append", "layers": 2, "count": 2, "bytes": 400},
-                   {"op": "prepare_write", "seq": 1, "start": 8, "num_tokens": 1}]
+    assert ops == [RowMint(layer_count=2, rows=[2], minted=2, reused=0), SlabAppend(layers=2, count=2, bytes=400),
+                   PrepareWrite(seq=1, start=8, num_tokens=1)]
     b.check_integrity()
 
 
@@ -139,7 +138,7 @@ def test_prepare_write_on_a_shared_block_falls_back_to_copy_on_write():
     before = book_state(b)
     plan = b.prepare_write(2, 6, 1)  # inside block 1, which is shared: copy it on write
     assert plan == WritePlan(cow_pairs=[[(1, 2)], [(1, 2)]], growth=[(0, 2, 4), (1, 2, 4)])
-    assert book_state(b) != before and {"op": "cow", "seq": 2, "logical_block": 1, "num_layers": 2} in ops
+    assert book_state(b) != before and CopyOnWrite(seq=2, logical_block=1, num_layers=2) in ops
     assert [t.rows for t in b.tables(2)] == [[0, 2], [0, 2]] and [t.rows for t in b.tables(1)] == [[0, 1], [0, 1]]
     assert [b.layers[0].row_refcount[row] for row in (0, 1, 2)] == [2, 1, 1]
     versions = list(b.versions)

@@ -10,6 +10,8 @@ from probes.replay import Session
 from probes.store import LiveStore
 from probes_scripted import record_scripted
 
+from probes.v1 import snapshot_to_v1
+
 
 @pytest.fixture(scope="module", params=["slab", "monolithic"])
 def scripted(request, tmp_path_factory):
@@ -42,7 +44,7 @@ def test_recording_rebuilds_live_snapshots_seeking_both_ways(scripted):
     assert len(live) > 60
     _check_against_live(session, live, order_seed=1)
     _check_against_live(session, sorted(live, key=lambda x: -x[0]), order_seed=2)
-    assert session.snapshot_at(session.duration) == pool.snapshot()
+    assert session.snapshot_at(session.duration) == snapshot_to_v1(pool.snapshot())
 
 
 def test_live_store_answers_like_the_recording(scripted):

@@ -5,6 +5,8 @@ byte-identical: logits at every decode step (mx.array_equal) and tokens."""
 
 import pytest
 
+from pool.ops import Adopt, CopyOnWrite
+
 from .helpers import assert_same_logits
 
 # 3 turns: 21 user tokens then 5 generated; with 8-token blocks every kept turn ends inside a block
@@ -44,12 +46,12 @@ def test_next_turn_copies_the_shared_partial_block_and_nothing_leaks(runs, backe
     turns = sorted(session.scheduler.finished, key=lambda s: s.request.req_id)
     assert [t.num_shared for t in turns] == [0, len(turns[0].tokens) - 1, len(turns[1].tokens) - 1]
     assert all(t.num_shared % BLOCK for t in turns[1:])  # each resumed state ends inside a block
-    cows = [op for op in ops if op["op"] == "cow"]
+    cows = [op for op in ops if isinstance(op, CopyOnWrite)]
     # the first write of turns 2 and 3 lands in the kept partial block: one copy each, in every layer
-    assert [(op["seq"], op["logical_block"]) for op in cows] == [(t.seq_id, t.num_shared // BLOCK) for t in turns[1:]]
+    assert [(op.seq, op.logical_block) for op in cows] == [(t.seq_id, t.num_shared // BLOCK) for t in turns[1:]]
     assert summary["pool"]["counters"]["cow_copies"] == len(cows) * session.loaded.num_layers
-    adopts = [op for op in ops if op["op"] == "adopt"]
-    assert [op["seq"] for op in adopts] == [t.seq_id for t in turns[1:]]
+    adopts = [op for op in ops if isinstance(op, Adopt)]
+    assert [op.seq for op in adopts] == [t.seq_id for t in turns[1:]]
     assert summary["conversations"] == {"resumed_turns": 2, "resumed_tokens": sum(t.num_shared for t in turns),
                                         "kept": 0}  # the last turn keeps nothing and drops its checkpoint
     stats = session.pool.stats()

@@ -122,8 +122,8 @@ def test_rows_are_freed_and_reused_with_integrity_after_every_step(backend, tiny
     pool = session.pool
     assert pool.sequence_ids() == [] and pool.stats().live_blocks == 0  # nothing left live
     pool.check_integrity()
-    counters = pool.snapshot()["counters"]
-    assert counters["rows_reused"] > 0 and counters["rows_minted"] > 0
+    counters = pool.snapshot().counters
+    assert counters.rows_reused > 0 and counters.rows_minted > 0
     finish_steps = sorted(s.request.req_id for s in session.scheduler.finished)
     assert finish_steps == list(range(10)) and summary["requests_finished"] == 10
     order = [s.request.req_id for s in session.scheduler.finished]

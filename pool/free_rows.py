@@ -49,38 +49,32 @@ class FreeRows:
         return len(self._heap) == len(self._members) and set(self._heap) == self._members
 
 
-def free_run_stats(free_sorted: list[int], tail_start: int, capacity: int) -> tuple[int, int, int]:
-    """(free rows, holes, largest free run) over rows ``[0, capacity)``.
+def free_runs(free_sorted: list[int], tail_start: int, capacity: int) -> list[tuple[int, int]]:
+    """Maximal runs of free rows over ``[0, capacity)`` as ``(first row, length)``, ascending.
 
     ``free_sorted``: freed (reusable) rows below ``tail_start``, ascending; rows ``[tail_start, capacity)`` are
-    reserved capacity that was never minted, also free. A hole is a maximal run of consecutive free rows.
+    reserved capacity that was never minted, also free (joined to a freed run that touches them).
     """
-    free = len(free_sorted) + (capacity - tail_start)
-    holes = 0
-    largest = 0
-    run = 0
-    previous = -2
+    runs: list[list[int]] = []
     for row in free_sorted:
-        if row == previous + 1:
-            run += 1
+        if runs and runs[-1][0] + runs[-1][1] == row:
+            runs[-1][1] += 1
         else:
-            if run:
-                holes += 1
-                largest = max(largest, run)
-            run = 1
-        previous = row
+            runs.append([row, 1])
     tail = capacity - tail_start
-    if tail and run and previous == tail_start - 1:
-        run += tail  # the last freed run touches the unminted tail: one hole
-    elif tail:
-        if run:
-            holes += 1
-            largest = max(largest, run)
-        run = tail
-    if run:
-        holes += 1
-        largest = max(largest, run)
-    return free, holes, largest
+    if tail > 0:
+        if runs and runs[-1][0] + runs[-1][1] == tail_start:
+            runs[-1][1] += tail
+        else:
+            runs.append([tail_start, tail])
+    return [(first, length) for first, length in runs]
+
+
+def free_run_stats(free_sorted: list[int], tail_start: int, capacity: int) -> tuple[int, int, int]:
+    """(free rows, holes, largest free run) over rows ``[0, capacity)`` (see ``free_runs``). A hole is a maximal
+    run of consecutive free rows."""
+    runs = free_runs(free_sorted, tail_start, capacity)
+    return sum(length for _, length in runs), len(runs), max((length for _, length in runs), default=0)
 
 
 def fragmentation_index(free_rows: int, largest_free_run: int) -> float:

@@ -2,7 +2,8 @@
 replay (seek both ways, pool snapshot rebuild), what-if replay, compare gates and reports.
 
 This package root stays light and mlx-free; the worker-only parts (``probes.live``, ``probes.sampler``) import
-mlx lazily. Reader-side entry points: ``probes.replay.Session``, ``probes.store.LiveStore``.
+mlx lazily. Typed records: ``probes.events``; the read model of a session, live or recorded:
+``probes.store.SessionModel`` (``probes.replay.Session.open(path)`` for a file).
 """
 
 from probes.errors import RecordingError, ReplayError

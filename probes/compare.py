@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass
 
+from probes.events import Step
+
 
 @dataclass
 class PhaseRow:
@@ -37,7 +39,7 @@ def _label(view, index: int) -> str:
 
 def _windows(view) -> list[tuple[str, float, float]]:
     end = view.duration
-    spans = [(p["name"], p["start"], p["end"] if p["end"] is not None else end) for p in view.phases()]
+    spans = [(p.name, p.start, p.end if p.end is not None else end) for p in view.phases()]
     return spans + [("all", 0.0, end)]
 
 
@@ -49,8 +51,8 @@ def _peak(view, field: str, t0: float, t1: float) -> float | None:
 
 
 def _throughput(view, t0: float, t1: float) -> float | None:
-    steps = [e for e in view.events_between(t0, t1, "step")]
-    tokens = sum(int(e.get("num_tokens", 0)) for e in steps)
+    steps = view.events_between(t0, t1, Step)
+    tokens = sum(e.num_tokens for e in steps)
     if not steps or t1 <= t0:
         return None
     return tokens / (t1 - t0)
@@ -58,21 +60,21 @@ def _throughput(view, t0: float, t1: float) -> float | None:
 
 def _hist_delta(view, t0: float, t1: float) -> Counter:
     """Gather-run histogram (all layers) accumulated between the snapshots bracketing [t0, t1]."""
-    def total(snap):
+    def total(record) -> Counter:
         hist: Counter = Counter()
-        for layer in (snap or {}).get("snapshot", {}).get("layers", []):
-            hist.update({int(k): v for k, v in layer.get("gather_runs_hist", {}).items()})
+        for layer in record.snapshot.layers if record is not None else []:
+            hist.update(layer.gather_runs_hist)
         return hist
 
-    end, start = view._latest_at(view.snapshots, t1), view._latest_at(view.snapshots, t0)
+    end, start = view.summary_at(t1), view.summary_at(t0)
     delta = total(end)
     delta.subtract(total(start) if start is not end else Counter())
     return +delta
 
 
 def _counter_delta(view, t0: float, t1: float, key: str) -> int:
-    end, start = view._latest_at(view.snapshots, t1), view._latest_at(view.snapshots, t0)
-    value = lambda s: (s or {}).get("snapshot", {}).get("counters", {}).get(key, 0)  # noqa: E731
+    end, start = view.summary_at(t1), view.summary_at(t0)
+    value = lambda record: getattr(record.snapshot.counters, key) if record is not None else 0  # noqa: E731
     return value(end) - (value(start) if start is not end else 0)
 
 
@@ -80,18 +82,18 @@ def _pool_figures(view, t0: float, t1: float) -> dict:
     if not view.snapshots:
         return {"max_slabs": None, "max_fragmentation": None, "mean_runs": None, "max_runs": None,
                 "decline_rate": None}
-    snaps = [s["snapshot"] for s in view.snapshots if t0 <= s["t"] <= t1]
+    snaps = [s.snapshot for s in view.snapshots if t0 <= s.t <= t1]
     at_end = view.snapshot_at(t1)  # exact state at the phase end (short phases may hold no periodic snapshot)
     if at_end is not None:
         snaps.append(at_end)
-    layers = [layer for snap in snaps for layer in snap.get("layers", [])]
+    layers = [layer for snap in snaps for layer in snap.layers]
     hist = _hist_delta(view, t0, t1)
     gathers = sum(hist.values())
     fused = _counter_delta(view, t0, t1, "fused_decisions")
     declined = _counter_delta(view, t0, t1, "gather_decisions")
     return {
-        "max_slabs": max((layer.get("num_slabs", 0) for layer in layers), default=0),
-        "max_fragmentation": max((layer.get("fragmentation", 0.0) for layer in layers), default=0.0),
+        "max_slabs": max((layer.num_chunks for layer in layers), default=0),
+        "max_fragmentation": max((layer.fragmentation for layer in layers), default=0.0),
         "mean_runs": sum(r * n for r, n in hist.items()) / gathers if gathers else None,
         "max_runs": max(hist, default=None),
         "decline_rate": declined / (fused + declined) if fused + declined else None,

@@ -22,10 +22,11 @@ from typing import Any
 
 import msgspec
 
+from probes.events import (Done, Dropped, Event, MetaUpdate, OpBatch, ProbeOverhead, ProbeStats, SnapshotTaken,
+                           WorkerError)
 from probes.meta import collect_meta
-from probes.recording import SessionRecorder
+from probes.recording import SessionRecorder, new_session_id
 from probes.transport import BatchSender
-from probes.v1 import op_to_v1, snapshot_to_v1
 
 FLUSH_S = 0.075       # transport batches to the parent
 FILE_FLUSH_S = 0.5    # recording writes: fewer, larger records keep long sessions fast to open; a SIGKILL loses
@@ -47,7 +48,7 @@ class WorkerProbes:
         self.weight_bytes = int(weight_bytes)
         self.flush_s = flush_s
         self.file_flush_s = file_flush_s
-        self._file_pending: list[dict] = []
+        self._file_pending: list[Event] = []
         self._next_file_write = 0.0
         self.stats_every_s = stats_every_s
         self.keyframe_interval_s = keyframe_interval_s
@@ -57,7 +58,7 @@ class WorkerProbes:
         self.sampler = None
         self._pool = None
         self._lock = threading.Lock()
-        self._buffer: list[dict] = []
+        self._buffer: list = []  # events, and the open op batch as a mutable _PendingOps
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t_start = time.monotonic()
@@ -81,7 +82,7 @@ class WorkerProbes:
         keyframe now, so every later instant can be rebuilt from a keyframe plus ops."""
         self._pool = pool
         pool.add_op_listener(self._on_op)
-        self.meta.setdefault("pool", _pool_config(pool))
+        self.meta["geometry"] = msgspec.to_builtins(pool.config.geometry())
         if self.sampler is not None:  # already started; otherwise start() takes it
             self._take_snapshot()
 
@@ -93,11 +94,11 @@ class WorkerProbes:
         full_meta = collect_meta(self.meta)
         self._t_start = time.monotonic()
         full_meta.update(sample_hz=self.sample_hz, snapshot_hz=self.snapshot_hz, t_start=self._t_start)
+        full_meta.setdefault("session_id", new_session_id())
         self.meta = full_meta
         if self.record_path:
-            self.recorder = SessionRecorder(self.record_path, full_meta, self._t_start,
-                                            keyframe_interval_s=self.keyframe_interval_s)
-        self.sender.send([dict(full_meta, kind="meta", t=self._t_start)])
+            self.recorder = SessionRecorder(self.record_path, full_meta, self._t_start)
+        self.sender.send([MetaUpdate(t=self._t_start, meta=full_meta)])
         self.sampler = sampler
         if self._pool is not None:
             self._take_snapshot()
@@ -106,30 +107,31 @@ class WorkerProbes:
         self._thread.start()
 
     # ---- workload thread -------------------------------------------------------------------------------------
-    def _push(self, event: dict) -> None:
+    def _push(self, event: Event) -> None:
         with self._lock:
             self._buffer.append(event)
 
-    def _on_op(self, op: dict) -> None:
+    def _on_op(self, op) -> None:
         """Pool op listener (workload thread): stamps the op and appends it to the open op batch."""
         start = time.perf_counter()
-        op = dict(op_to_v1(op), t=time.monotonic())
+        now = time.monotonic()
         self._num_ops += 1
         with self._lock:
             buf = self._buffer
-            if buf and buf[-1].get("kind") == "op":
-                buf[-1]["ops"].append(op)
-            else:
-                buf.append({"kind": "op", "t": op["t"], "step": self.step, "tokens": self.tokens, "ops": [op]})
+            if not buf or not isinstance(buf[-1], _PendingOps):
+                buf.append(_PendingOps(now, self.step, self.tokens))
+            buf[-1].ops.append(op)
+            buf[-1].times.append(now)
         self._workload_side_s += time.perf_counter() - start
 
-    def emit(self, event: dict) -> None:
-        """Queue a workload event (phase/step/log/error/gather/fused/...): stamped, recorded, forwarded."""
+    def emit(self, event: Event) -> None:
+        """Queue a workload event (phase/step/log/error/gather/fused/...): recorded and forwarded; an event not
+        stamped yet (``t == 0``) gets the time and counters of now."""
+        if not isinstance(event, Event):
+            raise TypeError(f"WorkerProbes.emit takes a probes.events.Event, got {type(event).__name__}")
         start = time.perf_counter()
-        event = dict(event)
-        event.setdefault("t", time.monotonic())
-        event.setdefault("step", self.step)
-        event.setdefault("tokens", self.tokens)
+        if not event.t:
+            event = msgspec.structs.replace(event, t=time.monotonic(), step=self.step, tokens=self.tokens)
         self._push(event)
         self._workload_side_s += time.perf_counter() - start
 
@@ -142,23 +144,22 @@ class WorkerProbes:
         self._workload_side_s += time.perf_counter() - start
 
     def _take_snapshot(self) -> None:
-        """Snapshot the pool (workload thread). A keyframe (with the bookkeeping state, probes.bookstate) is
+        """Snapshot the pool (workload thread). A keyframe (with the bookkeeping state, ``book_state``) is
         flagged every ``keyframe_interval_s`` or ``keyframe_max_ops`` ops, and for the first snapshot."""
         start = time.perf_counter()
-        snap = snapshot_to_v1(self._pool.snapshot())
+        snap = self._pool.snapshot()
         now = time.monotonic()
         self._next_snapshot = now + (1.0 / self.snapshot_hz if self.snapshot_hz > 0 else float("inf"))
-        stats = snap.get("stats", {})
-        self._last_stats = (int(stats.get("bytes_in_use", 0)), int(stats.get("bytes_reserved", 0)))
+        self._last_stats = (snap.stats.bytes_in_use, snap.stats.bytes_reserved)
         if self.sampler is not None:
             self.sampler.pool_bytes = self._last_stats
-        event = {"kind": "snapshot", "t": now, "step": self.step, "tokens": self.tokens, "snapshot": snap,
-                 "keyframe": False}
+        book = None
         if (self._keyframe_t is None or now - self._keyframe_t >= self.keyframe_interval_s
                 or self._num_ops - self._keyframe_ops >= self.keyframe_max_ops):
-            event.update(keyframe=True, book=msgspec.to_builtins(self._pool.book_state()))
+            book = self._pool.book_state()
             self._keyframe_t, self._keyframe_ops = now, self._num_ops
-        self._push(event)
+        self._push(SnapshotTaken(t=now, step=self.step, tokens=self.tokens, snapshot=snap, keyframe=book is not None,
+                                 book_state=book))
         self._num_snapshots += 1
         self._snapshot_s += time.perf_counter() - start
 
@@ -177,12 +178,12 @@ class WorkerProbes:
             self._thread.join()
         if self.sampler is not None:
             self._push(self.sampler.sample(self.step, self.tokens))
-        summary = dict(summary or {}, probe_overhead=self.overhead())
+        summary = dict(summary or {}, probe_overhead=msgspec.to_builtins(self.overhead()))
         self._flush(final=True)
-        done = {"kind": "done", "t": time.monotonic(), "step": self.step, "tokens": self.tokens, "summary": summary}
+        done = Done(t=time.monotonic(), step=self.step, tokens=self.tokens, summary=summary)
         self.sender.send([done])
         if self.recorder is not None and self.record_error is None:
-            self.recorder.close(summary, t=done["t"])
+            self.recorder.close(summary, t=done.t)
         return summary
 
     # ---- probe thread ----------------------------------------------------------------------------------------
@@ -197,8 +198,7 @@ class WorkerProbes:
                 self._push(self.sampler.sample(self.step, self.tokens))
                 next_sample = max(next_sample + period, now)
             if now >= next_stats:
-                self._push({"kind": "probe_stats", "t": now, "step": self.step, "tokens": self.tokens,
-                            "overhead": self.overhead()})
+                self._push(ProbeStats(t=now, step=self.step, tokens=self.tokens, overhead=self.overhead()))
                 next_stats = now + self.stats_every_s
             if now >= next_flush:
                 self._flush()
@@ -210,11 +210,12 @@ class WorkerProbes:
         """Move pending events to the parent now and to the recording every ``file_flush_s`` (or when final);
         report new queue drops as an event."""
         with self._lock:
-            batch, self._buffer = self._buffer, []
+            pending, self._buffer = self._buffer, []
+        batch = [item.event() if isinstance(item, _PendingOps) else item for item in pending]
         drops = self.sender.dropped_batches
         if drops != self._reported_drops:
-            batch.append({"kind": "dropped", "t": time.monotonic(), "step": self.step, "tokens": self.tokens,
-                          "batches": drops, "events": self.sender.dropped_events})
+            batch.append(Dropped(t=time.monotonic(), step=self.step, tokens=self.tokens, batches=drops,
+                                 events=self.sender.dropped_events))
             self._reported_drops = drops
         if self.recorder is not None and self.record_error is None:
             self._file_pending.extend(batch)
@@ -226,35 +227,42 @@ class WorkerProbes:
                     self.recorder.write(pending)
                 except OSError as exc:  # disk full, etc.: keep the workload running, say so once
                     self.record_error = f"recording stopped: {exc}"
-                    batch.append({"kind": "error", "t": now, "text": self.record_error, "traceback": ""})
+                    batch.append(WorkerError(t=now, step=self.step, tokens=self.tokens, text=self.record_error))
         if batch:
             self.sender.send(batch)
 
     # ---- figures ---------------------------------------------------------------------------------------------
-    def overhead(self) -> dict:
+    def overhead(self) -> ProbeOverhead:
         """Measured probe cost so far: probe-thread CPU, workload-thread time inside probes, per-sample cost."""
         wall = max(time.monotonic() - self._t_start, 1e-9)
         sampler = self.sampler
         samples = sampler.num_samples if sampler else 0
-        return {
-            "wall_s": round(wall, 3),
-            "probe_thread_cpu_s": round(self._thread_cpu_s, 4),
-            "workload_thread_s": round(self._workload_side_s, 4),
-            "cost_fraction": round((self._thread_cpu_s + self._workload_side_s) / wall, 5),
-            "samples": samples,
-            "sample_cost_us_mean": round(sampler.total_cost_s / samples * 1e6, 1) if samples else 0.0,
-            "snapshots": self._num_snapshots,
-            "snapshot_cost_ms_mean": round(self._snapshot_s / self._num_snapshots * 1e3, 3)
-            if self._num_snapshots else 0.0,
-            "dropped_batches": self.sender.dropped_batches,
-        }
+        return ProbeOverhead(
+            wall_s=round(wall, 3),
+            probe_thread_cpu_s=round(self._thread_cpu_s, 4),
+            workload_thread_s=round(self._workload_side_s, 4),
+            cost_fraction=round((self._thread_cpu_s + self._workload_side_s) / wall, 5),
+            samples=samples,
+            sample_cost_us_mean=round(sampler.total_cost_s / samples * 1e6, 1) if samples else 0.0,
+            snapshots=self._num_snapshots,
+            snapshot_cost_ms_mean=round(self._snapshot_s / self._num_snapshots * 1e3, 3) if self._num_snapshots
+            else 0.0,
+            dropped_batches=self.sender.dropped_batches,
+        )
 
 
-def _pool_config(pool) -> dict:
-    """The pool's configuration as plain data (whatever of PoolConfig's fields the pool exposes)."""
-    cfg = getattr(pool, "config", None) or getattr(pool, "cfg", None)
-    fields = ("num_layers", "block_size", "slab_blocks", "design", "max_blocks_per_layer")
-    return {name: getattr(cfg, name) for name in fields if cfg is not None and hasattr(cfg, name)}
+class _PendingOps:
+    """The op batch being filled by the listener (mutable, owned by the probes' lock); frozen at flush."""
+
+    __slots__ = ("t", "step", "tokens", "ops", "times")
+
+    def __init__(self, t: float, step: int, tokens: int) -> None:
+        self.t, self.step, self.tokens = t, step, tokens
+        self.ops: list = []
+        self.times: list[float] = []
+
+    def event(self) -> OpBatch:
+        return OpBatch(t=self.t, step=self.step, tokens=self.tokens, ops=self.ops, op_t=self.times)
 
 
 def redirect_output(log_path: str | os.PathLike) -> None:

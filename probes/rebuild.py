@@ -1,10 +1,11 @@
 """Rebuilding the full pool snapshot at any instant: nearest keyframe at or before ``t`` + the op log (mlx-free).
 
-Topology (rows, owners, refcounts, capacity, slab counts, free-row figures, stats, growth counters) is exact at
-``t``: the keyframe's bookkeeping state is restored into a ``pool.BlockBook`` and the recorded sequence-level ops up
-to ``t`` are re-executed (pool.apply_op). What the bookkeeping cannot know (gather-run histograms, gather counts,
-fused-decode decisions) is taken from the latest recorded snapshot at or before ``t`` (at most 1/snapshot_hz old).
-Seeking backward restores an earlier keyframe; the cost is bounded by the ops between two keyframes.
+Topology (rows, owners, refcounts, capacity, chunk counts, free-row figures, stats, growth counters) is exact at
+``t``: the keyframe's bookkeeping state is restored (``BlockBook.from_state``) and the recorded sequence-level ops
+up to ``t`` are re-executed (``pool.apply_op``); ``pool.build_snapshot`` then builds the snapshot from that book.
+What the bookkeeping cannot know (gather-run histograms, gather counts, fused-decode decisions) comes from the
+latest recorded snapshot at or before ``t`` (at most 1/snapshot_hz old). Seeking backward restores an earlier
+keyframe; the cost is bounded by the ops between two keyframes.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import bisect
 
 import msgspec
 
-from pool import FusedDecision, ObservedFigures, PoolCounters, PoolSnapshot, apply_op, build_snapshot
-from probes.bookstate import book_from_state
-from probes.v1 import op_from_v1, snapshot_from_v1, snapshot_to_v1
+from pool import BlockBook, FusedDecision, ObservedFigures, PoolCounters, PoolError, PoolSnapshot, apply_op, \
+    build_snapshot
+from probes.errors import RecordingError
 
 GROWTH_COUNTERS = ("slab_appends", "grow_events", "bytes_copied")
 
@@ -24,8 +25,7 @@ def observed_from(book, recorded: PoolSnapshot, growth_base: PoolCounters, book_
     """What the rebuilt snapshot takes beyond the replayed book: stats modelled by the book (exact at t), growth
     counters as the keyframe's measured figures plus the book's modelled growth since, the bookkeeping's own
     counters, and the recorded gather histograms, gather counts and fused decisions (as of ``recorded``)."""
-    growth = {k: getattr(growth_base, k) + getattr(book.counters, k) - book_growth_base.get(k, 0)
-              for k in GROWTH_COUNTERS}
+    growth = {k: getattr(growth_base, k) + getattr(book.counters, k) - book_growth_base[k] for k in GROWTH_COUNTERS}
     counters = msgspec.structs.replace(recorded.counters, cow_copies=book.counters.cow_copies,
                                        rows_minted=book.counters.rows_minted, rows_reused=book.counters.rows_reused,
                                        **growth)
@@ -47,35 +47,34 @@ def modelled_observed(book) -> ObservedFigures:
 
 
 class SnapshotRebuilder:
-    """Serves ``snapshot_at(t)`` for one ``SessionView``. Mutates nothing in the view."""
+    """Serves ``snapshot_at(t)`` for one ``SessionModel``. Mutates nothing in it."""
 
-    def __init__(self, view) -> None:
-        self.view = view
+    def __init__(self, model) -> None:
+        self.model = model
 
-    def snapshot_at(self, t: float) -> dict | None:
-        """The rebuilt snapshot at ``t`` (None before the first keyframe)."""
-        view = self.view
-        keyframes = view.keyframes
-        i = bisect.bisect_right(keyframes, t, key=lambda kf: kf.t)
+    def snapshot_at(self, t: float) -> PoolSnapshot | None:
+        """The rebuilt snapshot at ``t`` (None before the first keyframe). ``RecordingError`` when the op log does
+        not replay on its keyframe (a damaged or spliced session)."""
+        model = self.model
+        i = bisect.bisect_right(model.keyframes, t, key=lambda kf: kf.t)
         if i == 0:
             return None
-        op_index, snap, state = _unpack(keyframes[i - 1].load())
-        if state is None:
-            return snap  # keyframe without book state: the best exact answer is the keyframe itself
-        book, handles = book_from_state(state)
+        keyframe = model.keyframes[i - 1].load()
+        if keyframe.book_state is None:
+            return keyframe.snapshot  # a keyframe without bookkeeping state: the best exact answer is itself
+        book = BlockBook.from_state(keyframe.book_state)
+        handles = book.handle_map()
         book_growth_base = {k: getattr(book.counters, k) for k in GROWTH_COUNTERS}
-        recorded = view._latest_at(view.snapshots, t)
+        recorded = model.summary_at(t)
         # A snapshot taken exactly at t decides ties: ops stamped at the same instant came after it.
-        limit = recorded["op_index"] if recorded is not None and recorded["t"] == t else None
-        for op in view.ops_range(op_index, t):
-            if limit is not None and op["i"] >= limit:
+        limit = recorded.op_index if recorded is not None and recorded.t == t else None
+        for entry in model.ops_range(keyframe.op_index, t):
+            if limit is not None and entry.i >= limit:
                 break
-            apply_op(book, op_from_v1(op), handles)
-        recorded_snap = snapshot_from_v1(recorded["snapshot"] if recorded is not None else snap)
-        observed = observed_from(book, recorded_snap, snapshot_from_v1(snap).counters, book_growth_base)
-        return snapshot_to_v1(build_snapshot(book, observed))
-
-
-def _unpack(loaded) -> tuple[int, dict, dict | None]:
-    op_index, payload = loaded
-    return op_index, payload["snapshot"], payload.get("book")
+            try:
+                apply_op(book, entry.op, handles)
+            except PoolError as exc:
+                raise RecordingError(model.source, f"op {entry.i} ({entry.op.name}) does not replay on the keyframe "
+                                                   f"at {keyframe.t:.3f} s: {exc}") from None
+        recorded_snap = recorded.snapshot if recorded is not None and recorded.t >= keyframe.t else keyframe.snapshot
+        return build_snapshot(book, observed_from(book, recorded_snap, keyframe.snapshot.counters, book_growth_base))

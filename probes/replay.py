@@ -1,52 +1,47 @@
-"""Recorded sessions: ``Session.open(path)`` reads a session file into the shared query API (mlx-free).
+"""Recorded sessions: ``Session.open(path)`` reads a session file into the read model (``probes.store``; mlx-free).
 
-Opening reads the file, verifies every record's checksum and decodes metadata, samples, events and snapshot
-summaries; ops and keyframes (the bulky part) stay as byte ranges until ``snapshot_at``/``ops`` needs them.
-A torn tail (writer killed mid-write) is ignored and reported by ``incomplete_tail_bytes``; every other
-problem raises ``RecordingError`` with a one-line message.
+Opening reads the file, verifies every record's checksum (and, format v2, its sequence number and session tag)
+and decodes metadata, samples, events, snapshot summaries and the END summary through ``probes.codec``; ops and
+keyframes (the bulky part) stay as byte ranges until a query needs them. A torn tail (writer killed mid-write) is
+ignored and reported by ``incomplete_tail_bytes``; every other problem raises ``RecordingError`` with a one-line
+message, at open or when the lazily decoded part is first read.
 """
 
 from __future__ import annotations
 
 import bisect
 import os
-from typing import Iterator
 
+from pool import BlockBook, PoolError
+from probes import codec
 from probes import format as fmt
 from probes.errors import RecordingError
-from probes.recording import from_columnar
-from probes.store import Keyframe, SessionView
+from probes.events import Done
+from probes.store import Keyframe, OpEntry, SessionModel
+
+MAX_OP_WINDOWS = 16  # decoded op-record windows kept for seeks
 
 
+class Session(SessionModel):
+    """One recorded backend run. Build with ``Session.open(path)``; ``SessionModel`` has the queries."""
 
-class Session(SessionView):
-    """One recorded backend run. Build with ``Session.open(path)``; see ``SessionView`` for the queries.
-
-    ``samples`` are decoded at open; ``events``, ``snapshots`` and ``ops`` on first access; keyframes on use."""
-
-    def __init__(self, image: fmt.FileImage) -> None:
-        super().__init__()
+    def __init__(self, image: fmt.FileImage, label: str = "") -> None:
+        super().__init__(label=label, source=image.path)
         self.path = image.path
+        self.format_version = image.version
         self._image = image
         self.incomplete_tail_bytes = image.incomplete_tail
-        self.meta: dict = {}
-        self.summary: dict | None = None
-        self._events: list[dict] | None = None
-        self._snapshots: list[dict] | None = None
-        self._ops: list[dict] | None = None
-        self._op_windows: dict[tuple[int, int], list[dict]] = {}
+        self._all_ops: list[OpEntry] | None = None
+        self._op_windows: dict[tuple[int, int], list[OpEntry]] = {}
         self._load()
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> "Session":
+    def open(cls, path: str | os.PathLike, label: str = "") -> "Session":
         """Open a session file; raises ``RecordingError`` (one line) if it is not a readable recording."""
-        return cls(fmt.FileImage(path))
+        return cls(fmt.FileImage(path), label)
 
-    def _decode(self, ref: fmt.RecordRef, want: type) -> object:
-        obj = self._image.decode(ref)
-        if not isinstance(obj, want):
-            raise RecordingError(self.path, f"malformed {fmt.KIND_NAMES[ref.kind]} record at byte {ref.offset}")
-        return obj
+    def _decode(self, ref: fmt.RecordRef):
+        return codec.decode(self._image, ref)
 
     def _load(self) -> None:
         image = self._image
@@ -54,121 +49,103 @@ class Session(SessionView):
             raise RecordingError(self.path, "no metadata record (file truncated right after its header)")
         if len(image.by_kind[fmt.META]) > 1:
             raise RecordingError(self.path, f"second metadata record at byte {image.by_kind[fmt.META][1].offset}")
-        self.meta = self._decode(image.refs[0], dict)
+        meta = self._decode(image.refs[0])
+        if image.version >= 2 and fmt.session_tag(str(meta.get("session_id"))) != image.session_tag:
+            raise RecordingError(self.path, "metadata names another session than its records")
+        self.set_meta(meta)
         ends = image.by_kind[fmt.END]
         if ends:
-            self.summary = self._decode(ends[-1], dict)
-            if not isinstance(self.summary.get("t", 0.0), (int, float)):
-                raise RecordingError(self.path, "malformed end record")
-        try:
-            samples = from_columnar(image.decode_lists(image.by_kind[fmt.SAMPLES]))
-        except (ValueError, TypeError):
-            raise RecordingError(self.path, "malformed samples record") from None
-        self.samples = self._checked(samples, "samples")
-        self.keyframes = [self._keyframe_entry(ref) for ref in image.by_kind[fmt.KEYFRAME]]
+            end = self._decode(ends[-1])
+            self.summary = Done(t=end.t, summary=end.summary)
+        for ref in image.by_kind[fmt.SAMPLES]:
+            self.samples.extend(self._decode(ref).columns)
+        window = self.samples.window()
+        if any(b < a for a, b in zip(window.t, window.t[1:])):
+            raise RecordingError(self.path, "samples out of time order")
+        self._load_events()
+        self.snapshots = sorted((record for ref in image.by_kind[fmt.SNAPSHOTS] for record in self._decode(ref)),
+                                key=lambda record: record.t)
+        self.keyframes = [Keyframe(ref.t, self._keyframe_loader(ref)) for ref in image.by_kind[fmt.KEYFRAME]]
 
-    def _checked(self, items: list, what: str) -> list[dict]:
-        """Items must be dicts with a numeric "t"; returned sorted by t (batches are in order already)."""
-        for item in items:
-            if not isinstance(item, dict) or not isinstance(item.get("t"), (int, float)):
-                raise RecordingError(self.path, f"malformed {what} item")
-        items.sort(key=lambda item: item["t"])
-        return items
+    def _load_events(self) -> None:
+        events = []
+        for ref in self._image.by_kind[fmt.EVENTS]:
+            decoded = self._decode(ref)
+            events += decoded.events
+            for kind, count in decoded.skipped.items():
+                self.skipped_events[kind] = self.skipped_events.get(kind, 0) + count
+        for event in sorted(events, key=lambda e: e.t):  # stable: batches are in emission order already
+            self.add_event(event)
 
-    @property
-    def events(self) -> list[dict]:
-        """Workload and probe events (phase/step/log/error/gather/fused/dropped/probe_stats...), time-ordered."""
-        if self._events is None:
-            events = self._checked(self._image.decode_lists(self._image.by_kind[fmt.EVENTS]), "events")
-            for e in events:
-                if e.get("kind") == "meta":  # metadata the workload added after start
-                    self.meta.update({k: v for k, v in e.items() if k not in ("kind", "t", "step", "tokens")})
-            self._events = [e for e in events if e.get("kind") != "meta"]
-        return self._events
+    def _keyframe_loader(self, ref: fmt.RecordRef):
+        def load():
+            record = self._decode(ref)
+            if record.book_state is not None:
+                try:
+                    BlockBook.from_state(record.book_state, check=True)
+                except PoolError as exc:
+                    raise RecordingError(self.path, f"malformed keyframe record at byte {ref.offset}: {exc}") \
+                        from None
+                if record.book_state.config.num_layers != record.snapshot.num_layers:
+                    raise RecordingError(self.path, f"malformed keyframe record at byte {ref.offset}: the book "
+                                                    "and the snapshot disagree on the number of layers")
+            return record
 
-    @property
-    def snapshots(self) -> list[dict]:
-        """Pool snapshot summaries ``{"t", "step", "tokens", "op_index", "snapshot"}`` (no per-row arrays)."""
-        if self._snapshots is None:
-            snaps = self._checked(self._image.decode_lists(self._image.by_kind[fmt.SNAPSHOTS]), "snapshots")
-            for s in snaps:
-                if not isinstance(s.get("snapshot"), dict) or not isinstance(s.get("op_index"), int):
-                    raise RecordingError(self.path, "malformed snapshot summary")
-            self._snapshots = snaps
-        return self._snapshots
+        return load
 
     @property
     def duration(self) -> float:
-        if self.summary is not None and isinstance(self.summary.get("t"), (int, float)):
-            return max(float(self.summary["t"]), self.samples[-1]["t"] if self.samples else 0.0)
+        if self.summary is not None:
+            window = self.samples.window()
+            return max(self.summary.t, window.t[-1] if len(window) else 0.0)
         return super().duration
 
-    def _keyframe_entry(self, ref: fmt.RecordRef) -> Keyframe:
-        """Index a keyframe by its header time; the bulky payload is decoded on first ``load()``."""
+    # ---- the op log, decoded on demand -----------------------------------------------------------------------
+    def _entries(self, refs: list[fmt.RecordRef]) -> list[OpEntry]:
+        out: list[OpEntry] = []
+        for ref in refs:
+            record = self._decode(ref)
+            out += [OpEntry(record.first + k, t, op) for k, (t, op) in enumerate(zip(record.t, record.ops))]
+        return out
 
-        def load() -> tuple[int, dict]:
-            payload = self._decode(ref, dict)
-            if not isinstance(payload.get("op_index"), int) or not isinstance(payload.get("snapshot"), dict):
-                raise RecordingError(self.path, f"malformed keyframe record at byte {ref.offset}")
-            return payload["op_index"], {"snapshot": payload["snapshot"], "book": payload.get("book")}
-
-        return Keyframe(ref.t, load)
-
-    @property
-    def ops(self) -> list[dict]:
+    def all_ops(self) -> list[OpEntry]:
         """Every recorded pool op in order (decoded on first use; what-if replays need them all)."""
-        if self._ops is None:
-            self._ops = self._checked(self._image.decode_lists(self._image.by_kind[fmt.OPS]), "ops")
-        return self._ops
+        if self._all_ops is None:
+            ops = self._entries(self._image.by_kind[fmt.OPS])
+            if any(entry.i != i for i, entry in enumerate(ops)):
+                raise RecordingError(self.path, "op records out of sequence (numbering has gaps or repeats)")
+            self._all_ops = ops
+        return self._all_ops
 
-    def ops_range(self, op_index: int, t: float) -> list[dict]:
-        """Ops numbered ``op_index`` and later, at or before ``t``, decoding only the op records that can hold
-        them (from the last record that starts at or before op ``op_index``'s keyframe, to ``t``)."""
-        if self._ops is not None:
-            return super().ops_range(op_index, t)
+    def _ops_known(self) -> int:
+        return -1  # a recording does not grow: rebuilt snapshots stay valid
+
+    def _window(self, t0: float, t1: float | None) -> list[OpEntry]:
+        """Ops of the records that can hold ops stamped in [t0, t1] (records are indexed by their first op's
+        time: start from the last record starting at or before t0)."""
+        if self._all_ops is not None:
+            return self._all_ops
         refs = self._image.by_kind[fmt.OPS]
-        lo = max(0, bisect.bisect_right(refs, self._op_time_hint(op_index), key=lambda r: r.t) - 1)
-        hi = bisect.bisect_right(refs, t, key=lambda r: r.t)
+        lo = max(0, bisect.bisect_right(refs, t0, key=lambda r: r.t) - 1)
+        hi = len(refs) if t1 is None else bisect.bisect_right(refs, t1, key=lambda r: r.t)
         key = (lo, hi)
         if key not in self._op_windows:
-            if len(self._op_windows) > 16:
+            if len(self._op_windows) >= MAX_OP_WINDOWS:
                 self._op_windows.clear()
-            self._op_windows[key] = self._checked(self._image.decode_lists(refs[lo:hi]), "ops")
-        return [op for op in self._op_windows[key] if op.get("i", -1) >= op_index and op["t"] <= t]
+            self._op_windows[key] = self._entries(refs[lo:hi])
+        return self._op_windows[key]
+
+    def ops_range(self, op_index: int, t: float) -> list[OpEntry]:
+        """Ops numbered ``op_index`` and later, at or before ``t``, decoding only the op records that can hold them
+        (from the record holding op ``op_index``'s keyframe time, to ``t``)."""
+        return [e for e in self._window(self._op_time_hint(op_index), t) if e.i >= op_index and e.t <= t]
+
+    def ops_between(self, t0: float, t1: float | None) -> list[OpEntry]:
+        return [e for e in self._window(t0, t1) if e.t >= t0 and (t1 is None or e.t <= t1)]
 
     def _op_time_hint(self, op_index: int) -> float:
-        """Time of the keyframe that starts at ``op_index`` (ops after it are not older than it)."""
-        for kf in self.keyframes:
-            if kf._value is not None and kf._value[0] == op_index:
-                return kf.t
+        """Time of a loaded keyframe that starts at ``op_index`` (ops after it are not older than it), else 0."""
+        for keyframe in self.keyframes:
+            if keyframe.is_loaded and keyframe.load().op_index == op_index:
+                return keyframe.t
         return 0.0
-
-    def replay_events(self) -> Iterator[dict]:
-        """All records as worker-style events (``t`` relative; the meta event says ``t_start`` 0.0), time-ordered:
-        meta first, then samples, events, snapshot summaries (``kind`` "snapshot", full=False) and op batches
-        (consecutive ops coalesced); "done" last if present."""
-        # Times here are relative, so the meta says the clock starts at 0 (the worker's own start is kept).
-        yield dict(self.meta, kind="meta", t=0.0, t_start=0.0, recorded_t_start=self.meta.get("t_start"))
-        merged: list[tuple[float, int, dict]] = []
-        merged += [(s["t"], 0, dict(s, kind="sample")) for s in self.samples]
-        merged += [(e["t"], 1, e) for e in self.events]
-        merged += [(s["t"], 2, {"kind": "snapshot", "t": s["t"], "step": s["step"], "tokens": s["tokens"],
-                                "snapshot": s["snapshot"], "full": False}) for s in self.snapshots]
-        merged += [(op["t"], 3, {"kind": "op", "t": op["t"], "ops": [op]}) for op in self.ops]
-        merged.sort(key=lambda x: (x[0], x[1]))
-        pending: dict | None = None  # consecutive ops are coalesced into one "op" event
-        for _t, _order, ev in merged:
-            if ev["kind"] == "op":
-                if pending is None:
-                    pending = {"kind": "op", "t": ev["t"], "ops": []}
-                pending["ops"].extend(ev["ops"])
-                continue
-            if pending is not None:
-                yield pending
-                pending = None
-            yield ev
-        if pending is not None:
-            yield pending
-        if self.summary is not None:
-            yield {"kind": "done", "t": self.summary.get("t", self.duration),
-                   "summary": self.summary.get("summary", {})}

@@ -12,10 +12,9 @@ import os
 from collections import Counter
 
 from probes.compare import compare_sessions, format_table
-from probes.sampler import accounting_parts
+from probes.sampler import FOOTPRINT_PARTS, accounting_parts
 
 MIB = 2**20
-STACK_KEYS = ("weights", "pool live", "pool reserved-free", "other MLX active", "MLX cache")
 
 
 def _plt():
@@ -43,9 +42,9 @@ def plot_timeline(views, path: str) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(10, 4.5))
     for index, view in enumerate(views):
-        ts = [s["t"] for s in view.samples]
-        line, = ax.plot(ts, [s["footprint"] / MIB for s in view.samples], label=f"{_label(view)} max(act+cache)")
-        ax.plot(ts, [s.get("rss", 0) / MIB for s in view.samples], color=line.get_color(), alpha=0.4,
+        samples = view.samples.window()
+        line, = ax.plot(samples.t, [v / MIB for v in samples.footprint], label=f"{_label(view)} max(act+cache)")
+        ax.plot(samples.t, [v / MIB for v in samples.rss], color=line.get_color(), alpha=0.4,
                 linestyle="--", label=f"{_label(view)} RSS")
         peak = view.peak("footprint")
         if peak.t is not None:
@@ -53,9 +52,9 @@ def plot_timeline(views, path: str) -> None:
             ax.annotate(f"{peak.value / MIB:.0f} MiB ({peak.label})", (peak.t, peak.value / MIB), fontsize=7,
                         textcoords="offset points", xytext=(4, 4 + 11 * index))
     for i, span in enumerate(views[0].phases() if views else []):
-        end = span["end"] if span["end"] is not None else views[0].duration
-        ax.axvspan(span["start"], end, color="grey", alpha=0.08 if i % 2 else 0.16)
-        ax.text(span["start"], ax.get_ylim()[1] * 0.98, span["name"], fontsize=7, va="top")
+        end = span.end if span.end is not None else views[0].duration
+        ax.axvspan(span.start, end, color="grey", alpha=0.08 if i % 2 else 0.16)
+        ax.text(span.start, ax.get_ylim()[1] * 0.98, span.name, fontsize=7, va="top")
     ax.set_xlabel("seconds since start")
     ax.set_ylabel("MiB")
     ax.set_title("Memory timeline (phases of the first session shaded)")
@@ -65,10 +64,11 @@ def plot_timeline(views, path: str) -> None:
 def plot_accounting(view, path: str) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(10, 4))
-    ts = [s["t"] for s in view.samples]
-    parts = [accounting_parts(s) for s in view.samples]
-    ax.stackplot(ts, *[[p[k] / MIB for p in parts] for k in STACK_KEYS], labels=STACK_KEYS, alpha=0.8)
-    ax.plot(ts, [s.get("rss", 0) / MIB for s in view.samples], color="black", linewidth=1,
+    samples = view.samples.window()
+    parts = [accounting_parts(view.samples.at(i)) for i in range(len(samples))]
+    ax.stackplot(samples.t, *[[p[k].bytes / MIB for p in parts] for k in range(len(FOOTPRINT_PARTS))],
+                 labels=FOOTPRINT_PARTS, alpha=0.8)
+    ax.plot(samples.t, [v / MIB for v in samples.rss], color="black", linewidth=1,
             label="RSS (gap to the stack = RSS not explained by MLX)")
     ax.set_xlabel("seconds since start")
     ax.set_ylabel("MiB")
@@ -83,10 +83,9 @@ def plot_slabs(views, path: str) -> bool:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(10, 3.5))
     for view in pooled:
-        ts = [s["t"] for s in view.snapshots]
-        slabs = [max((layer.get("num_slabs", 0) for layer in s["snapshot"].get("layers", [])), default=0)
-                 for s in view.snapshots]
-        ax.step(ts, slabs, where="post", label=f"{_label(view)} ({view.snapshots[-1]['snapshot'].get('design')})")
+        ts = [s.t for s in view.snapshots]
+        slabs = [max((layer.num_chunks for layer in s.snapshot.layers), default=0) for s in view.snapshots]
+        ax.step(ts, slabs, where="post", label=f"{_label(view)} ({view.snapshots[-1].snapshot.design})")
     ax.set_xlabel("seconds since start")
     ax.set_ylabel("slabs / grow chunks per layer")
     ax.set_title("Slab count over time (max over layers)")
@@ -98,8 +97,8 @@ def gather_hist(view) -> Counter:
     """Whole-run gather-run histogram summed over layers (from the last snapshot)."""
     hist: Counter = Counter()
     if view.snapshots:
-        for layer in view.snapshots[-1]["snapshot"].get("layers", []):
-            hist.update({int(k): v for k, v in layer.get("gather_runs_hist", {}).items()})
+        for layer in view.snapshots[-1].snapshot.layers:
+            hist.update(layer.gather_runs_hist)
     return hist
 
 
@@ -144,7 +143,7 @@ def _meta_table(views) -> list[str]:
         lines.append(f"| {key} | " + " | ".join(_meta_cell(v.meta.get(key)) for v in views) + " |")
     lines.append("| duration | " + " | ".join(f"{v.duration:.1f} s" for v in views) + " |")
     lines.append("| complete | " + " | ".join("yes" if v.complete else "NO (writer died)" for v in views) + " |")
-    cost = [f"{100 * v.overhead.get('cost_fraction', 0):.2f}% wall" if v.overhead else "-" for v in views]
+    cost = [f"{100 * v.overhead.cost_fraction:.2f}% wall" if v.overhead else "-" for v in views]
     lines.append("| probe cost | " + " | ".join(cost) + " |")
     return lines
 

@@ -1,6 +1,6 @@
 """Memory sampling and footprint accounting (worker side; mlx is imported only when a sampler is built).
 
-One sample is a small dict (picklable, JSON-safe). Memory figures are bytes:
+One sample is a ``probes.events.Sample`` record. Memory figures are bytes:
 
     active        MLX active memory (mx.get_active_memory)
     cache         MLX buffer cache (mx.get_cache_memory): freed buffers MLX keeps; part of the real footprint
@@ -23,9 +23,11 @@ is not resident):
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
-SAMPLE_FIELDS = ("t", "step", "tokens", "active", "cache", "footprint", "peak", "footprint_max", "rss", "rss_max",
-                 "sys_available", "weights", "pool_live", "pool_free", "other_active", "rss_other", "cost_us")
+from probes.events import Sample
+
+SAMPLE_FIELDS = Sample.__struct_fields__
 
 
 class MemorySampler:
@@ -52,7 +54,7 @@ class MemorySampler:
         self.num_samples = 0
         self.total_cost_s = 0.0
 
-    def sample(self, step: int, tokens: int) -> dict:
+    def sample(self, step: int, tokens: int) -> Sample:
         """Take one sample now; updates the running maxima and cost totals."""
         start = time.perf_counter()
         mx = self._mx
@@ -69,23 +71,28 @@ class MemorySampler:
         cost = time.perf_counter() - start
         self.num_samples += 1
         self.total_cost_s += cost
-        return {
-            "kind": "sample", "t": t, "step": step, "tokens": tokens,
-            "active": active, "cache": cache, "footprint": footprint, "peak": peak,
-            "footprint_max": self.footprint_max, "rss": rss, "rss_max": self.rss_max, "sys_available": available,
-            "weights": self.weight_bytes, "pool_live": in_use, "pool_free": reserved - in_use,
-            "other_active": active - self.weight_bytes - reserved, "rss_other": rss if self.discrete else rss - footprint,
-            "cost_us": round(cost * 1e6, 1),
-        }
+        return Sample(
+            t=t, step=step, tokens=tokens, active=active, cache=cache, footprint=footprint, peak=peak,
+            footprint_max=self.footprint_max, rss=rss, rss_max=self.rss_max, sys_available=available,
+            weights=self.weight_bytes, pool_live=in_use, pool_free=reserved - in_use,
+            other_active=active - self.weight_bytes - reserved, rss_other=rss if self.discrete else rss - footprint,
+            cost_us=round(cost * 1e6, 1))
 
 
-def accounting_parts(sample: dict) -> dict[str, int]:
-    """The footprint split of one sample, in display order; parts sum to ``footprint`` (and + rss_other to rss)."""
-    return {
-        "weights": sample.get("weights", 0),
-        "pool live": sample.get("pool_live", 0),
-        "pool reserved-free": sample.get("pool_free", 0),
-        "other MLX active": sample.get("other_active", 0),
-        "MLX cache": sample.get("cache", 0),
-        "RSS not explained by MLX": sample.get("rss_other", 0),
-    }
+class AccountingPart(NamedTuple):
+    label: str
+    bytes: float
+
+
+FOOTPRINT_PARTS = ("weights", "pool live", "pool reserved-free", "other active", "MLX cache")
+
+
+def accounting_parts(sample: Sample, discrete: bool = False) -> list[AccountingPart]:
+    """The footprint split of one sample in display order: the first five parts sum to ``footprint``; the last is
+    the RSS MLX does not explain (unified memory), or on a discrete GPU the host RSS on its own (not part of the
+    device footprint; sessions recorded before the sampler knew that stored ``rss - footprint`` there, so the host
+    RSS is taken from ``rss`` itself). Signed, never clamped."""
+    last = "host RSS (not on GPU)" if discrete else "unexplained RSS"
+    rest = sample.rss if discrete else sample.rss_other
+    values = (sample.weights, sample.pool_live, sample.pool_free, sample.other_active, sample.cache, rest)
+    return [AccountingPart(label, float(value)) for label, value in zip((*FOOTPRINT_PARTS, last), values)]

@@ -1,173 +1,323 @@
-"""The query API shared by recordings (``probes.replay.Session``) and live runs (``LiveStore``); mlx-free.
+"""The one read model of a session: live runs and recordings answer the same queries (mlx-free).
 
-Times are seconds since the session start (the worker's first ``time.monotonic()`` stamp, ``meta["t_start"]``).
-``SessionView`` holds plain lists (samples, events, pool-snapshot summaries, ops, keyframes) and answers every
-query from them; subclasses only fill the lists. ``LiveStore.append(event)`` takes raw worker events (absolute
-monotonic ``t``), so a UI can query a running worker exactly as it queries a file.
+``SessionModel`` holds a session as typed records: memory samples as columns (``probes.columns``), timeline events
+(kept per type: ``events_of(Step)``), pool snapshot summaries, keyframes (full snapshot + bookkeeping state), the
+op log and the end summary. A live run feeds it with ``append(event)`` (worker events, ``time.monotonic()``
+stamps); a recording fills the same lists when it is opened (``probes.replay.Session``). The TUI, the report,
+compare and what-if all read sessions through it, so a figure (the peak, the phase at an instant, the pool at an
+instant) is computed in one place.
+
+Times are seconds since the session start (``meta["t_start"]``, the worker's first stamp). Threads: one writer (the
+thread that appends) and any number of readers; lists only grow (or are replaced whole when thinned), and sample
+rows become visible only once complete.
 """
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
-from typing import Callable, Iterator
+import threading
+from collections import OrderedDict
+from typing import Callable, Iterator, NamedTuple
 
-from probes.recording import snapshot_summary
+import msgspec
+
+from pool import Op, PoolGeometry, PoolSnapshot
+from probes.codec import KeyframeRecord, Meta, SnapshotRecord, meta_of
+from probes.columns import SampleColumns
+from probes.events import (Done, Dropped, Event, MetaUpdate, OpBatch, PhaseEdge, ProbeOverhead, ProbeStats, Sample,
+                           SnapshotTaken, Step, TimelineEvent, WorkerError, rebased)
+
+MAX_SUMMARIES = 2400     # live snapshot summaries kept before the older half is thinned (every other dropped)
+RECENT_FULL = 32         # live full snapshots kept (the view following a live run needs no rebuild)
+REBUILT_CACHE = 256      # rebuilt full snapshots kept per session
 
 
-@dataclass(frozen=True)
-class Frame:
-    """The state of a session at instant ``t``: latest sample and snapshot summary at or before ``t``."""
+class PhaseSpan(msgspec.Struct, frozen=True):
+    name: str
+    start: float
+    end: float | None = None  # None while the phase runs
+
+
+class Frame(msgspec.Struct, frozen=True):
+    """A session at instant ``t``: the latest sample and pool-snapshot summary at or before ``t``."""
 
     t: float
     step: int
     tokens: int
     phase: str | None
-    sample: dict | None
-    snapshot: dict | None  # summary (no per-row arrays); use snapshot_at(t) for the rebuilt full snapshot
+    sample: Sample | None
+    snapshot: PoolSnapshot | None  # a summary (no per-row arrays); ``snapshot_at(t)`` gives the full pool
 
 
-@dataclass(frozen=True)
-class Peak:
-    """A peak value with what it is: ``label`` is "max since start" or "max in window [a, b] s"."""
+class Peak(msgspec.Struct, frozen=True):
+    """A peak with what it is: ``label`` is "max since start" or "max in window [a, b] s"."""
 
     value: float
     t: float | None
     label: str
 
 
+class OpEntry(NamedTuple):
+    i: int      # op number from 0 over the session
+    t: float
+    op: Op
+
+
 class Keyframe:
-    """Index entry of a full pool snapshot at time ``t``; ``load()`` returns ``(op_index, {"snapshot": full pool
-    snapshot, "book": bookkeeping state or None})``, ``op_index`` being the number of pool ops before it.
-    Loaded on first use, then cached."""
+    """Index entry of a full pool snapshot at ``t``; ``load()`` returns its ``KeyframeRecord`` (decoded and its
+    bookkeeping state validated on first use, then cached)."""
 
     __slots__ = ("t", "_loader", "_value")
 
-    def __init__(self, t: float, loader: Callable[[], tuple[int, dict]]) -> None:
+    def __init__(self, t: float, loader: Callable[[], KeyframeRecord]) -> None:
         self.t = t
         self._loader = loader
-        self._value: tuple[int, dict] | None = None
+        self._value: KeyframeRecord | None = None
 
-    def load(self) -> tuple[int, dict]:
+    @classmethod
+    def loaded(cls, record: KeyframeRecord) -> "Keyframe":
+        keyframe = cls(record.t, lambda: record)
+        keyframe._value = record
+        return keyframe
+
+    def load(self) -> KeyframeRecord:
         if self._value is None:
             self._value = self._loader()
         return self._value
 
+    @property
+    def is_loaded(self) -> bool:
+        return self._value is not None
 
-class SessionView:
-    """Read-side queries over one backend run. Subclasses fill ``meta``, ``summary``, ``samples``, ``events``,
-    ``snapshots`` (summaries with ``t``, ``step``, ``tokens``, ``op_index``, ``snapshot``), ``keyframes``
-    (``Keyframe`` list) and provide ``ops`` (op dicts with ``t`` and ``i``)."""
 
-    meta: dict
-    summary: dict | None
-    samples: list[dict]
-    events: list[dict]
-    snapshots: list[dict]
-    keyframes: list[Keyframe]
+class SessionModel:
+    """One backend run (see the module docstring). ``label`` names it on screen; ``source`` is "live" or a path."""
 
-    def __init__(self) -> None:
+    def __init__(self, label: str = "", source: str = "live", keyframe_interval_s: float = 10.0,
+                 max_keyframes: int = 360) -> None:
+        self.label = label
+        self.source = source
+        self.meta: dict = {}
+        self.summary: Done | None = None  # ``t`` relative
+        self.samples = SampleColumns()
+        self.events: list[TimelineEvent] = []
+        self.snapshots: list[SnapshotRecord] = []  # summaries, time-ordered
+        self.keyframes: list[Keyframe] = []
+        self.skipped_events: dict[str, int] = {}
+        self.received = 0  # items appended (live)
+        self._meta = Meta()
+        self._t_start: float | None = None
+        self._by_type: dict[type, list] = {}
+        self._ops: list[Op] = []
+        self._op_t: list[float] = []
+        self._recent: OrderedDict[float, PoolSnapshot] = OrderedDict()  # live full snapshots by time
+        self._rebuilt: OrderedDict[float, tuple[tuple, PoolSnapshot | None]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._keyframe_interval_s = keyframe_interval_s
+        self._max_keyframes = max_keyframes
         self._cursor = 0.0
         self._rebuilder = None
 
+    # ---- feeding (live) --------------------------------------------------------------------------------------
+    def append(self, item: Event) -> None:
+        """Fold one worker event (absolute ``time.monotonic()`` stamps) into the model."""
+        self.received += 1
+        if isinstance(item, MetaUpdate):
+            self._add_meta(item)
+            return
+        t0 = self._clock(item.t)
+        match item:
+            case Sample():
+                self.samples.append(item, item.t - t0)
+            case OpBatch(ops=ops, op_t=times):
+                self._op_t.extend(t - t0 for t in times)
+                self._ops.extend(ops)
+            case SnapshotTaken():
+                self._add_snapshot(item, item.t - t0)
+            case Done():
+                self.summary = rebased(item, t0)
+            case _:
+                self.add_event(rebased(item, t0))
+
+    def _clock(self, t: float) -> float:
+        if self._t_start is None:
+            self._t_start = float(t)
+        return self._t_start
+
+    def _add_meta(self, item: MetaUpdate) -> None:
+        if not self.meta:
+            self._t_start = float(item.meta.get("t_start", item.t))
+        self.set_meta(dict(self.meta, **item.meta))
+
+    def set_meta(self, meta: dict) -> None:
+        self._meta = meta_of(meta)
+        self.meta = meta
+
+    def add_event(self, event: TimelineEvent) -> None:
+        """A timeline event with a relative ``t`` (late metadata merges into ``meta``)."""
+        if isinstance(event, MetaUpdate):
+            self.set_meta(dict(self.meta, **event.meta))
+            return
+        self.events.append(event)
+        self._by_type.setdefault(type(event), []).append(event)
+
+    def _add_snapshot(self, item: SnapshotTaken, t: float) -> None:
+        snap = item.snapshot
+        record = SnapshotRecord(t, item.step, item.tokens, len(self._ops), snap.summary())
+        with self._lock:
+            self.snapshots.append(record)
+            if len(self.snapshots) > MAX_SUMMARIES:
+                half = len(self.snapshots) // 2
+                self.snapshots = self.snapshots[:half:2] + self.snapshots[half:]
+            if snap.has_rows:
+                self._recent[t] = snap
+                while len(self._recent) > RECENT_FULL:
+                    self._recent.popitem(last=False)
+        last = self.keyframes[-1].t if self.keyframes else None
+        due = item.keyframe or last is None or (item.book_state is None and t - last >= self._keyframe_interval_s)
+        if due and snap.has_rows:
+            self._add_keyframe(KeyframeRecord(t, item.step, item.tokens, record.op_index, snap, item.book_state))
+
+    def _add_keyframe(self, record: KeyframeRecord) -> None:
+        keyframes = self.keyframes + [Keyframe.loaded(record)]
+        if len(keyframes) > self._max_keyframes:
+            thinned = keyframes[::2]
+            if thinned[-1] is not keyframes[-1]:
+                thinned.append(keyframes[-1])
+            keyframes = thinned
+        self.keyframes = keyframes
+
+    def fail(self, text: str, traceback: str = "") -> None:
+        """Record a failure the parent observed (a worker that died or could not start); the first error wins."""
+        if self.error is None:
+            self.add_event(WorkerError(t=self.duration, step=-1, tokens=-1, text=text or "worker failed",
+                                       traceback=traceback, origin="parent"))
+
+    # ---- identity and status ---------------------------------------------------------------------------------
     @property
-    def ops(self) -> list[dict]:
-        raise NotImplementedError
+    def session_id(self) -> str | None:
+        return self._meta.session_id
 
-    def ops_range(self, op_index: int, t: float) -> list[dict]:
-        """Ops numbered ``op_index`` and later that happened at or before ``t``, in order."""
-        ops = self.ops
-        hi = bisect.bisect_right(ops, t, lo=op_index, key=lambda op: op["t"])
-        return ops[op_index:hi]
+    @property
+    def geometry(self) -> PoolGeometry | None:
+        """The pool's configuration (None: no pool). v1 recordings had no ``geometry`` entry: their ``pool`` entry
+        (when it names the layers) or their first keyframe says it."""
+        if self._meta.geometry is not None:
+            return self._meta.geometry
+        pool = self.meta.get("pool")
+        if isinstance(pool, dict) and pool.get("num_layers") and pool.get("design"):
+            return msgspec.convert({k: pool[k] for k in PoolGeometry.__struct_fields__ if k in pool}, PoolGeometry)
+        if self.keyframes:
+            snap = self.keyframes[0].load().snapshot
+            return PoolGeometry(snap.num_layers, snap.block_size, snap.slab_blocks, snap.design)
+        return None
 
-    # ---- time ------------------------------------------------------------------------------------------------
+    @property
+    def is_pool(self) -> bool:
+        return bool(self.snapshots) or self.geometry is not None
+
+    @property
+    def error(self) -> WorkerError | None:
+        errors = self._by_type.get(WorkerError)
+        return errors[0] if errors else None
+
     @property
     def complete(self) -> bool:
-        """True when the worker closed the session normally (an END record / "done" event exists)."""
+        """True when the worker closed the session normally (a "done" event / END record)."""
         return self.summary is not None
 
     @property
+    def status(self) -> str:
+        """'error', 'done', 'running' or 'waiting' (nothing received yet)."""
+        if self.error is not None:
+            return "error"
+        if self.complete:
+            return "done"
+        return "running" if self.received or self.source != "live" else "waiting"
+
+    @property
+    def overhead(self) -> ProbeOverhead | None:
+        """The probes' measured cost: the END summary's figure, else the latest periodic one."""
+        if self.summary is not None and isinstance(self.summary.summary.get("probe_overhead"), dict):
+            return msgspec.convert(self.summary.summary["probe_overhead"], ProbeOverhead)
+        stats = self._by_type.get(ProbeStats)
+        return stats[-1].overhead if stats else None
+
+    @property
+    def dropped_batches(self) -> int:
+        drops = self._by_type.get(Dropped)
+        return max((d.batches for d in drops), default=0) if drops else 0
+
+    # ---- time ------------------------------------------------------------------------------------------------
+    @property
     def duration(self) -> float:
-        """Seconds from the start to the last thing recorded."""
+        """Seconds from the start to the last thing known."""
         ends = [0.0]
-        for seq in (self.samples, self.events, self.snapshots):
+        n = len(self.samples)
+        if n:
+            ends.append(self.samples.window(n).t[-1])
+        for seq in (self.events, self.snapshots):
             if seq:
-                ends.append(seq[-1]["t"])
-        if self.summary is not None and "t" in self.summary:
-            ends.append(self.summary["t"])
+                ends.append(seq[-1].t)
+        if self.summary is not None:
+            ends.append(self.summary.t)
         return max(ends)
 
-    @staticmethod
-    def _latest_at(seq: list[dict], t: float) -> dict | None:
-        """The last item of the time-sorted ``seq`` with ``item["t"] <= t`` (None if none)."""
-        i = bisect.bisect_right(seq, t, key=lambda item: item["t"])
-        return seq[i - 1] if i else None
+    def events_of(self, kind: type) -> list:
+        """The timeline events of one type, in order (the list grows while a live run goes on)."""
+        return self._by_type.get(kind, [])
 
-    def sample_at(self, t: float) -> dict | None:
-        return self._latest_at(self.samples, t)
+    def events_between(self, t0: float, t1: float, kind: type | None = None) -> list:
+        seq = self.events if kind is None else self.events_of(kind)
+        lo = bisect.bisect_left(seq, t0, key=lambda e: e.t)
+        hi = bisect.bisect_right(seq, t1, key=lambda e: e.t)
+        return seq[lo:hi]
 
-    def samples_between(self, t0: float, t1: float) -> list[dict]:
-        lo = bisect.bisect_left(self.samples, t0, key=lambda s: s["t"])
-        hi = bisect.bisect_right(self.samples, t1, key=lambda s: s["t"])
-        return self.samples[lo:hi]
+    def sample_index(self, t: float | None) -> int:
+        """Number of samples at or before ``t`` (all for None)."""
+        return self.samples.index_at(t)
 
-    def events_between(self, t0: float, t1: float, kind: str | None = None) -> list[dict]:
-        lo = bisect.bisect_left(self.events, t0, key=lambda e: e["t"])
-        hi = bisect.bisect_right(self.events, t1, key=lambda e: e["t"])
-        return [e for e in self.events[lo:hi] if kind is None or e.get("kind") == kind]
+    def sample_at(self, t: float) -> Sample | None:
+        i = self.samples.index_at(t)
+        return self.samples.at(i - 1) if i else None
 
-    def phases(self) -> list[dict]:
-        """Phase spans ``{"name", "start", "end"}`` from phase events (end None while still open); cached until
-        new events arrive."""
-        events = self.events
-        cached = getattr(self, "_phases_cache", None)
-        if cached is not None and cached[0] == len(events):
-            return cached[1]
-        spans = self._phase_spans(events)
-        self._phases_cache = (len(events), spans)
-        return spans
-
-    @staticmethod
-    def _phase_spans(events: list[dict]) -> list[dict]:
-        spans: list[dict] = []
-        open_spans: dict[str, dict] = {}
-        for e in events:
-            if e.get("kind") != "phase":
+    def phases(self) -> list[PhaseSpan]:
+        """Phase spans from phase events (``end`` None while a phase runs)."""
+        spans: list[PhaseSpan] = []
+        for edge in self.events_of(PhaseEdge):
+            if edge.edge == "start":
+                spans.append(PhaseSpan(edge.name, edge.t))
                 continue
-            if e.get("edge") == "start":
-                span = {"name": e["name"], "start": e["t"], "end": None}
-                spans.append(span)
-                open_spans[e["name"]] = span
-            elif e.get("edge") == "end" and e.get("name") in open_spans:
-                open_spans.pop(e["name"])["end"] = e["t"]
+            for i in range(len(spans) - 1, -1, -1):
+                if spans[i].name == edge.name and spans[i].end is None:
+                    spans[i] = PhaseSpan(edge.name, spans[i].start, edge.t)
+                    break
         return spans
 
-    def phase_at(self, t: float) -> str | None:
+    def phase_at(self, t: float | None) -> str | None:
+        """The phase running at ``t`` (the latest one for None)."""
         current = None
         for span in self.phases():
-            if span["start"] <= t and (span["end"] is None or t <= span["end"]):
-                current = span["name"]
+            if t is None or (span.start <= t and (span.end is None or t <= span.end)):
+                current = span.name
         return current
 
     def time_of_step(self, step: int) -> float | None:
         """First time the workload's step counter reached ``step`` (from samples and step events)."""
-        best = None
-        for seq in (self.samples, self.events):
-            for item in seq:
-                if item.get("step", -1) >= step:
-                    best = item["t"] if best is None else min(best, item["t"])
-                    break
-        return best
+        window = self.samples.window()
+        i = bisect.bisect_left(window.step, step)
+        candidates = [window.t[i]] if i < len(window) else []
+        candidates += [e.t for e in self.events_of(Step) if e.step >= step][:1]
+        return min(candidates) if candidates else None
 
-    # ---- frames, iteration, seek -----------------------------------------------------------------------------
     def frame_at(self, t: float) -> Frame:
         t = min(max(t, 0.0), self.duration)
         sample = self.sample_at(t)
-        snap = self._latest_at(self.snapshots, t)
-        counters = [x for x in (sample, snap) if x is not None]
-        step = max((x.get("step", 0) for x in counters), default=0)
-        tokens = max((x.get("tokens", 0) for x in counters), default=0)
-        return Frame(t, step, tokens, self.phase_at(t), sample, snap["snapshot"] if snap else None)
+        record = self.summary_at(t)
+        counters = [x for x in (sample, record) if x is not None]
+        step = max((x.step for x in counters), default=0)
+        tokens = max((x.tokens for x in counters), default=0)
+        return Frame(t, step, tokens, self.phase_at(t), sample, record.snapshot if record else None)
 
     def seek(self, t: float) -> Frame:
         """Move the cursor to ``t`` (either direction, clamped to the session) and return the frame there."""
@@ -188,35 +338,103 @@ class SessionView:
 
     def iter_steps(self) -> Iterator[Frame]:
         """One frame per workload step event (prefill/decode), at the step's time."""
-        for e in self.events:
-            if e.get("kind") == "step":
-                yield self.frame_at(e["t"])
+        for event in list(self.events_of(Step)):
+            yield self.frame_at(event.t)
 
     # ---- figures ---------------------------------------------------------------------------------------------
     def peak(self, field: str = "footprint", t0: float | None = None, t1: float | None = None) -> Peak:
-        """Max of a sample field; labelled "max since start" for the whole run, else "max in window"."""
+        """Max of a sample field over the run ("max since start") or a window ("max in window [a, b] s")."""
         whole = t0 is None and t1 is None
         lo = 0.0 if t0 is None else t0
         hi = self.duration if t1 is None else t1
-        window = self.samples if whole else self.samples_between(lo, hi)
-        best = max(window, key=lambda s: s.get(field, 0), default=None)
         label = "max since start" if whole else f"max in window [{lo:.2f}, {hi:.2f}] s"
+        window = self.samples.window()
+        start = 0 if whole else bisect.bisect_left(window.t, lo)
+        stop = len(window) if whole else bisect.bisect_right(window.t, hi)
+        best = self.samples.argmax(field, start, min(stop, len(window)))
         if best is None:
             return Peak(0.0, None, label)
-        return Peak(float(best.get(field, 0)), best["t"], label)
+        return Peak(float(getattr(window, field)[best]), window.t[best], label)
 
-    @property
-    def overhead(self) -> dict:
-        """The probes' measured cost (from the END summary, else the latest probe_stats event)."""
-        if self.summary and "probe_overhead" in self.summary.get("summary", {}):
-            return self.summary["summary"]["probe_overhead"]
-        stats = [e for e in self.events if e.get("kind") == "probe_stats"]
-        return stats[-1].get("overhead", {}) if stats else {}
+    def decode_tok_s(self, until: float | None = None) -> float | None:
+        """Decode throughput up to ``until``: decode tokens / decode wall time (None before the first decode)."""
+        tokens = wall = 0.0
+        for step in self.events_of(Step):
+            if until is not None and step.t > until:
+                break
+            if step.type == "decode":
+                tokens += step.num_tokens or step.batch
+                wall += step.wall_s
+        return tokens / wall if wall > 0 else None
 
-    # ---- pool state --------------------------------------------------------------------------------------------
-    def snapshot_at(self, t: float) -> dict | None:
-        """The full pool snapshot at ``t``: nearest keyframe at or before ``t`` plus the op log up to ``t``
-        (see probes.rebuild). None for sessions without a pool (dense backend)."""
+    # ---- the op log ------------------------------------------------------------------------------------------
+    def all_ops(self) -> list[OpEntry]:
+        """Every pool op so far, numbered, in order."""
+        return [OpEntry(i, t, op) for i, (t, op) in enumerate(zip(self._op_t[:len(self._ops)], self._ops))]
+
+    def ops_range(self, op_index: int, t: float) -> list[OpEntry]:
+        """Ops numbered ``op_index`` and later that happened at or before ``t``, in order."""
+        times = self._op_t
+        hi = bisect.bisect_right(times, t, lo=min(op_index, len(times)), hi=min(len(times), len(self._ops)))
+        return [OpEntry(i, times[i], self._ops[i]) for i in range(op_index, hi)]
+
+    def ops_between(self, t0: float, t1: float | None) -> list[OpEntry]:
+        """Ops stamped in ``[t0, t1]`` (``t1`` None: up to now)."""
+        times = self._op_t
+        n = min(len(times), len(self._ops))
+        lo = bisect.bisect_left(times, t0, 0, n)
+        hi = n if t1 is None else bisect.bisect_right(times, t1, lo, n)
+        return [OpEntry(i, times[i], self._ops[i]) for i in range(lo, hi)]
+
+    def _ops_known(self) -> int:
+        return len(self._ops)
+
+    # ---- pool state ------------------------------------------------------------------------------------------
+    def summary_at(self, t: float) -> SnapshotRecord | None:
+        """The latest snapshot summary at or before ``t``."""
+        snapshots = self.snapshots
+        i = bisect.bisect_right(snapshots, t, key=lambda s: s.t)
+        return snapshots[i - 1] if i else None
+
+    def snapshot_times(self) -> list[float]:
+        return [s.t for s in self.snapshots]
+
+    def snapshot_at(self, t: float | None = None) -> PoolSnapshot | None:
+        """The full pool snapshot in force at ``t`` (the latest one for None): exact, rebuilt from the nearest
+        keyframe plus the op log (``probes.rebuild``) unless a full snapshot of that very state is at hand. None
+        without a pool or before the first keyframe."""
+        if t is None:
+            with self._lock:
+                if self._recent:
+                    return next(reversed(self._recent.values()))
+            t = self.duration
+        exact = self._kept_full_at(t)
+        if exact is not None:
+            return exact
+        stamp = (self._ops_known(), len(self.snapshots), len(self.keyframes))
+        cached = self._rebuilt.get(t)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        snap = self._rebuild(t)
+        self._rebuilt[t] = (stamp, snap)
+        while len(self._rebuilt) > REBUILT_CACHE:
+            self._rebuilt.popitem(last=False)
+        return snap
+
+    def _kept_full_at(self, t: float) -> PoolSnapshot | None:
+        """A kept full snapshot that is the pool at ``t``: the latest snapshot at or before ``t`` with no op between
+        it and ``t``."""
+        record = self.summary_at(t)
+        if record is None:
+            return None
+        with self._lock:
+            full = self._recent.get(record.t)
+        if full is None:
+            return None
+        ops_until_t = bisect.bisect_right(self._op_t, t, 0, len(self._ops))
+        return full if ops_until_t == record.op_index else None
+
+    def _rebuild(self, t: float) -> PoolSnapshot | None:
         if not self.keyframes:
             return None
         if self._rebuilder is None:
@@ -225,69 +443,15 @@ class SessionView:
             self._rebuilder = SnapshotRebuilder(self)
         return self._rebuilder.snapshot_at(t)
 
-
-class LiveStore(SessionView):
-    """A session being received from a live worker: ``append`` raw worker events, query like a recording.
-
-    Single writer (the thread that drains the worker queue), any number of readers; lists are append-only.
-    Keeps at most ``max_keyframes`` full snapshots (older ones thinned: every other dropped).
-    """
-
-    def __init__(self, keyframe_interval_s: float = 10.0, max_keyframes: int = 360) -> None:
-        super().__init__()
-        self.meta: dict = {}
-        self.summary: dict | None = None
-        self.samples, self.events, self.snapshots = [], [], []
-        self.keyframes: list[Keyframe] = []
-        self._ops: list[dict] = []
-        self._t_start: float | None = None
-        self._keyframe_interval_s = keyframe_interval_s
-        self._max_keyframes = max_keyframes
-
-    @property
-    def ops(self) -> list[dict]:
-        return self._ops
-
-    def _rel(self, t: float | None) -> float:
-        if self._t_start is None:
-            self._t_start = float(t or 0.0)
-        return float(t if t is not None else self._t_start) - self._t_start
-
-    def append(self, event: dict) -> None:
-        """Route one raw worker event (docs/contracts.md section 2) into the store."""
-        kind = event.get("kind")
-        if kind == "meta":
-            self._t_start = float(event.get("t_start", event.get("t", 0.0)))
-            self.meta = dict(event)
-            return
-        ev = dict(event, t=self._rel(event.get("t")))
-        if kind == "sample":
-            self.samples.append(ev)
-        elif kind == "op":
-            for op in event.get("ops", []):
-                op = dict(op, t=self._rel(op.get("t", event.get("t"))), i=len(self._ops))
-                self._ops.append(op)
-        elif kind == "snapshot":
-            self._add_snapshot(ev)
-        elif kind == "done":
-            self.summary = {"t": ev["t"], "summary": event.get("summary", {})}
-        else:
-            self.events.append(ev)
-
-    def _add_snapshot(self, ev: dict) -> None:
-        snap = ev["snapshot"]
-        base = {"t": ev["t"], "step": ev.get("step", 0), "tokens": ev.get("tokens", 0), "op_index": len(self._ops)}
-        self.snapshots.append(dict(base, snapshot=snapshot_summary(snap)))
-        last = self.keyframes[-1].t if self.keyframes else None
-        if "keyframe" in ev:
-            due = bool(ev["keyframe"])
-        else:
-            due = last is None or ev["t"] - last >= self._keyframe_interval_s
-        if due:
-            value = (base["op_index"], {"snapshot": snap, "book": ev.get("book")})
-            self.keyframes.append(Keyframe(ev["t"], lambda value=value: value))
-            if len(self.keyframes) > self._max_keyframes:
-                thinned = self.keyframes[::2]
-                if thinned[-1] is not self.keyframes[-1]:
-                    thinned.append(self.keyframes[-1])
-                self.keyframes = thinned
+    def history(self, until: float | None, limit: int = 0) -> list[SnapshotRecord]:
+        """Snapshot summaries up to ``until``: the last ``limit`` of them (``limit`` < 0: at most ``-limit`` spread
+        evenly over the whole span). ``snapshot_at(record.t)`` gives any of them in full."""
+        snapshots = self.snapshots
+        if until is not None:
+            snapshots = snapshots[:bisect.bisect_right(snapshots, until, key=lambda s: s.t)]
+        if limit > 0:
+            return snapshots[-limit:]
+        if limit < 0 and len(snapshots) > -limit:
+            stride = len(snapshots) / -limit
+            return [snapshots[int(k * stride)] for k in range(-limit)] + [snapshots[-1]]
+        return list(snapshots)

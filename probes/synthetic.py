@@ -12,7 +12,10 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from probes.bookstate import book_to_state
+import msgspec
+
+from pool import PoolGeometry
+from probes.events import OpBatch, Sample, SnapshotTaken, Step
 from probes.recording import SessionRecorder
 
 
@@ -84,21 +87,20 @@ def write_synthetic_session(path, seconds: float = 3600.0, sample_hz: float = 10
     """Write a session of ``seconds`` of fake time; returns counts of what was written. No mlx needed."""
     from pool import BlockBook, build_snapshot
     from probes.rebuild import modelled_observed
-    from probes.v1 import op_to_v1, snapshot_to_v1
 
     book = BlockBook(num_layers, 16, "slab", 32, None)
-    ops: list[dict] = []
-    book.add_op_listener(lambda op: ops.append(op_to_v1(op)))
+    ops: list = []
+    book.add_op_listener(ops.append)
     book.set_geometry("float32", 2, 64, 2 * 2 * 64 * 16 * 4)
     traffic = ScriptedTraffic(book, seed=seed, max_live=8, prefill=(16, 400))
+    geometry = PoolGeometry(num_layers, 16, 32, "slab")
     meta = {"scenario": "synthetic-hour", "backend": "slab", "model": "none", "sample_hz": sample_hz,
-            "snapshot_hz": snapshot_hz, "pool": {"num_layers": num_layers, "block_size": 16, "slab_blocks": 32,
-                                                 "design": "slab"}}
+            "snapshot_hz": snapshot_hz, "geometry": msgspec.to_builtins(geometry)}
     rec = SessionRecorder(path, meta, 0.0)
     counts = {"samples": 0, "snapshots": 0, "steps": 0}
     tick = 1.0 / sample_hz
     next_snap, next_key, next_step, step = 0.0, 0.0, 0.0, 0
-    batch: list[dict] = [{"kind": "op", "t": 0.0, "ops": list(ops)}]  # storage_init, before any step
+    batch: list = [OpBatch(t=0.0, ops=list(ops), op_t=[0.0] * len(ops))]  # storage_init, before any step
     per_write = max(1, int(round(sample_hz * file_flush_s)))  # what WorkerProbes writes per file flush
     for k in range(int(seconds * sample_hz)):
         t = k * tick
@@ -106,23 +108,17 @@ def write_synthetic_session(path, seconds: float = 3600.0, sample_hz: float = 10
             ops.clear()
             traffic.step()
             step += 1
-            batch.append({"kind": "op", "t": next_step, "ops": [dict(op, t=next_step) for op in ops]})
-            batch.append({"kind": "step", "t": next_step, "step": step, "tokens": step * 8, "phase": "decode",
-                          "type": "decode", "batch": len(traffic.live), "num_tokens": len(traffic.live),
-                          "wall_s": 0.09})
+            batch.append(OpBatch(t=next_step, ops=list(ops), op_t=[next_step] * len(ops)))
+            batch.append(Step(t=next_step, step=step, tokens=step * 8, phase="decode", type="decode",
+                              batch=len(traffic.live), num_tokens=len(traffic.live), wall_s=0.09))
             next_step += 1.0 / steps_per_s
-        foot = 300_000_000 + 1000 * len(book.blocks)
-        batch.append({"kind": "sample", "t": t, "step": step, "tokens": step * 8, "active": foot - 10**6,
-                      "cache": 10**6, "footprint": foot, "peak": foot, "rss": foot + 50 * 10**6,
-                      "sys_available": 10**10, "cost_us": 60.0})
+        batch.append(_sample(t, step, 300_000_000 + 1000 * len(book.blocks)))
         if t >= next_snap:
-            snap = snapshot_to_v1(build_snapshot(book, modelled_observed(book)))
-            event = {"kind": "snapshot", "t": t, "step": step, "tokens": step * 8, "snapshot": snap,
-                     "keyframe": t >= next_key}
-            if t >= next_key:
-                event["book"] = book_to_state(book)
-                next_key += keyframe_interval_s
-            batch.append(event)
+            keyframe = t >= next_key
+            batch.append(SnapshotTaken(t=t, step=step, tokens=step * 8, keyframe=keyframe,
+                                       snapshot=build_snapshot(book, modelled_observed(book)),
+                                       book_state=book.state() if keyframe else None))
+            next_key += keyframe_interval_s if keyframe else 0.0
             next_snap += 1.0 / snapshot_hz
             counts["snapshots"] += 1
         counts["samples"] += 1
@@ -136,3 +132,10 @@ def write_synthetic_session(path, seconds: float = 3600.0, sample_hz: float = 10
     rec.close({"synthetic": True}, t=seconds)
     counts["bytes"] = rec.bytes_written
     return counts
+
+
+def _sample(t: float, step: int, footprint: int) -> Sample:
+    return Sample(t=t, step=step, tokens=step * 8, active=footprint - 10**6, cache=10**6, footprint=footprint,
+                  peak=footprint, footprint_max=footprint, rss=footprint + 50 * 10**6, rss_max=footprint + 50 * 10**6,
+                  sys_available=10**10, weights=0, pool_live=0, pool_free=0, other_active=footprint - 10**6,
+                  rss_other=50 * 10**6, cost_us=60.0)

@@ -1,4 +1,4 @@
-"""Format v1's untyped payloads <-> the typed records (mlx-free).
+"""Format v1's untyped payloads -> the typed records (mlx-free; ``probes.codec`` calls these).
 
 Recordings written before the typed data model (format v1) hold JSON dicts: ops ``{"op", ..., "t", "i"}``, pool
 snapshots with ``num_slabs`` and string keys, book states. ``*_from_v1`` turn them into the typed records through
@@ -7,9 +7,12 @@ snapshots with ``num_slabs`` and string keys, book states. ``*_from_v1`` turn th
 
 from __future__ import annotations
 
+from typing import Union
+
 import msgspec
 
 from pool import AnyOp, BookState, Op, PoolSnapshot
+from probes.events import MetaUpdate, timeline_types
 
 _OP_STAMPS = ("t", "i")
 
@@ -41,18 +44,19 @@ def book_state_from_v1(state: dict) -> BookState:
     return msgspec.convert(state, BookState, strict=False)
 
 
-# ---- typed -> v1 (the wire and file shape until format v2 lands) ---------------------------------------------
-def op_to_v1(op: Op) -> dict:
-    return msgspec.to_builtins(op)
-
-
-def snapshot_to_v1(snap: PoolSnapshot) -> dict:
-    out = msgspec.to_builtins(snap, str_keys=True)
-    for layer in out["layers"]:
-        layer["num_slabs"] = layer.pop("num_chunks")
-        if layer.get("row_owner") is None:
-            layer.pop("row_owner", None)
-            layer.pop("row_refcount", None)
-    if out.get("seq_rows") is None:
-        out.pop("seq_rows", None)
-    return out
+def event_from_v1(event: dict):
+    """A v1 EVENTS item as a typed event: ``gather`` events held ``layer_runs`` dicts keyed by sequence, a ``meta``
+    item is metadata added after the start."""
+    if not isinstance(event, dict):
+        raise msgspec.ValidationError(f"an event must be a dict, got {type(event).__name__}")
+    kind = event.get("kind")
+    if kind == "meta":
+        stamps = {k: event[k] for k in ("t", "step", "tokens") if k in event}
+        meta = {k: v for k, v in event.items() if k not in ("kind", "t", "step", "tokens")}
+        return msgspec.convert(dict(stamps, kind="meta", meta=meta), MetaUpdate)
+    if kind == "gather":
+        runs = event.get("layer_runs") or {}
+        ids = [str(seq) for seq in event.get("seq_ids", [])]
+        event = {k: v for k, v in event.items() if k != "layer_runs"}
+        event.update(runs_layer0=[runs["0"][seq] for seq in ids], runs_max=[runs["max"][seq] for seq in ids])
+    return msgspec.convert(event, Union[timeline_types()])

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pool import BlockBook, PoolError, apply_op
 from pool.config import chunk_rows
 from pool.gather_runs import table_runs, visible_rows
+from pool.ops import SetSlabBlocks, StorageInit, Trim
 from pool.snapshot import free_figures
-from probes.v1 import op_from_v1
 from probes.errors import ReplayError
 
 CHECKED_STATS = ("allocated_blocks", "live_blocks", "free_blocks", "bytes_reserved", "bytes_in_use",
@@ -75,20 +75,18 @@ class WhatIfResult:
 
 
 def recorded_config(view) -> dict:
-    """The pool geometry the session ran with (meta["pool"], else its first keyframe)."""
-    pool_meta = dict(view.meta.get("pool") or {})
-    if not pool_meta.get("num_layers") and view.keyframes:
-        snap = view.keyframes[0].load()[1]["snapshot"]
-        pool_meta = {k: snap[k] for k in ("num_layers", "block_size", "slab_blocks", "design")}
-    if not pool_meta.get("num_layers"):
+    """The pool geometry the session ran with (``SessionModel.geometry``: the metadata, else the first keyframe)."""
+    geometry = view.geometry
+    if geometry is None:
         raise ReplayError("session has no pool (dense backend?): nothing to replay")
-    return {"num_layers": int(pool_meta["num_layers"]), "block_size": int(pool_meta.get("block_size", 32)),
-            "slab_blocks": int(pool_meta.get("slab_blocks", 32)), "design": pool_meta.get("design", "slab")}
+    return {"num_layers": geometry.num_layers, "block_size": geometry.block_size,
+            "slab_blocks": geometry.slab_blocks, "design": geometry.design}
 
 
 def run_whatif(view, *, slab_blocks: int | None = None, block_size: int | None = None,
                design: str | None = None) -> WhatIfResult:
-    """Replay ``view``'s op log (a Session or LiveStore) with the given overrides; None keeps the recorded value."""
+    """Replay ``view``'s op log (a ``SessionModel``: a recording or a live run) with the given overrides; None keeps
+    the recorded value."""
     base = recorded_config(view)
     cfg = dict(base)
     for name, value in (("slab_blocks", slab_blocks), ("block_size", block_size), ("design", design)):
@@ -100,36 +98,34 @@ def run_whatif(view, *, slab_blocks: int | None = None, block_size: int | None =
         raise ReplayError(str(exc)) from None
     result = WhatIfResult(config=cfg, recorded_config=base)
     handles: dict = {}
-    marks = [(s["op_index"], s["t"]) for s in view.snapshots]
+    marks = [(s.op_index, s.t) for s in view.snapshots]
     mark = 0
-    ops = view.ops
-    for index, op in enumerate(ops):
-        while mark < len(marks) and marks[mark][0] <= index:
+    for entry in view.all_ops():
+        while mark < len(marks) and marks[mark][0] <= entry.i:
             result.points.append(_measure(book, marks[mark]))
             mark += 1
-        _replay_one(book, op, handles, cfg, base, result)
+        _replay_one(book, entry, handles, cfg, base, result)
     for op_index, t in marks[mark:]:
         result.points.append(_measure(book, (op_index, t)))
     return result
 
 
-def _replay_one(book, op: dict, handles: dict, cfg: dict, base: dict, result: WhatIfResult) -> None:
+def _replay_one(book, entry, handles: dict, cfg: dict, base: dict, result: WhatIfResult) -> None:
     """Apply one op, adapting what the new geometry changes; record ops it cannot execute."""
-    name = op.get("op")
-    if name == "set_slab_blocks" and cfg["slab_blocks"] != base["slab_blocks"]:
-        return  # the what-if fixes its own slab size
-    if name == "storage_init" and book.geometry is None:
-        scale = cfg["block_size"] / base["block_size"]
-        book.set_geometry(op["dtype"], op["n_kv_heads"], op["head_dim"], int(op["bytes_per_row"] * scale))
-        return
+    match entry.op:
+        case SetSlabBlocks() if cfg["slab_blocks"] != base["slab_blocks"]:
+            return  # the what-if fixes its own slab size
+        case StorageInit(dtype=dtype, n_kv_heads=heads, head_dim=dim, bytes_per_row=bpr) if book.geometry is None:
+            book.set_geometry(dtype, heads, dim, int(bpr * cfg["block_size"] / base["block_size"]))
+            return
     try:
-        if apply_op(book, op_from_v1(op), handles):
+        if apply_op(book, entry.op, handles):
             result.ops_replayed += 1
     except PoolError as exc:
-        if name == "trim":  # a trim aligned to the recorded block size may not align to the new one
-            result.skipped.append(f"op {op.get('i')}: {exc}")
+        if isinstance(entry.op, Trim):  # a trim aligned to the recorded block size may not align to the new one
+            result.skipped.append(f"op {entry.i}: {exc}")
             return
-        raise ReplayError(f"op {op.get('i')} ({name}) cannot be replayed with {cfg}: {exc}") from None
+        raise ReplayError(f"op {entry.i} ({entry.op.name}) cannot be replayed with {cfg}: {exc}") from None
 
 
 def _measure(book, mark: tuple[int, float]) -> WhatIfPoint:
@@ -151,20 +147,23 @@ def mismatches_with_recording(view, result: WhatIfResult) -> list[str]:
     """Every recorded snapshot figure the replay does not reproduce (empty list: exact)."""
     problems = []
     for point, recorded in zip(result.points, view.snapshots):
-        snap = recorded["snapshot"]
-        for key in CHECKED_STATS:
-            if snap["stats"].get(key) != point.stats[key]:
-                problems.append(f"t={point.t:.3f} stats.{key}: recorded {snap['stats'].get(key)}, "
-                                f"replayed {point.stats[key]}")
-        for key in CHECKED_COUNTERS:
-            if snap["counters"].get(key) != point.counters[key]:
-                problems.append(f"t={point.t:.3f} counters.{key}: recorded {snap['counters'].get(key)}, "
-                                f"replayed {point.counters[key]}")
-        layer0 = snap["layers"][0] if snap.get("layers") else {}
-        for key in CHECKED_LAYER0:
-            if layer0.get(key) != point.layer0[key]:
-                problems.append(f"t={point.t:.3f} layers[0].{key}: recorded {layer0.get(key)}, "
-                                f"replayed {point.layer0[key]}")
+        snap = recorded.snapshot
+        figures = (("stats", CHECKED_STATS, snap.stats.to_dict(), point.stats),
+                   ("counters", CHECKED_COUNTERS, snap.counters.to_dict(), point.counters),
+                   ("layers[0]", CHECKED_LAYER0, _layer0_figures(snap), point.layer0))
+        for where, keys, recorded_values, replayed in figures:
+            for key in keys:
+                if recorded_values.get(key) != replayed[key]:
+                    problems.append(f"t={point.t:.3f} {where}.{key}: recorded {recorded_values.get(key)}, "
+                                    f"replayed {replayed[key]}")
     if len(result.points) != len(view.snapshots):
         problems.append(f"{len(view.snapshots)} recorded snapshots, {len(result.points)} replayed points")
     return problems
+
+
+def _layer0_figures(snap) -> dict:
+    if not snap.layers:
+        return {}
+    layer = snap.layers[0]
+    return {"num_slabs": layer.num_chunks, "capacity_rows": layer.capacity_rows, "free_rows": layer.free_rows,
+            "holes": layer.holes, "largest_free_run": layer.largest_free_run, "fragmentation": layer.fragmentation}

@@ -44,16 +44,18 @@ class _Progress:
         self._last_print = 0.0
         self.tty = stream.isatty()
 
-    def on_event(self, event: dict) -> None:
-        kind = event.get("kind")
-        if kind == "phase" and event.get("edge") == "start":
-            self.phase = event.get("name", "-")
-        elif kind == "sample":
-            self.footprint = event.get("footprint", 0)
-        elif kind == "error":
-            self.stream.write(f"\n[{self.backend}] error: {event.get('text')}\n")
-        self.step = max(self.step, int(event.get("step", 0) or 0))
-        self.tokens = max(self.tokens, int(event.get("tokens", 0) or 0))
+    def on_event(self, event) -> None:
+        from probes.events import PhaseEdge, Sample, WorkerError
+
+        match event:
+            case PhaseEdge(edge="start", name=name):
+                self.phase = name
+            case Sample(footprint=footprint):
+                self.footprint = footprint
+            case WorkerError(text=text):
+                self.stream.write(f"\n[{self.backend}] error: {text}\n")
+        self.step = max(self.step, event.step)
+        self.tokens = max(self.tokens, event.tokens)
 
     def line(self) -> str:
         return (f"[{self.backend:<10}] phase {self.phase:<12} step {self.step:>6} tokens {self.tokens:>8} "
@@ -148,10 +150,10 @@ def _print_compare(paths: list[str]) -> None:
         print(f"probe cost ({s.meta.get('backend')}): {_overhead_line(s.overhead)}")
 
 
-def _overhead_line(o: dict) -> str:
-    if not o:
+def _overhead_line(o) -> str:
+    """One line from a session's ``ProbeOverhead`` (None: not recorded)."""
+    if o is None:
         return "not recorded"
-    return (f"{100 * o.get('cost_fraction', 0):.2f}% of wall time (probe thread CPU {o.get('probe_thread_cpu_s')} s, "
-            f"workload-thread time in probes {o.get('workload_thread_s')} s, {o.get('samples')} samples at "
-            f"{o.get('sample_cost_us_mean')} us, {o.get('snapshots')} snapshots at "
-            f"{o.get('snapshot_cost_ms_mean')} ms)")
+    return (f"{100 * o.cost_fraction:.2f}% of wall time (probe thread CPU {o.probe_thread_cpu_s} s, "
+            f"workload-thread time in probes {o.workload_thread_s} s, {o.samples} samples at "
+            f"{o.sample_cost_us_mean} us, {o.snapshots} snapshots at {o.snapshot_cost_ms_mean} ms)")

@@ -131,25 +131,28 @@ class Progress:
         self.meta: dict = {}
         self._last = 0.0
 
-    def on_event(self, event: dict) -> None:
-        kind = event.get("kind")
-        if kind == "meta":
-            self.meta = event
-            model = event.get("model", {})
-            print(f"{event.get('backend')} | {model.get('name')} ({model.get('dtype')}, {event.get('device')}) | "
-                  f"{event.get('blas')}", file=self.out, flush=True)
-        elif kind == "phase":
-            print(f"phase {event['name']}: {event['edge']} (step {event['step']}, {event['tokens']} tokens)",
-                  file=self.out, flush=True)
-        elif kind == "step" and time.monotonic() - self._last > 2.0:
-            self._last = time.monotonic()
-            print(f"  step {event['step']:>5} {event['type']:<7} batch {event['batch']:>2} "
-                  f"{event['num_tokens']:>4} tok in {event['wall_s'] * 1e3:7.1f} ms  (total {event['tokens']} tok)",
-                  file=self.out, flush=True)
-        elif kind in ("error", "log"):
-            print(f"{kind}: {event.get('text')}", file=self.out, flush=True)
-            if event.get("traceback"):
-                print(event["traceback"], file=self.out, flush=True)
+    def on_event(self, event) -> None:
+        from probes.events import LogLine, MetaUpdate, PhaseEdge, Step, WorkerError
+
+        match event:
+            case MetaUpdate(meta=meta):
+                self.meta = meta
+                model = meta.get("model", {})
+                print(f"{meta.get('backend')} | {model.get('name')} ({model.get('dtype')}, {meta.get('device')}) | "
+                      f"{meta.get('blas')}", file=self.out, flush=True)
+            case PhaseEdge():
+                print(f"phase {event.name}: {event.edge} (step {event.step}, {event.tokens} tokens)", file=self.out,
+                      flush=True)
+            case Step() if time.monotonic() - self._last > 2.0:
+                self._last = time.monotonic()
+                print(f"  step {event.step:>5} {event.type:<7} batch {event.batch:>2} {event.num_tokens:>4} tok in "
+                      f"{event.wall_s * 1e3:7.1f} ms  (total {event.tokens} tok)", file=self.out, flush=True)
+            case LogLine(text=text):
+                print(f"log: {text}", file=self.out, flush=True)
+            case WorkerError(text=text, traceback=tb):
+                print(f"error: {text}", file=self.out, flush=True)
+                if tb:
+                    print(tb, file=self.out, flush=True)
 
 
 def print_summary(summary: dict, meta: dict, out) -> None:

@@ -52,7 +52,7 @@ def main(args) -> int:
                           "skipped_ops": proposed.skipped}, indent=2))
         return 0
     fmt_cfg = lambda c: f"{c['design']}, block {c['block_size']}, slab {c['slab_blocks']}"  # noqa: E731
-    print(f"session: {session.path}  ({len(session.ops)} ops, {len(session.snapshots)} snapshot instants)")
+    print(f"session: {session.path}  ({len(session.all_ops())} ops, {len(session.snapshots)} snapshot instants)")
     head = ("", f"recorded: {fmt_cfg(a['config'])}", f"what-if: {fmt_cfg(b['config'])}")
     body = [(label, _cell(a[key], spec), _cell(b[key], spec)) for label, key, spec in ROWS]
     widths = [max(len(r[i]) for r in (head, *body)) for i in range(3)]

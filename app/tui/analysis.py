@@ -1,9 +1,10 @@
-"""Pure functions that turn pool snapshots (docs/contracts.md §1 schema) and tracks into what the views draw.
+"""What the views draw, derived from typed pool snapshots (``pool.PoolSnapshot``) and sessions (``SessionModel``).
 
-No Textual, no mlx: everything here is plain data in, plain data out, unit-tested in tests/tui/test_analysis.py.
-Row states: a physical row is ``live`` (refcount 1), ``shared`` (refcount > 1), ``held`` (owned only by a prefix
-handle, owner -2) or ``free`` (refcount 0 / owner -1). Rows past a layer's row arrays but inside its capacity are
-reserved storage that no block has been minted into yet; they count as free.
+No Textual, no mlx: plain data in, plain data out, unit-tested in tests/tui/test_analysis.py. Nothing here
+re-implements a pool or probes computation: row states come from ``pool.row_state`` (which knows every owner code,
+caller-held rows included), free runs and fragmentation from ``pool.free_rows``, same-slab runs from
+``pool.gather_runs``, the accounting split from ``probes.sampler``. What stays here is display arithmetic: slab
+cells, totals over layers, the next request's need, who freed a run.
 """
 
 from __future__ import annotations
@@ -11,25 +12,30 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from app.tui.data import Track
+from pool import LayerSnapshot, PoolSnapshot, RowState, row_state
+from pool.free_rows import free_runs as pool_free_runs
+from pool.gather_runs import split_runs, table_runs
+from pool.ops import Detach, Release, Trim
 from probes.meta import memory_model_of
+from probes.sampler import AccountingPart, accounting_parts
+from probes.store import SessionModel
 
-FREE, LIVE, SHARED, HELD = "free", "live", "shared", "held"
 HISTORY_LIMIT = 400  # snapshots scanned backwards when asking who freed a run
 
 
 @dataclass
 class SlabCell:
-    """Occupancy of one slab of one layer, in rows."""
+    """Occupancy of one slab (monolithic: one grow chunk) of one layer, in rows."""
 
     capacity: int
     live: int = 0
     shared: int = 0
-    held: int = 0
+    held: int = 0    # only prefix handles
+    caller: int = 0  # only the caller (restored, not yet adopted)
 
     @property
     def used(self) -> int:
-        return self.live + self.shared + self.held
+        return self.live + self.shared + self.held + self.caller
 
     @property
     def free(self) -> int:
@@ -40,40 +46,26 @@ class SlabCell:
         return self.used / self.capacity if self.capacity else 0.0
 
 
-def rows_per_slab(snap: dict, layer: dict) -> int:
-    """Rows in one slab of ``layer`` (monolithic: rows per grow chunk, for display)."""
-    num_slabs = max(1, int(layer.get("num_slabs", 1) or 1))
-    if snap.get("design") == "slab":
-        return max(1, int(snap.get("slab_blocks", 1) or 1))
-    return max(1, int(layer.get("capacity_rows", 0) or 0) // num_slabs)
+_CELL_FIELD = {RowState.LIVE: "live", RowState.SHARED: "shared", RowState.HANDLE: "held", RowState.CALLER: "caller"}
 
 
-def row_state(owner: int, refcount: int) -> str:
-    """State of one physical row from its owner and refcount."""
-    if refcount <= 0 or owner == -1:
-        return FREE
-    if owner == -2:
-        return HELD
-    return SHARED if refcount > 1 else LIVE
+def rows_per_slab(snap: PoolSnapshot) -> int:
+    """Rows in one cell of the grid: a slab (slab design) or a grow chunk (monolithic)."""
+    return max(1, snap.chunk_rows)
 
 
-def slab_cells(snap: dict, layer: dict) -> list[SlabCell]:
-    """Per-slab occupancy of one layer."""
-    per = rows_per_slab(snap, layer)
-    cells = [SlabCell(per) for _ in range(int(layer.get("num_slabs", 0) or 0))]
-    owners = layer.get("row_owner", []) or []
-    refs = layer.get("row_refcount", []) or []
-    for row, (owner, ref) in enumerate(zip(owners, refs)):
+def slab_cells(snap: PoolSnapshot, layer: LayerSnapshot) -> list[SlabCell]:
+    """Per-slab occupancy of one layer (needs a full snapshot: per-row arrays)."""
+    per = rows_per_slab(snap)
+    cells = [SlabCell(per) for _ in range(layer.num_chunks)]
+    for row, (owner, ref) in enumerate(zip(layer.row_owner or [], layer.row_refcount or [])):
+        name = _CELL_FIELD.get(row_state(owner, ref))
+        if name is None:
+            continue
         slab = row // per
         if slab >= len(cells):
             cells.extend(SlabCell(per) for _ in range(slab + 1 - len(cells)))
-        state = row_state(owner, ref)
-        if state == LIVE:
-            cells[slab].live += 1
-        elif state == SHARED:
-            cells[slab].shared += 1
-        elif state == HELD:
-            cells[slab].held += 1
+        setattr(cells[slab], name, getattr(cells[slab], name) + 1)
     return cells
 
 
@@ -85,128 +77,68 @@ class PoolTotals:
     live_rows: int
     shared_rows: int
     held_rows: int
+    caller_rows: int
     free_rows: int
     bytes_reserved: int
     bytes_in_use: int
 
 
-def pool_totals(snap: dict) -> PoolTotals:
+def pool_totals(snap: PoolSnapshot) -> PoolTotals:
     """Slabs, rows by state and bytes over all layers of ``snap``."""
-    slabs = live = shared = held = free = 0
-    for layer in snap.get("layers", []) or []:
+    slabs = live = shared = held = caller = free = 0
+    for layer in snap.layers:
         for cell in slab_cells(snap, layer):
             slabs += 1
-            live += cell.live
-            shared += cell.shared
-            held += cell.held
-            free += cell.free
-    stats = snap.get("stats", {}) or {}
-    return PoolTotals(slabs, live, shared, held, free, int(stats.get("bytes_reserved", 0) or 0),
-                      int(stats.get("bytes_in_use", 0) or 0))
+            live, shared, held = live + cell.live, shared + cell.shared, held + cell.held
+            caller, free = caller + cell.caller, free + cell.free
+    return PoolTotals(slabs, live, shared, held, caller, free, snap.stats.bytes_reserved, snap.stats.bytes_in_use)
 
 
-def free_runs(layer: dict) -> list[tuple[int, int]]:
-    """Maximal runs of free rows as (first_row, length), over the layer's whole capacity."""
-    owners = layer.get("row_owner", []) or []
-    refs = layer.get("row_refcount", []) or []
-    capacity = max(int(layer.get("capacity_rows", 0) or 0), len(owners))
-    runs: list[tuple[int, int]] = []
-    start = None
-    for row in range(capacity):
-        is_free = row >= len(owners) or row_state(owners[row], refs[row] if row < len(refs) else 0) == FREE
-        if is_free and start is None:
-            start = row
-        elif not is_free and start is not None:
-            runs.append((start, row - start))
-            start = None
-    if start is not None:
-        runs.append((start, capacity - start))
-    return runs
+def free_runs(layer: LayerSnapshot) -> list[tuple[int, int]]:
+    """Maximal runs of free rows as (first_row, length), over the layer's whole capacity (``pool.free_rows``)."""
+    owners, refs = layer.row_owner or [], layer.row_refcount or []
+    free = [row for row, (owner, ref) in enumerate(zip(owners, refs)) if row_state(owner, ref) is RowState.FREE]
+    return pool_free_runs(free, len(owners), max(layer.capacity_rows, len(owners)))
 
 
 def gather_runs(rows: list[int], per_slab: int) -> list[tuple[int, int]]:
     """A sequence's rows (logical order) split into maximal same-slab runs: (slab, number of rows) per run."""
-    runs: list[tuple[int, int]] = []
-    for row in rows:
-        slab = row // per_slab
-        if runs and runs[-1][0] == slab:
-            runs[-1] = (slab, runs[-1][1] + 1)
-        else:
-            runs.append((slab, 1))
-    return runs
+    return [(slab, len(local)) for slab, local in split_runs(rows, lambda row: divmod(row, per_slab))]
 
 
-def runs_per_sequence(snap: dict) -> dict[int, int]:
-    """Gather runs each sequence's next gather takes (from layer-0 rows; the monolithic design always takes 1)."""
-    layers = snap.get("layers", []) or [{}]
-    per = rows_per_slab(snap, layers[0]) if layers else 1
-    out: dict[int, int] = {}
-    for seq, rows in (snap.get("seq_rows", {}) or {}).items():
-        out[int(seq)] = 1 if snap.get("design") != "slab" else max(1, len(gather_runs(rows, per))) if rows else 0
-    return out
+def runs_per_sequence(snap: PoolSnapshot) -> dict[int, int]:
+    """Same-slab runs of each sequence's rows (layer 0; the monolithic design's one tensor is one run)."""
+    return {seq: table_runs(rows, snap.design, snap.slab_blocks) for seq, rows in (snap.seq_rows or {}).items()}
 
 
-def merged_gather_hist(snap: dict) -> dict[int, int]:
+def merged_gather_hist(snap: PoolSnapshot) -> dict[int, int]:
     """Histogram runs-per-gather -> count, summed over layers (the pool's own counts)."""
     hist: dict[int, int] = {}
-    for layer in snap.get("layers", []) or []:
-        for runs, count in (layer.get("gather_runs_hist", {}) or {}).items():
-            hist[int(runs)] = hist.get(int(runs), 0) + int(count)
+    for layer in snap.layers:
+        for runs, count in layer.gather_runs_hist.items():
+            hist[runs] = hist.get(runs, 0) + count
     return hist
 
 
-def next_request_need(snap: dict, track: Track | None = None) -> int:
+def next_request_need(snap: PoolSnapshot, model: SessionModel | None = None) -> int:
     """Blocks the next request needs: the scenario's announced size when the run says it, else the longest live
     sequence's block count (a request like the biggest one now)."""
-    block = max(1, int(snap.get("block_size", 1) or 1))
-    if track is not None:
-        for src in (track.last_sample, track.meta):
-            tokens = src.get("next_request_tokens")
-            if isinstance(tokens, int) and tokens > 0:
-                return math.ceil(tokens / block)
-    lengths = [len(rows) for rows in (snap.get("seq_rows", {}) or {}).values()]
+    block = max(1, snap.block_size)
+    tokens = model.meta.get("next_request_tokens") if model is not None else None
+    if isinstance(tokens, int) and tokens > 0:
+        return math.ceil(tokens / block)
+    lengths = [len(rows) for rows in (snap.seq_rows or {}).values()]
     return max(lengths, default=1) or 1
 
 
-def fragmentation_index(free: int, largest: int) -> float:
-    """1 - largest_free_run / free_rows (0 when nothing is free): 0 = one hole, near 1 = scattered rows."""
-    return 0.0 if free <= 0 else 1.0 - largest / free
-
-
-@dataclass
-class AccountingPart:
-    label: str
-    bytes: float
-
-
-def accounting(track: Track, sample_index: int, snap: dict | None) -> list[AccountingPart]:
-    """Split one sample's memory into weights, pool live, pool reserved-free, other active, MLX cache and the rest
-    of RSS that MLX does not explain. Uses the probes' own split (signed: a negative remainder is shown, never
-    clamped); computes it from the snapshot and meta only for samples that lack it (older or foreign streams)."""
-    s = track.samples
-    if sample_index <= 0 or not len(s):
+def accounting(model: SessionModel, sample_index: int) -> list[AccountingPart]:
+    """The accounting split (``probes.sampler.accounting_parts``) of sample ``sample_index - 1``: the last sample
+    at or before the cursor (nothing before the first sample)."""
+    n = len(model.samples)
+    if sample_index <= 0 or not n:
         return []
-    i = min(sample_index, len(s)) - 1
-    raw = s.raw[i] if i < len(s.raw) else {}
-    discrete = memory_model_of(track.meta) == "discrete"
-    host = s.rss[i] if discrete else None  # CUDA: MLX memory lives on the device, RSS is host memory alone
-    if all(k in raw for k in ("weights", "pool_live", "pool_free", "other_active", "rss_other")):
-        return _parts(raw["weights"], raw["pool_live"], raw["pool_free"], raw["other_active"], s.cache[i],
-                      raw["rss_other"] if host is None else host, discrete=discrete)
-    weights = float(track.meta.get("weight_bytes", 0) or 0)
-    stats = (snap or {}).get("stats", {}) or {}
-    live = float(stats.get("bytes_in_use", 0) or 0)
-    reserved_free = float(stats.get("bytes_reserved", 0) or 0) - live
-    other = s.active[i] - weights - live - reserved_free
-    rest = s.rss[i] - s.active[i] - s.cache[i] if host is None else host
-    return _parts(weights, live, reserved_free, other, s.cache[i], rest, discrete=discrete)
-
-
-def _parts(*values: float, discrete: bool = False) -> list[AccountingPart]:
-    """Labels in display order; on a discrete GPU the last part is the host RSS (not part of the device footprint)."""
-    last = "host RSS (not on GPU)" if discrete else "unexplained RSS"
-    labels = ("weights", "pool live", "pool reserved-free", "other active", "MLX cache", last)
-    return [AccountingPart(label, float(v)) for label, v in zip(labels, values)]
+    sample = model.samples.at(min(sample_index, n) - 1)
+    return accounting_parts(sample, discrete=memory_model_of(model.meta) == "discrete")
 
 
 @dataclass
@@ -227,32 +159,32 @@ class FreeRunOrigin:
         return f"last owned by seq {self.seq} at {self.last_owned:.2f}s, free by {self.seen_free:.2f}s"
 
 
-def free_run_origin(track: Track, layer_index: int, first_row: int, length: int,
+def free_run_origin(model: SessionModel, layer_index: int, first_row: int, length: int,
                     before: float | None) -> FreeRunOrigin:
-    """Which sequence last owned rows [first_row, first_row+length) of a layer and when it freed them: scans the
-    track's snapshots backwards from ``before`` (the inspected moment) to the last one where a row was in use, then
-    looks the freeing op up in the op log between that snapshot and the moment the rows were seen free."""
+    """Which sequence last owned rows [first_row, first_row+length) of a layer and when it freed them: walks the
+    session's snapshots backwards from ``before`` (the inspected moment) to the last one where a row was in use
+    (each one rebuilt in full only when reached), then looks the freeing op up in the op log between that
+    snapshot and the moment the rows were seen free."""
     rows = set(range(first_row, first_row + length))
     seen_free = before
-    for t, _step, snap in reversed(track.history(before, limit=HISTORY_LIMIT, full=True)):
-        layers = snap.get("layers", []) or []
-        if layer_index >= len(layers):
+    for record in reversed(model.history(before, limit=HISTORY_LIMIT)):
+        snap = model.snapshot_at(record.t)
+        if snap is None or layer_index >= len(snap.layers):
             continue
-        owners = layers[layer_index].get("row_owner", []) or []
+        owners = snap.layers[layer_index].row_owner or []
         holders = [owners[r] for r in rows if r < len(owners) and owners[r] >= 0]
         if holders:
             seq = max(set(holders), key=holders.count)
-            op, op_t = _freeing_op(track, seq, t, seen_free)
-            return FreeRunOrigin(seq, t, seen_free if seen_free is not None else t, op, op_t)
-        seen_free = t
+            op, op_t = _freeing_op(model, seq, record.t, seen_free)
+            return FreeRunOrigin(seq, record.t, seen_free if seen_free is not None else record.t, op, op_t)
+        seen_free = record.t
     return FreeRunOrigin(None, None, None)
 
 
-def _freeing_op(track: Track, seq: int, after: float, until: float | None) -> tuple[str, float | None]:
-    """The op that released ``seq``'s rows in (after, until], from the op log ('' when not found)."""
-    for t, op in track.ops:
-        if t < after or (until is not None and t > until):
-            continue
-        if op.get("seq") == seq and op.get("op") in ("release", "trim", "detach"):
-            return str(op["op"]), t
+def _freeing_op(model: SessionModel, seq: int, after: float, until: float | None) -> tuple[str, float | None]:
+    """The op that released ``seq``'s rows in [after, until], from the op log ('' when not found)."""
+    for entry in model.ops_between(after, until):
+        if isinstance(entry.op, (Release, Trim, Detach)) and entry.op.seq == seq:
+            return entry.op.name, entry.t
     return "", None
+

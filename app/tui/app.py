@@ -1,7 +1,7 @@
 """SlabscopeApp: the dashboard shell: tabs, cursor (live / paused / replay), refresh timer, run and recording
 controls, and loading recordings.
 
-Refresh model: a timer (REFRESH_HZ) builds one ``Frame`` and, inside ``App.batch_update()``, redraws only the
+Refresh model: a timer (REFRESH_HZ) builds one ``ViewState`` and, inside ``App.batch_update()``, redraws only the
 visible tab's view plus the scrubber and status bar. Nothing is posted per sample; workers never talk to widgets.
 """
 
@@ -15,7 +15,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, TabbedContent, TabPane
 
-from app.tui.data import Frame, Store
+from app.tui.data import SessionSet, ViewState
 from app.tui.ingest import RunController
 from app.tui.screens.help import HelpScreen
 from app.tui.screens.run_form import RunChoice, RunFormScreen
@@ -29,6 +29,7 @@ from app.tui.views.occupancy import OccupancyView
 from app.tui.views.sessions import SessionsView
 from app.tui.widgets.scrubber import Scrubber
 from app.tui.widgets.status_bar import StatusBar
+from probes.events import Step
 
 CSS_FILE = Path(__file__).resolve().parents[2] / "assets" / "slabscope.tcss"
 REFRESH_HZ = 5.0
@@ -95,7 +96,8 @@ class SlabscopeApp(App):
     def __init__(self, options: AppOptions | None = None) -> None:
         super().__init__()
         self.options = options or AppOptions()
-        self.store = Store()
+        self.store = SessionSet()
+        self._announced: set[tuple] = set()  # (generation, session) whose failure or read problem was notified
         sources.prepare_worker_spawning()  # before Textual captures stderr (see its docstring)
         self.controller = RunController(self.store, self.options.worker_factory or sources.make_worker)
         self.cursor: float | None = None  # None: follow live data
@@ -128,8 +130,8 @@ class SlabscopeApp(App):
         self.refresh_views()
 
     # ---- the refresh tick ----------------------------------------------------------------------------------
-    def frame(self) -> Frame:
-        return Frame(self.store, self.cursor, self.x_mode, self.pool_name, self.gate)
+    def frame(self) -> ViewState:
+        return ViewState(self.store, self.cursor, self.x_mode, self.pool_name, self.gate)
 
     def refresh_views(self) -> None:
         """Advance replay playback, then redraw the visible view, scrubber and status bar in one batch."""
@@ -144,8 +146,8 @@ class SlabscopeApp(App):
         with self.batch_update():
             view = base.query_one(f"#view-{(tabs.active or 'tab-memory').removeprefix('tab-')}")
             view.refresh_view(frame)
-            primary = self._primary_track()
-            peak = primary.peak_time() if primary else None
+            primary = self._primary_session()
+            peak = primary.peak().t if primary else None
             base.query_one(Scrubber).show(self.store.duration(), self.cursor, peak)
             base.query_one(StatusBar).show(self.store, self._mode_label(), self.cursor,
                                            "rec" if self.controller.recording else None)
@@ -161,7 +163,7 @@ class SlabscopeApp(App):
     def _mode_label(self) -> str:
         if self.mode == "REPLAY":
             return "REPLAY ▶" if self.playing else "REPLAY ‖"
-        if self.mode == "LIVE" and not self.controller.running and self.store.tracks:
+        if self.mode == "LIVE" and not self.controller.running and self.store.sessions:
             return "LIVE (finished)"
         return self.mode
 
@@ -172,13 +174,20 @@ class SlabscopeApp(App):
                 self.playing = False
 
     def _report_crashes(self) -> None:
-        """A worker that failed gets one error notification with its message and the tail of its traceback."""
-        for track in self.store.tracks.values():
-            if track.error and not getattr(track, "_announced", False):
-                track._announced = True
-                tail = "\n".join(track.traceback.strip().splitlines()[-4:])
-                self.notify(f"{track.name}: {track.error}" + (f"\n{tail}" if tail else ""), severity="error",
+        """A worker that failed (or a recording whose op log does not replay) gets one error notification with its
+        message and the tail of its traceback."""
+        generation = self.store.generation
+        for model in self.store.sessions.values():
+            error = model.error
+            if error is not None and (generation, model.label) not in self._announced:
+                self._announced.add((generation, model.label))
+                tail = "\n".join(error.traceback.strip().splitlines()[-4:])
+                self.notify(f"{model.label}: {error.text}" + (f"\n{tail}" if tail else ""), severity="error",
                             timeout=30)
+        for label, problem in list(self.store.problems.items()):
+            if (generation, "problem", label) not in self._announced:
+                self._announced.add((generation, "problem", label))
+                self.notify(problem, severity="error", timeout=30)
 
     def _report_recordings(self) -> None:
         ingest = self.controller.ingest
@@ -186,9 +195,9 @@ class SlabscopeApp(App):
             self.notify(ingest.record_error, severity="error")
             ingest.record_error = None
 
-    def _primary_track(self):
+    def _primary_session(self):
         frame = self.frame()
-        return frame.pool_track() or next(iter(self.store.tracks.values()), None)
+        return frame.pool_session() or next(iter(self.store.sessions.values()), None)
 
     # ---- runs ----------------------------------------------------------------------------------------------
     def start_run(self, choice: RunChoice) -> None:
@@ -260,10 +269,10 @@ class SlabscopeApp(App):
 
     def action_step(self, direction: int) -> None:
         self._hold()
-        primary = self._primary_track()
+        primary = self._primary_session()
         times = primary.snapshot_times() if primary else []
         if not times:
-            times = [s.t for s in primary.steps] if primary else []
+            times = [s.t for s in primary.events_of(Step)] if primary else []
         if times:
             if direction > 0:
                 later = [t for t in times if t > self.cursor + 1e-9]
@@ -274,8 +283,8 @@ class SlabscopeApp(App):
         self.refresh_views()
 
     def action_jump_peak(self) -> None:
-        primary = self._primary_track()
-        peak = primary.peak_time() if primary else None
+        primary = self._primary_session()
+        peak = primary.peak().t if primary else None
         if peak is None:
             self.notify("no samples yet")
             return
@@ -300,10 +309,10 @@ class SlabscopeApp(App):
         self.refresh_views()
 
     def action_cycle_pool(self) -> None:
-        names = [t.name for t in self.store.pool_tracks()]
+        names = [m.label for m in self.store.pool_sessions()]
         if names:
-            current = self.frame().pool_track()
-            index = names.index(current.name) if current and current.name in names else -1
+            current = self.frame().pool_session()
+            index = names.index(current.label) if current and current.label in names else -1
             self.pool_name = names[(index + 1) % len(names)]
             self.notify(f"pool views show: {self.pool_name}")
             self.refresh_views()
@@ -341,25 +350,21 @@ class SlabscopeApp(App):
         """Load session files into the store (stops any live run) and enter replay at the peak moment."""
         from probes.errors import RecordingError
 
-        tracks = []
+        sessions = []
         for path in paths:
             try:
-                tracks.append(sources.load_recording(Path(path)))
+                sessions.append(sources.load_recording(Path(path)))
             except (RecordingError, OSError) as exc:
                 self.notify(f"cannot open {path}: {exc}", severity="error")
-        if not tracks:
+        if not sessions:
             return
         self.controller.stop()
         self.store.reset()
-        for track in tracks:
-            name = track.name
-            if name in self.store.tracks:
-                name = f"{name}@{Path(track.source).stem[-8:]}"
-                track.name = name
-            self.store.tracks[name] = track
+        for session in sessions:
+            self.store.add(session)
         self.mode, self.playing, self.pool_name = "REPLAY", False, None
-        primary = self._primary_track()
-        self.cursor = (primary.peak_time() if primary else None) or self.store.duration()
+        primary = self._primary_session()
+        self.cursor = (primary.peak().t if primary else None) or self.store.duration()
         self.notify(f"replaying {', '.join(Path(p).name for p in paths)}")
         self.refresh_views()
 

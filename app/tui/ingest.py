@@ -1,9 +1,9 @@
 """The one ingest thread and the run controller.
 
 Data path of a live run: worker process -> its queue -> ``IngestThread`` (the only reader: polls every handle, never
-blocks on one) -> ``Store`` tracks (and the live recorder when recording). The UI thread never touches a worker
-queue; it reads the store on its refresh timer. Worker start/cancel also stay off the UI thread (``cancel`` may
-take up to a second).
+blocks on one; ``WorkerHandle.poll`` decodes the typed events) -> the ``SessionSet``'s models (and the live
+recorder when recording). The UI thread never touches a worker queue; it reads the models on its refresh timer.
+Worker start/cancel also stay off the UI thread (``cancel`` may take up to a second).
 """
 
 from __future__ import annotations
@@ -14,20 +14,20 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from app.tui.data import Store
+from app.tui.data import SessionSet
 from app.tui.sources import LiveRecorder
 
 POLL_INTERVAL_S = 0.05
 
 
 class IngestThread(threading.Thread):
-    """Drains worker handles into the store. Owns the handles and the live recorder; mutates only the store's
-    tracks (through ``Store.ingest``/``Track.fail``) and its own state."""
+    """Drains worker handles into the session set. Owns the handles and the live recorder; mutates only the set's
+    live models (through ``SessionSet.ingest``/``SessionModel.fail``) and its own state."""
 
-    def __init__(self, store: Store, handles: dict[str, Any]) -> None:
+    def __init__(self, store: SessionSet, handles: dict[str, Any]) -> None:
         super().__init__(name="slabscope-ingest", daemon=True)
         self.store = store
-        self.generation = store.generation  # the store state this run feeds; a reset orphans the thread
+        self.generation = store.generation  # the set this run feeds; a reset orphans the thread
         self.handles = dict(handles)
         self.requests: queue.Queue = queue.Queue()
         self.recorder: LiveRecorder | None = None
@@ -41,7 +41,7 @@ class IngestThread(threading.Thread):
             try:
                 handle.start()
             except Exception as exc:  # noqa: BLE001 - a worker that cannot start is shown, the others still run
-                self.store.track(name).fail(f"could not start worker: {exc}")
+                self.store.session(name).fail(f"could not start worker: {exc}")
                 del self.handles[name]
         while not self._halt.is_set():
             self._serve_requests()
@@ -54,32 +54,32 @@ class IngestThread(threading.Thread):
         self._close_recorder()
 
     def _drain(self, name: str, handle: Any) -> bool:
-        """Move one handle's pending events into its track; mark the track failed if the worker died silently."""
+        """Move one handle's pending events into its session; mark it failed if the worker died silently."""
         if self.store.generation != self.generation:
-            self._halt.set()  # the store moved on (new run or recording): stop feeding it
+            self._halt.set()  # the set moved on (new run or recording): stop feeding it
             return False
-        track = self.store.track(name)
+        model = self.store.session(name)
         try:
             events = handle.poll()
         except Exception as exc:  # noqa: BLE001 - a broken pipe to a dead worker must not kill the UI's data path
             events = []
-            track.fail(f"lost connection to worker: {exc}")
+            model.fail(f"lost connection to worker: {exc}")
         if events:
             if not self.store.ingest(name, events, self.generation):
                 self._halt.set()
                 return False
             self.events_ingested += len(events)
-            self._record(track, events)
-        if not events and not handle.alive and track.done is None and track.error is None:
+            self._record(model, events)
+        if not events and not handle.alive and not model.complete and model.error is None:
             error = getattr(handle, "error", None)
-            track.fail(error or f"worker exited with code {getattr(handle, 'exitcode', '?')} before finishing")
+            model.fail(error or f"worker exited with code {getattr(handle, 'exitcode', '?')} before finishing")
         return bool(events)
 
-    def _record(self, track, events: list[dict]) -> None:
+    def _record(self, model, events: list) -> None:
         if self.recorder is None:
             return
         try:
-            self.recorder.write(track, events)
+            self.recorder.write(model, events)
         except Exception as exc:  # noqa: BLE001 - disk full etc.: stop recording, keep the live view going
             self.record_error = f"recording stopped: {exc}"
             self._close_recorder()
@@ -112,7 +112,7 @@ class RunController:
     """Starts, stops and records live runs. Called from the UI thread; never blocks it (worker start/cancel run on
     a helper thread). Owns the workers and the ingest thread of the current run."""
 
-    def __init__(self, store: Store, worker_factory: Callable[..., Any]) -> None:
+    def __init__(self, store: SessionSet, worker_factory: Callable[..., Any]) -> None:
         self.store = store
         self.worker_factory = worker_factory
         self.ingest: IngestThread | None = None
@@ -129,13 +129,13 @@ class RunController:
         return self.ingest is not None and self.ingest.recorder is not None
 
     def start(self, backends: list[str], **params: Any) -> None:
-        """Stop any current run, reset the store and start one worker per backend (each in its own process)."""
+        """Stop any current run, reset the session set and start one worker per backend (each in its own process)."""
         self.stop()
         self.store.reset()
         self.scenario = str(params.get("scenario", ""))
         self.handles = {name: self.worker_factory(name, **params) for name in backends}
         for name in backends:
-            self.store.track(name)
+            self.store.session(name)
         self.ingest = IngestThread(self.store, self.handles)
         self.ingest.start()
 

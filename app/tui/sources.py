@@ -1,5 +1,5 @@
 """Where the TUI's data comes from: worker processes (``app.workloads``) for live runs, session files (``probes``)
-for recordings, and the recorder that saves a live run. This module is the only place the TUI touches those
+for recordings, and the recorder that saves a live run. Both kinds of session end up as the probes' read model. This module is the only place the TUI touches those
 packages, so a change in their API is a change here only. Everything imported here is mlx-free; the workers import
 mlx in their own processes.
 """
@@ -11,11 +11,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.tui.data import Track
+import msgspec
+
+from probes.events import Done, Event, MetaUpdate, SnapshotTaken
+from probes.store import SessionModel
 
 DEFAULT_RECORDINGS_DIR = Path("recordings")
 SHIPPED_RECORDINGS_DIR = Path(__file__).resolve().parents[2] / "assets" / "recordings"
-FULL_SNAPSHOT_CACHE = 256  # rebuilt full snapshots kept per recording track
 
 
 # ---- live runs --------------------------------------------------------------------------------------------------
@@ -121,44 +123,18 @@ def list_recordings(directory: Path) -> list[RecordingInfo]:
     return [describe(p) for p in files]
 
 
-def load_recording(path: Path, name: str | None = None) -> Track:
-    """A Track built from a session file: every record replayed through ``Track.add``; exact pool snapshots come
-    from the session (nearest keyframe + op log). Raises probes.RecordingError (one line) for unreadable files."""
+def load_recording(path: Path, name: str | None = None) -> SessionModel:
+    """A session file opened into the read model (``probes.replay.Session``), labelled by its backend. Raises
+    probes.RecordingError (one line) for unreadable files."""
     from probes.replay import Session
 
     session = Session.open(path)
-    track = Track(name or str(_meta_value(session.meta, "backend")), source=str(path))
-    for ev in session.replay_events():
-        track.add(ev)
-    if session.keyframes:
-        track.snapshot_source = _snapshot_source(session)
-    track.session = session
-    return track
-
-
-def _snapshot_source(session):
-    """session.snapshot_at with a small cache; falls back to the nearest keyframe at or before t when the session
-    cannot rebuild (no op log)."""
-    cache: dict[float, dict | None] = {}
-
-    def at(t: float) -> dict | None:
-        key = round(t, 4)
-        if key not in cache:
-            try:
-                cache[key] = session.snapshot_at(t)
-            except Exception:  # noqa: BLE001 - a session that cannot rebuild still has its keyframes
-                frames = [kf for kf in session.keyframes if kf.t <= t]
-                payload = frames[-1].load()[1] if frames else None
-                cache[key] = payload.get("snapshot", payload) if isinstance(payload, dict) else None
-            if len(cache) > FULL_SNAPSHOT_CACHE:
-                cache.pop(next(iter(cache)))
-        return cache[key]
-
-    return at
+    session.label = name or str(_meta_value(session.meta, "backend"))
+    return session
 
 
 class LiveRecorder:
-    """Saves the live run: one session file per backend, fed with the same events the ingest thread receives.
+    """Saves the live run: one session file per backend, fed with the same typed events the ingest thread receives.
     Owned and called by the ingest thread only (start/stop requests arrive through ``RunController``)."""
 
     def __init__(self, directory: Path, scenario: str) -> None:
@@ -167,37 +143,37 @@ class LiveRecorder:
         self.stamp = time.strftime("%Y%m%d-%H%M%S")
         self.recorders: dict[str, object] = {}
         self.paths: list[Path] = []
-        self.exact_since: set[str] = set()  # tracks whose file holds a worker keyframe with bookkeeping state
+        self.exact_since: set[str] = set()  # runs whose file holds a worker keyframe with bookkeeping state
 
-    def write(self, track: Track, events: list[dict]) -> None:
-        """Append a batch for ``track``; the first batch opens its file with the track's meta (worker t_start)."""
+    def write(self, model: SessionModel, events: list[Event]) -> None:
+        """Append a batch for ``model``'s run; the first batch opens its file with the run's metadata (the worker's
+        ``t_start``, so times match the worker's own recording)."""
         from probes.recording import SessionRecorder
 
-        rec = self.recorders.get(track.name)
+        rec = self.recorders.get(model.label)
         if rec is None:
             self.directory.mkdir(parents=True, exist_ok=True)
-            path = self.directory / f"{self.stamp}-{self.scenario}-{track.name}.slabrec"
-            meta = {k: v for k, v in track.meta.items() if k not in ("kind", "t")}
-            meta.setdefault("backend", track.name)
-            t_start = float(meta.get("t_start", track.t0 or 0.0))
-            rec = SessionRecorder(path, meta, t_start)
-            self.recorders[track.name] = rec
+            path = self.directory / f"{self.stamp}-{self.scenario}-{model.label}.slabrec"
+            meta = dict(model.meta)
+            meta.setdefault("backend", model.label)
+            rec = SessionRecorder(path, meta, float(meta.get("t_start", 0.0)))
+            self.recorders[model.label] = rec
             self.paths.append(path)
-        rec.write([self._keyframed(track.name, e) for e in events if e.get("kind") not in ("meta", "done")])
-        done = [e for e in events if e.get("kind") == "done"]
+        rec.write([self._keyframed(model.label, e) for e in events if not isinstance(e, (MetaUpdate, Done))])
+        done = [e for e in events if isinstance(e, Done)]
         if done:
-            rec.close(done[-1].get("summary", {}), t=done[-1].get("t"))
+            rec.close(done[-1].summary, t=done[-1].t)
 
-    def _keyframed(self, name: str, event: dict) -> dict:
+    def _keyframed(self, name: str, event: Event) -> Event:
         """A recording started mid-run has no keyframe until the worker flags its next one (with the bookkeeping
         state that makes every instant rebuildable from the op log). Until then each snapshot is stored as a
         keyframe of its own (exact at its instant; between snapshots the nearest earlier one is shown)."""
-        if event.get("kind") != "snapshot" or name in self.exact_since:
+        if not isinstance(event, SnapshotTaken) or name in self.exact_since:
             return event
-        if event.get("keyframe") and event.get("book") is not None:
+        if event.keyframe and event.book_state is not None:
             self.exact_since.add(name)
             return event
-        return dict(event, keyframe=True)
+        return msgspec.structs.replace(event, keyframe=True)
 
     def close(self) -> list[Path]:
         """Close every open file (END record written); returns the paths written."""

@@ -20,6 +20,7 @@ from mlx_lm.models.cache import BatchKVCache, KVCache
 from app.workloads.conversations import DenseConversations, PagedConversations
 from app.workloads.paged_cache import PagedStep
 from app.workloads.scheduler import Sequence
+from probes.events import GatherRuns
 
 
 class PagedBackend:
@@ -97,7 +98,7 @@ class PagedBackend:
         self._decode_step = step
         return step.caches()
 
-    def finish_decode(self) -> list[dict]:
+    def finish_decode(self) -> list:
         """Events of the decode step just run (``fused`` changes, then one ``gather``); checks that every fused
         layer's attention went through the kernel."""
         step, self._decode_step = self._decode_step, None
@@ -108,10 +109,8 @@ class PagedBackend:
             return events
         step.check_served()
         first, most = step.run_counts()
-        ids = [str(s) for s in step.seq_ids]
-        events.append({"kind": "gather", "seq_ids": list(step.seq_ids),
-                       "layer_runs": {"0": dict(zip(ids, first)), "max": dict(zip(ids, most))},
-                       "fused_layers": sum(step.fused)})
+        events.append(GatherRuns(seq_ids=list(step.seq_ids), runs_layer0=list(first), runs_max=list(most),
+                                 fused_layers=sum(step.fused)))
         return events
 
     def check_integrity(self) -> None:
@@ -153,7 +152,7 @@ class DenseBackend:
             self._prefill[seq.seq_id] = [KVCache() for _ in range(self.num_layers)]
         return True
 
-    def finish_decode(self) -> list[dict]:
+    def finish_decode(self) -> list:
         return []
 
     def release(self, seq: Sequence) -> None:

@@ -18,6 +18,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
+from probes.events import FusedChange
+
 KernelFn = Callable[..., object]  # (pool, layer, seq_ids, queries, *, scale, backend[, plan, meta]) -> [B, Hq, 1, D]
 
 
@@ -126,7 +128,7 @@ class DecodeDecisions:
         self.pool = pool
         self.dtype, self.head_dim, self.routable = dtype, head_dim, routable
         self.last: dict[int, tuple[bool, str]] = {}
-        self.events: list[dict] = []
+        self.events: list[FusedChange] = []  # not stamped yet: the runner stamps them with the step
 
     def decide(self, batch_size: int, context_len: int) -> list[bool]:
         """Per layer: True to run the fused kernel this step. Counts in the pool's decision counters."""
@@ -141,6 +143,6 @@ class DecodeDecisions:
                 use, reason = False, NOT_ROUTABLE
             if self.last.get(layer) != (use, reason):
                 self.last[layer] = (use, reason)
-                self.events.append({"kind": "fused", "layer": layer, "use_fused": use, "reason": reason})
+                self.events.append(FusedChange(layer=layer, use_fused=use, reason=reason))
             out.append(use)
         return out

@@ -1,9 +1,10 @@
 """``run_workload``: one backend's run of a scenario in the current process, reported as events.
 
-Event stream (docs/contracts.md section 2): ``meta`` first, then ``phase`` start/end around each phase, one
-``step`` per forward pass, ``log`` lines, and the caller's ``tick(step, tokens)`` at every step boundary (the
-probes take pool snapshots there); the summary is *returned* (the worker wraps it in ``done``). Every event has
-``kind``, ``t`` (``time.monotonic()``), ``step`` and ``tokens`` (prompt + generated tokens computed so far).
+Event stream (docs/contracts.md section 2; typed records of ``probes.events``): ``MetaUpdate`` first, then
+``PhaseEdge`` start/end around each phase, one ``Step`` per forward pass (followed by the backend's
+``FusedChange``/``GatherRuns`` of a decode step), ``LogLine``s, and the caller's ``tick(step, tokens)`` at every step
+boundary (the probes take pool snapshots there); the summary is *returned* (the worker wraps it in ``Done``). Every
+event is stamped with ``t`` (``time.monotonic()``), ``step`` and ``tokens`` (prompt + generated tokens so far).
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ import threading
 import time
 from typing import Callable
 
+import msgspec
+
 from app.workloads.footprint import FootprintTracker
 from app.workloads.scenarios import Scenario, load_scenario
 from app.workloads.session import WorkloadSession, build_session
 from app.workloads.spec import RunSpec
+from probes.events import Event, LogLine, MetaUpdate, PhaseEdge, Step
 
-Emit = Callable[[dict], None]
+Emit = Callable[[Event], None]
 Tick = Callable[[int, int], None]
 
 
@@ -47,7 +51,7 @@ def run_workload(spec: RunSpec, emit: Emit, tick: Tick | None = None, stop: thre
     try:
         runner = _Runner(spec, scenario, session, emit, tick or (lambda s, t: None), stop, check_integrity)
         meta = session.meta()
-        emit(runner.event("meta", **meta))
+        emit(runner.stamped(MetaUpdate(meta=meta)))
         if attach is not None:
             attach(meta, session)
         summary = runner.run()
@@ -71,8 +75,9 @@ class _Runner:
         self.footprint = FootprintTracker()
         self.cancelled = False
 
-    def event(self, kind: str, **fields) -> dict:
-        return {"kind": kind, "t": time.monotonic(), "step": self.step, "tokens": self.tokens, **fields}
+    def stamped(self, event: Event) -> Event:
+        """``event`` with the time and the run's counters of now."""
+        return msgspec.structs.replace(event, t=time.monotonic(), step=self.step, tokens=self.tokens)
 
     def run(self) -> dict:
         started = time.perf_counter()
@@ -82,7 +87,7 @@ class _Runner:
                 self._run_phase(phase)
         except Cancelled:
             self.cancelled = True
-            self.emit(self.event("log", text="cancelled"))
+            self.emit(self.stamped(LogLine(text="cancelled")))
         return self._summary(time.perf_counter() - started)
 
     def _check_stop(self) -> None:
@@ -91,7 +96,7 @@ class _Runner:
 
     def _run_phase(self, phase) -> None:
         stats = self.phase_stats.setdefault(phase.name, _new_phase_stats())
-        self.emit(self.event("phase", name=phase.name, edge="start"))
+        self.emit(self.stamped(PhaseEdge(name=phase.name, edge="start")))
         t0 = time.perf_counter()
         try:
             if phase.kind == "idle":
@@ -103,7 +108,7 @@ class _Runner:
                     self._one_step(phase.name, stats)
         finally:
             stats["wall_s"] += time.perf_counter() - t0
-            self.emit(self.event("phase", name=phase.name, edge="end"))
+            self.emit(self.stamped(PhaseEdge(name=phase.name, edge="end")))
 
     def _idle(self, seconds: float) -> None:
         deadline = time.perf_counter() + seconds
@@ -124,10 +129,10 @@ class _Runner:
         stats[f"{result.kind}_steps"] += 1
         stats["requests_finished"] += len(result.finished)
         self.footprint.sample()
-        self.emit(self.event("step", phase=phase_name, type=result.kind, batch=result.batch,
-                             num_tokens=result.num_tokens, wall_s=round(result.wall_s, 6)))
+        self.emit(self.stamped(Step(phase=phase_name, type=result.kind, batch=result.batch,
+                                    num_tokens=result.num_tokens, wall_s=round(result.wall_s, 6))))
         for event in result.events:  # fused decision changes and the step's gather runs (decode steps)
-            self.emit(self.event(**event))
+            self.emit(self.stamped(event))
         if self.check:
             self.session.check_integrity()
         self.tick(self.step, self.tokens)

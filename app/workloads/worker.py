@@ -2,14 +2,14 @@
 
 Parent side (``WorkerHandle``, no mlx import): ``start()``, ``poll()`` (never blocks), ``cancel()`` (returns
 within a second: a stop event first, then terminate/kill), ``alive``, ``exitcode``, ``error``. Events arrive
-over a multiprocessing queue as batches (lists of event dicts, docs/contracts.md section 2); ``poll`` flattens
-them. A worker that dies without saying why (SIGKILL from the OOM killer, a segfault) is reported as an
-``error`` event synthesised by the parent, so nothing ever waits on a dead process.
+over a multiprocessing queue as encoded batches (``probes.transport``; typed ``probes.events`` records,
+docs/contracts.md section 2); ``poll`` decodes and flattens them. A worker that dies without saying why (SIGKILL
+from the OOM killer, a segfault) is reported as a ``WorkerError`` synthesised by the parent
+(``origin="parent"``), so nothing ever waits on a dead process.
 
 Child side (``_worker_main``): stdout/stderr go to a log file (a stray print would corrupt the TUI), the BLAS
-thread count is set, OpenBLAS is loaded before mlx, then the workload runs with the probes (``probes.live``)
-when importable, else with a direct forwarder. Exceptions become an ``error`` event with the traceback text,
-followed by ``done``.
+thread count is set, OpenBLAS is loaded before mlx, then the workload runs with the probes (``probes.live``).
+Exceptions become a ``WorkerError`` event with the traceback text, followed by ``Done``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,11 @@ import time
 import traceback
 from pathlib import Path
 
+import msgspec
+
 from app.workloads.spec import RunSpec
+from probes.events import Done, Event, WorkerError
+from probes.transport import decode_batch
 
 QUEUE_BATCHES = 4096
 CANCEL_GRACE_S = 0.5
@@ -92,10 +96,10 @@ class WorkerHandle:
             self._process.kill()
             self._process.join(0.2)
 
-    def join(self, timeout: float) -> list[dict]:
+    def join(self, timeout: float) -> list[Event]:
         """Poll until the worker finished (``done`` seen or the process gone) or ``timeout``; returns events."""
         deadline = time.monotonic() + timeout
-        events: list[dict] = []
+        events: list[Event] = []
         while time.monotonic() < deadline:
             events.extend(self.poll())
             if self.finished:
@@ -105,7 +109,7 @@ class WorkerHandle:
         return events
 
     # ---------------------------------------------------------------- events
-    def poll(self) -> list[dict]:
+    def poll(self) -> list[Event]:
         """Every event received so far (never blocks). Adds an ``error`` event if the process died silently."""
         if self._queue is None:
             return []
@@ -117,27 +121,31 @@ class WorkerHandle:
                 events.append(self._death_event())
         return events
 
-    def _drain(self) -> list[dict]:
-        events: list[dict] = []
+    def _drain(self) -> list[Event]:
+        events: list[Event] = []
         while True:
             try:
                 item = self._queue.get_nowait()
             except (queue_mod.Empty, OSError, EOFError, ValueError):
                 break
-            for event in item if isinstance(item, list) else [item]:
+            try:
+                batch = decode_batch(item)
+            except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError) as exc:
+                batch = [WorkerError(t=time.monotonic(), step=-1, tokens=-1, origin="parent",
+                                     text=f"undecodable batch from the worker: {exc}")]
+            for event in batch:
                 self._observe(event)
                 events.append(event)
         return events
 
-    def _observe(self, event: dict) -> None:
-        kind = event.get("kind")
-        if kind == "error" and self.error is None:
-            self.error = str(event.get("text", "worker error"))
-        elif kind == "done":
+    def _observe(self, event: Event) -> None:
+        if isinstance(event, WorkerError) and self.error is None:
+            self.error = event.text
+        elif isinstance(event, Done):
             self.done = True
-            self.summary = event.get("summary")
+            self.summary = event.summary
 
-    def _death_event(self) -> dict:
+    def _death_event(self) -> WorkerError:
         code = self.exitcode
         if code is not None and code < 0:
             sig = -code
@@ -155,8 +163,7 @@ class WorkerHandle:
         tail = _log_tail(self.log_path)
         if self.error is None:
             self.error = text
-        return {"kind": "error", "t": time.monotonic(), "step": -1, "tokens": -1, "text": text,
-                "traceback": tail, "origin": "parent"}
+        return WorkerError(t=time.monotonic(), step=-1, tokens=-1, text=text, traceback=tail, origin="parent")
 
 
 def _log_tail(path: str, max_chars: int = 2000) -> str:
@@ -199,5 +206,5 @@ def _worker_main(spec: RunSpec, out_queue, stop_event, log_path: str) -> None:
         run_workload(spec, sink.emit, sink.tick, stop_event, attach=sink.attach, before_close=sink.finish)
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent as text
         text = f"{type(exc).__name__}: {exc}"
-        sink.emit({"kind": "error", "text": text, "traceback": traceback.format_exc()})
+        sink.emit(WorkerError(text=text, traceback=traceback.format_exc()))
         sink.finish({"error": text})

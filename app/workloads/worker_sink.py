@@ -1,29 +1,29 @@
-"""Where a run's events go: through ``probes.live.WorkerProbes`` when importable, else straight to the queue.
+"""Where a run's events go: through ``probes.live.WorkerProbes`` (sampling, snapshots, recording, transport).
 
 ``make_sink(queue, spec)`` returns an object with ``emit(event)``, ``tick(step, tokens)``,
 ``attach(meta, session)`` (called by ``run_workload`` once model and pool exist) and ``finish(summary)``
-(sends ``done``). Before ``attach``, events are held (the probes send ``meta`` first when they start).
+(sends ``Done``). Before ``attach``, events are held (the probes send the metadata first when they start); a run
+that fails before ``attach`` sends what it held and ``Done`` straight to the queue.
 """
 
 from __future__ import annotations
 
 import time
 
+from probes.events import Done, Event, MetaUpdate
+from probes.transport import encode_batch
 
-def make_sink(out_queue, spec):
+
+def make_sink(out_queue, spec) -> "ProbesSink":
     """``out_queue``: a multiprocessing queue (worker) or a callable taking one event (in-process runs)."""
-    try:
-        from probes.live import WorkerProbes  # noqa: F401
-    except ImportError:
-        return DirectSink(out_queue, spec)
     return ProbesSink(out_queue, spec)
 
 
-def _deliver(out, batch: list[dict]) -> None:
-    """To a queue (blocking put with a bound: a parent that stopped reading must not hang the worker forever) or
-    to a callable taking one event (in-process runs)."""
+def _deliver(out, batch: list[Event]) -> None:
+    """To a queue (encoded like the probes' batches; a blocking put with a bound: a parent that stopped reading must
+    not hang the worker forever) or to a callable taking one event (in-process runs)."""
     if hasattr(out, "put"):
-        out.put(batch, timeout=5.0)
+        out.put(encode_batch(batch), timeout=5.0)
     else:
         for event in batch:
             out(event)
@@ -35,11 +35,11 @@ class ProbesSink:
     def __init__(self, out_queue, spec):
         self.queue, self.spec = out_queue, spec
         self.probes = None
-        self._held: list[dict] = []
+        self._held: list[Event] = []
 
-    def emit(self, event: dict) -> None:
+    def emit(self, event: Event) -> None:
         if self.probes is None:
-            if event.get("kind") != "meta":  # the probes send their own meta (built from ours) at start
+            if not isinstance(event, MetaUpdate):  # the probes send their own metadata (built from ours) at start
                 self._held.append(event)
             return
         self.probes.emit(event)
@@ -62,37 +62,16 @@ class ProbesSink:
         self._held.clear()
 
     def finish(self, summary: dict) -> dict:
-        """Send ``done`` (through the probes when running); returns the summary as sent."""
+        """Send ``Done`` (through the probes when running); returns the summary as sent."""
         if self.probes is not None:
             return self.probes.stop(summary)
         now = time.monotonic()
-        _deliver(self.queue, [*self._held, {"kind": "done", "t": now, "step": 0, "tokens": 0, "summary": summary}])
+        held = [event if event.t else _stamp(event, now) for event in self._held]
+        _deliver(self.queue, [*held, Done(t=now, summary=summary)])
         return summary
 
 
-class DirectSink:
-    """No probes: forward events as one-event batches, pool snapshots at ``snapshot_hz`` from ``tick``."""
+def _stamp(event: Event, t: float) -> Event:
+    import msgspec
 
-    def __init__(self, out_queue, spec):
-        self.queue, self.spec = out_queue, spec
-        self.pool = None
-        self._next_snapshot = 0.0
-        self._step = self._tokens = 0
-
-    def emit(self, event: dict) -> None:
-        _deliver(self.queue, [event])
-
-    def tick(self, step: int, tokens: int) -> None:
-        self._step, self._tokens = step, tokens
-        now = time.monotonic()
-        if self.pool is not None and self.spec.snapshot_hz > 0 and now >= self._next_snapshot:
-            self._next_snapshot = now + 1.0 / self.spec.snapshot_hz
-            self.emit({"kind": "snapshot", "t": now, "step": step, "tokens": tokens, "snapshot": self.pool.snapshot()})
-
-    def attach(self, meta: dict, session) -> None:
-        self.pool = session.pool
-
-    def finish(self, summary: dict) -> dict:
-        self.emit({"kind": "done", "t": time.monotonic(), "step": self._step, "tokens": self._tokens,
-                   "summary": summary})
-        return summary
+    return msgspec.structs.replace(event, t=t)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from probes.events import FusedChange, Step
 from probes.replay import Session
 
 GPU_DIR = Path(__file__).resolve().parents[2] / "assets" / "recordings" / "gpu"
@@ -26,13 +27,13 @@ def test_gpu_recordings_are_small_complete_h200_sessions():
         assert session.complete and session.meta["backend"] == backend
         assert session.meta["device"].startswith("Device(gpu")
         assert session.meta["model"]["name"] == "synthetic:qwen3-0.6b" and session.meta["model"]["dtype"] == "bfloat16"
-        steps = [e for e in session.events if e.get("kind") == "step"]
-        assert sum(e["num_tokens"] for e in steps if e["type"] == "decode") == 8 * 32
-        peaks[backend] = max(s["footprint"] for s in session.samples)
+        steps = session.events_of(Step)
+        assert sum(e.num_tokens for e in steps if e.type == "decode") == 8 * 32
+        peaks[backend] = session.peak().value
     # the shape the gate reports (docs/gpu.md): slab at or below dense, the monolithic ladder above both
     assert peaks["slab"] <= peaks["dense"] < peaks["monolithic"]
-    fused = [e for e in Session.open(str(_path("slab"))).events if e.get("kind") == "fused"]
-    assert fused and all(e["use_fused"] for e in fused)
+    fused = Session.open(str(_path("slab"))).events_of(FusedChange)
+    assert fused and all(e.use_fused for e in fused)
 
 
 def test_gpu_recordings_open_in_the_tui(tmp_path):

@@ -8,9 +8,9 @@ import time
 import mlx.core as mx
 
 from pool import PagedKVPool, PoolConfig
+from probes.events import Step
 from probes.live import WorkerProbes
 from probes.synthetic import ScriptedTraffic
-from probes.v1 import snapshot_to_v1
 
 N_KV_HEADS, HEAD_DIM = 1, 4
 
@@ -32,7 +32,7 @@ def record_scripted(path, design: str = "slab", slab_blocks: int = 4, block_size
         for layer in range(num_layers):
             pool.write(layer, seq, start, kv, kv + 0.5)
         if seq % 3 == 0:  # a mid-step instant, between ops
-            live.append((time.monotonic() - probes._t_start, snapshot_to_v1(pool.snapshot()), "mid"))
+            live.append((time.monotonic() - probes._t_start, pool.snapshot(), "mid"))
 
     probes.attach_pool(pool)
     probes.start()
@@ -45,10 +45,10 @@ def record_scripted(path, design: str = "slab", slab_blocks: int = 4, block_size
                 pool.gather_visible(layer, seq)
         pool.fused_decision(0, dtype="float32", head_dim=HEAD_DIM, batch_size=len(traffic.live))
         tokens += len(traffic.live)
-        probes.emit({"kind": "step", "phase": "decode", "type": "decode", "batch": len(traffic.live),
-                     "num_tokens": len(traffic.live), "wall_s": 0.0})
+        probes.emit(Step(phase="decode", type="decode", batch=len(traffic.live), num_tokens=len(traffic.live),
+                         wall_s=0.0))
         probes.tick(step, tokens)
-        live.append((time.monotonic() - probes._t_start, snapshot_to_v1(pool.snapshot()), "tick"))
+        live.append((time.monotonic() - probes._t_start, pool.snapshot(), "tick"))
         pool.check_integrity()
     probes.stop({"steps": steps})
     return probes, pool, live

@@ -98,7 +98,7 @@ def test_record_end_to_end_with_a_tiny_model(tmp_path, capsys):
     slab = Session.open(out / "churn-slab.slabrec")
     dense = Session.open(out / "churn-dense.slabrec")
     assert slab.complete and dense.complete and dense.snapshots == []
-    assert slab.meta["backend"] == "slab" and slab.overhead["samples"] >= 1
-    assert [p["name"] for p in slab.phases()] == ["churn"]
+    assert slab.meta["backend"] == "slab" and slab.overhead.samples >= 1
+    assert [p.name for p in slab.phases()] == ["churn"] and slab.geometry.design == "slab"
     assert mismatches_with_recording(slab, run_whatif(slab)) == []
-    assert slab.snapshot_at(slab.duration)["stats"] == slab.snapshots[-1]["snapshot"]["stats"]
+    assert slab.snapshot_at(slab.duration).stats == slab.snapshots[-1].snapshot.stats

@@ -20,13 +20,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 WRITER = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, sys.argv[2])
+    from pool.ops import AddSequence
+    from probes.events import LogLine, OpBatch, Sample
     from probes.recording import SessionRecorder
     rec = SessionRecorder(sys.argv[1], {"scenario": "crash"}, 0.0)
     i = 0
     while True:
-        batch = [{"kind": "sample", "t": i * 0.01 + k * 0.001, "step": i, "tokens": i, "footprint": i * 10 + k,
-                  "blob": "y" * (k * 300)} for k in range(8)]
-        batch.append({"kind": "op", "t": i * 0.01, "ops": [{"op": "add_sequence", "seq": i}]})
+        batch = [Sample(t=i * 0.01 + k * 0.001, step=i, tokens=i, active=0, cache=0, footprint=i * 10 + k, peak=0,
+                        footprint_max=0, rss=0, rss_max=0, sys_available=0, weights=0, pool_live=0, pool_free=0,
+                        other_active=0, rss_other=0, cost_us=0.0) for k in range(8)]
+        batch += [LogLine(t=i * 0.01, step=i, text="y" * (k * 300)) for k in range(8)]
+        batch.append(OpBatch(t=i * 0.01, ops=[AddSequence(i)], op_t=[i * 0.01]))
         rec.write(batch)
         print(i, flush=True)   # batch i is completely written
         i += 1
@@ -49,12 +53,14 @@ def test_sigkill_mid_write_keeps_completed_records(tmp_path, kill_after_s):
     confirmed = max(lines, default=confirmed)
     s = Session.open(path)
     assert not s.complete
-    steps = sorted({x["step"] for x in s.samples})
+    sample_steps = s.samples.window().step
+    steps = sorted(set(sample_steps))
     assert steps == list(range(len(steps))), "records form a prefix: nothing lost in the middle"
     assert len(steps) >= confirmed + 1
-    assert [op["seq"] for op in s.ops] == list(range(len(s.ops)))
-    assert len(s.ops) >= confirmed + 1
-    per_step = Counter(x["step"] for x in s.samples)
+    ops = s.all_ops()
+    assert [entry.op.seq for entry in ops] == list(range(len(ops)))
+    assert len(ops) >= confirmed + 1
+    per_step = Counter(sample_steps)
     assert all(per_step[st] == 8 for st in steps), "a batch is written whole or not at all"
 
 
@@ -80,8 +86,9 @@ def test_sigkill_of_a_worker_with_live_probes_leaves_a_usable_session(tmp_path):
     proc.wait()
     s = Session.open(path)
     assert not s.complete and s.meta["scenario"] == "scripted"
-    assert len(s.samples) >= 2 and len(s.keyframes) >= 1 and len(s.ops) > 0
-    assert [op["i"] for op in s.ops] == list(range(len(s.ops)))
+    ops = s.all_ops()
+    assert len(s.samples) >= 2 and len(s.keyframes) >= 1 and len(ops) > 0
+    assert [entry.i for entry in ops] == list(range(len(ops)))
     last = s.snapshots[-1]
-    rebuilt = s.snapshot_at(last["t"])
-    assert rebuilt["stats"] == last["snapshot"]["stats"]
+    rebuilt = s.snapshot_at(last.t)
+    assert rebuilt.stats == last.snapshot.stats

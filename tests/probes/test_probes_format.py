@@ -7,11 +7,15 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+import msgspec
+from probes_helpers import T0, write_synthetic
+
+from probes import codec
 from probes import format as fmt
 from probes.errors import RecordingError
+from probes.events import LogLine, Sample, Step
 from probes.replay import Session
 from probes.synthetic import write_synthetic_session
-from probes_helpers import T0, write_synthetic
 
 
 def test_round_trip_keeps_every_record(tmp_path):
@@ -19,23 +23,25 @@ def test_round_trip_keeps_every_record(tmp_path):
     batches = write_synthetic(path, num_batches=20)
     s = Session.open(path)
     assert s.complete and s.incomplete_tail_bytes == 0
-    assert s.meta["scenario"] == "synthetic" and s.meta["t_start"] == T0
-    expected = [e for b in batches for e in b if e["kind"] == "sample"]
-    assert [x["footprint"] for x in s.samples] == [e["footprint"] for e in expected]
-    assert s.samples[0]["t"] == 0.0 and s.samples[-1]["t"] == pytest.approx(expected[-1]["t"] - T0)
-    assert s.summary["summary"] == {"throughput_tok_s": 123.0}
-    assert [p["name"] for p in s.phases()] == ["decode"]
+    assert s.meta["scenario"] == "synthetic" and s.meta["t_start"] == T0 and s.format_version == 2
+    expected = [e for b in batches for e in b if isinstance(e, Sample)]
+    samples = s.samples.window()
+    assert samples.footprint == [e.footprint for e in expected]
+    assert samples.t[0] == 0.0 and samples.t[-1] == pytest.approx(expected[-1].t - T0)
+    assert s.samples.at(3) == msgspec.structs.replace(expected[3], t=samples.t[3])  # typed, every field kept
+    assert s.summary.summary == {"throughput_tok_s": 123.0}
+    assert [p.name for p in s.phases()] == ["decode"] and len(s.events_of(Step)) == 6
 
 
 def test_large_payloads_are_compressed_and_read_back(tmp_path):
     path = tmp_path / "big.slabrec"
-    writer = fmt.RecordWriter(path)
-    big = [{"kind": "log", "t": float(i), "text": "x" * 100} for i in range(100)]
-    writer.append([(fmt.META, 0.0, {"a": 1}), (fmt.EVENTS, 0.0, big)])
+    writer = fmt.RecordWriter(path, "s1")
+    big = [LogLine(t=float(i), text="x" * 100) for i in range(100)]
+    writer.append([(fmt.META, 0.0, codec.encode({"session_id": "s1"})), (fmt.EVENTS, 0.0, codec.encode(big))])
     writer.close()
     image = fmt.FileImage(path)
     assert image.refs[1].flags & fmt.FLAG_ZLIB
-    assert image.decode(image.refs[1]) == big
+    assert codec.decode(image, image.refs[1]).events == big
 
 
 def test_torn_tail_opens_with_every_complete_record(tmp_path):
@@ -49,7 +55,7 @@ def test_torn_tail_opens_with_every_complete_record(tmp_path):
     s = Session.open(cut)
     assert not s.complete and s.incomplete_tail_bytes > 0
     full = Session.open(path)
-    assert s.samples == full.samples  # the END record was the torn one
+    assert s.samples.window().t == full.samples.window().t  # the END record was the torn one
 
 
 @pytest.mark.parametrize("content, words", [
@@ -58,6 +64,7 @@ def test_torn_tail_opens_with_every_complete_record(tmp_path):
     (b"SLABSC", "truncated"),
     (fmt.FILE_HEADER.pack(fmt.MAGIC, 99, 0), "format v99 is not supported"),
     (fmt.FILE_HEADER.pack(fmt.MAGIC, 1, 0), "no metadata"),
+    (fmt.FILE_HEADER.pack(fmt.MAGIC, 2, 0), "no metadata"),
 ])
 def test_bad_files_give_one_line_error(tmp_path, content, words):
     path = tmp_path / "bad.slabrec"
@@ -113,7 +120,8 @@ def test_fuzzed_files_open_or_raise_recording_error_only(tmp_path_factory, data)
         at = data.draw(st.integers(0, len(good)))
         blob = good[:at] + data.draw(st.binary(max_size=64)) + good[at:]
     else:
-        blob = fmt.FILE_HEADER.pack(fmt.MAGIC, 1, 0) + data.draw(st.binary(max_size=200))
+        blob = fmt.FILE_HEADER.pack(fmt.MAGIC, data.draw(st.sampled_from([1, 2])), 0) + data.draw(
+            st.binary(max_size=200))
     path = tmp_path_factory.mktemp("f") / "x.slabrec"
     path.write_bytes(blob)
     try:
@@ -123,8 +131,86 @@ def test_fuzzed_files_open_or_raise_recording_error_only(tmp_path_factory, data)
         return
     # Opened: every query answers, or (lazily decoded parts) raises the same one-line RecordingError.
     try:
-        s.duration, s.phases(), s.peak(), s.frame_at(0.5), s.ops, list(s.replay_events()), s.snapshot_at(1.0)
+        s.duration, s.phases(), s.peak(), s.frame_at(0.5), s.all_ops(), list(s.iter_steps()), s.snapshot_at(1.0)
     except RecordingError as exc:
         assert "\n" not in str(exc)
     assert len(s.samples) <= 20
     os.remove(path)
+
+
+def _records(path) -> tuple[bytes, list[bytes]]:
+    """(file header, every record's bytes) of a v2 file."""
+    data = path.read_bytes()
+    image = fmt.FileImage(path)
+    starts = [ref.offset - fmt.RECORD_HEADER.size for ref in image.refs]
+    ends = [ref.offset + ref.length for ref in image.refs]
+    return data[:fmt.FILE_HEADER.size], [data[a:b] for a, b in zip(starts, ends)]
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda recs: recs[:5] + [recs[4]] + recs[5:], "out of sequence"),   # a duplicated record
+    (lambda recs: recs[:4] + [recs[5], recs[4]] + recs[6:], "out of sequence"),  # two records swapped
+    (lambda recs: recs[:4] + recs[5:], "out of sequence"),  # a record missing from the middle
+])
+def test_duplicated_reordered_or_missing_records_are_detected(tmp_path, damage, words):
+    path = tmp_path / "s.slabrec"
+    write_synthetic(path, num_batches=10)
+    header, records = _records(path)
+    bad = tmp_path / "bad.slabrec"
+    bad.write_bytes(header + b"".join(damage(records)))
+    with pytest.raises(RecordingError, match=words) as info:
+        Session.open(bad)
+    assert "\n" not in str(info.value)
+
+
+def test_records_of_another_session_are_detected(tmp_path):
+    a, b = tmp_path / "a.slabrec", tmp_path / "b.slabrec"
+    write_synthetic(a, num_batches=10)
+    write_synthetic(b, num_batches=10)
+    header, ours = _records(a)
+    _, theirs = _records(b)
+    spliced = tmp_path / "spliced.slabrec"
+    spliced.write_bytes(header + b"".join(ours[:6] + theirs[6:]))  # sequence numbers fit, the session does not
+    with pytest.raises(RecordingError, match="belongs to another session"):
+        Session.open(spliced)
+
+
+def _file_with(tmp_path, kind: int, payload: bytes):
+    path = tmp_path / "crafted.slabrec"
+    writer = fmt.RecordWriter(path, "s1")
+    writer.append([(fmt.META, 0.0, codec.encode({"session_id": "s1", "t_start": 0.0})), (kind, 0.0, payload)])
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize("kind, payload, words", [
+    (fmt.SAMPLES, {"columns": {"t": ["lots"]}}, "malformed samples record"),
+    (fmt.SAMPLES, {"columns": {name: [1] for name in Sample.__struct_fields__ if name != "rss"}}, "['rss'] missing"),
+    (fmt.SAMPLES, {"columns": {name: [float("nan")] for name in Sample.__struct_fields__}}, "not finite"),
+    (fmt.EVENTS, [{"kind": "step", "t": 0.0, "phase": "x", "type": "decode"}], "missing required field"),
+    (fmt.OPS, {"first": 0, "t": [0.0], "ops": [{"op": "teleport", "seq": 1}]}, "malformed ops record"),
+    (fmt.OPS, {"first": 0, "t": [], "ops": [{"op": "release", "seq": 1}]}, "1 ops with 0 times"),
+    (fmt.END, {"t": "soon", "summary": {}}, "malformed end record"),
+    (fmt.META, ["not", "a", "dict"], "malformed meta record"),
+])
+def test_malformed_content_is_one_recording_error(tmp_path, kind, payload, words):
+    """CRC-valid records with content of the wrong shape: one typed decode, one line, at open (the op log, decoded
+    on first use, then)."""
+    if kind == fmt.META:
+        path = tmp_path / "crafted.slabrec"
+        writer = fmt.RecordWriter(path, "s1")
+        writer.append([(fmt.META, 0.0, codec.encode(payload))])
+        writer.close()
+    else:
+        path = _file_with(tmp_path, kind, codec.encode(payload))
+    with pytest.raises(RecordingError) as info:
+        Session.open(path).all_ops()
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_event_kinds_of_a_newer_slabscope_are_skipped_and_counted(tmp_path):
+    payload = codec.encode([{"kind": "log", "t": 1.0, "text": "kept"}, {"kind": "hologram", "t": 2.0, "x": 1},
+                            {"kind": "hologram", "t": 3.0}])
+    session = Session.open(_file_with(tmp_path, fmt.EVENTS, payload))
+    assert [e.text for e in session.events_of(LogLine)] == ["kept"]
+    assert session.skipped_events == {"hologram": 2}

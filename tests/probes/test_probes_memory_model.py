@@ -5,6 +5,7 @@ from pathlib import Path
 
 from probes.meta import memory_model_of
 from probes.replay import Session
+from probes.sampler import accounting_parts
 
 GPU_SLAB = Path(__file__).resolve().parents[2] / "assets" / "recordings" / "gpu" / "distinct_burst-slab.slabrec"
 
@@ -22,14 +23,9 @@ def test_inferred_for_older_sessions():
 
 
 def test_gpu_recording_accounting_shows_host_rss_not_a_negative_remainder():
-    from app.tui.analysis import accounting
-    from app.tui.data import Track
-
     session = Session.open(GPU_SLAB)
     assert memory_model_of(session.meta) == "discrete"
-    track = Track("slab")
-    for event in session.replay_events():
-        track.add(event)
-    parts = accounting(track, len(track.samples), None)
+    last = session.samples.at(len(session.samples) - 1)
+    parts = accounting_parts(last, discrete=True)
     assert parts[-1].label == "host RSS (not on GPU)"
-    assert parts[-1].bytes == track.samples.rss[len(track.samples) - 1] > 0
+    assert parts[-1].bytes == last.rss > 0

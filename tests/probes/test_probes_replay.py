@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import random
 
+import msgspec
 import pytest
-
-from probes.replay import Session
-from probes.store import LiveStore
 from probes_scripted import record_scripted
 
-from probes.v1 import snapshot_to_v1
+from probes import format as fmt
+from probes.replay import Session
+from probes.store import SessionModel
 
 
 @pytest.fixture(scope="module", params=["slab", "monolithic"])
@@ -20,8 +20,9 @@ def scripted(request, tmp_path_factory):
     return path, probes, pool, live
 
 
-def _without_fused(snapshot: dict) -> dict:
-    return dict(snapshot, layers=[{k: v for k, v in layer.items() if k != "fused"} for layer in snapshot["layers"]])
+def _without_fused(snapshot):
+    return msgspec.structs.replace(snapshot, layers=[msgspec.structs.replace(layer, fused=None)
+                                                     for layer in snapshot.layers])
 
 
 def _check_against_live(view, live, order_seed: int) -> None:
@@ -44,19 +45,23 @@ def test_recording_rebuilds_live_snapshots_seeking_both_ways(scripted):
     assert len(live) > 60
     _check_against_live(session, live, order_seed=1)
     _check_against_live(session, sorted(live, key=lambda x: -x[0]), order_seed=2)
-    assert session.snapshot_at(session.duration) == snapshot_to_v1(pool.snapshot())
+    assert session.snapshot_at(session.duration) == pool.snapshot()
 
 
-def test_live_store_answers_like_the_recording(scripted):
+def test_live_model_answers_like_the_recording(scripted):
     path, probes, pool, live = scripted
-    store = LiveStore()
-    for event in probes.sender.sink:
-        store.append(event)
+    model = SessionModel()
+    for event in probes.sender.sink:  # what the worker sent over its transport, in order
+        model.append(event)
     session = Session.open(path)
-    assert store.complete
-    assert [s["footprint"] for s in store.samples] == [s["footprint"] for s in session.samples]
-    assert store.ops == session.ops
-    _check_against_live(store, live[::3], order_seed=3)
+    assert model.complete and model.session_id == session.session_id and model.geometry == session.geometry
+    assert model.samples.window().footprint == session.samples.window().footprint
+    assert model.samples.window().t == session.samples.window().t
+    assert model.all_ops() == session.all_ops() and model.events == session.events
+    assert model.snapshots == session.snapshots and model.phases() == session.phases()
+    assert model.peak() == session.peak() and model.frame_at(0.5) == session.frame_at(0.5)
+    _check_against_live(model, live[::3], order_seed=3)
+    assert model.snapshot_at(None) == pool.snapshot()  # following the live run: the latest full snapshot
 
 
 def test_seek_returns_frames_in_either_direction(scripted):
@@ -67,7 +72,7 @@ def test_seek_returns_frames_in_either_direction(scripted):
     early = session.seek(end * 0.4)
     assert session.cursor == pytest.approx(end * 0.4)
     assert late.step >= early.step and late.t > early.t
-    assert early.sample is not None and early.sample["t"] <= early.t
+    assert early.sample is not None and early.sample.t <= early.t
     assert session.seek(-5).t == 0.0 and session.seek(1e9).t == pytest.approx(end)
     frames = list(session.iter_time(dt=end / 10))
     assert len(frames) == 11 and [f.t for f in frames] == sorted(f.t for f in frames)
@@ -81,16 +86,14 @@ def test_before_the_first_keyframe_there_is_no_snapshot(scripted):
     assert session.snapshot_at(-1.0) is None
 
 
-def test_replay_events_stream_everything_in_time_order(scripted):
-    path, probes, _, _ = scripted
+def test_geometry_and_session_id_are_in_the_metadata(scripted):
+    """A session cut before its first keyframe still knows its pool (what-if does not call it dense)."""
+    path, _, pool, _ = scripted
     session = Session.open(path)
-    events = list(session.replay_events())
-    assert events[0]["kind"] == "meta" and events[-1]["kind"] == "done"
-    times = [e["t"] for e in events[1:-1]]
-    assert times == sorted(times)
-    assert sum(len(e["ops"]) for e in events if e["kind"] == "op") == len(session.ops)
-    assert sum(1 for e in events if e["kind"] == "sample") == len(session.samples)
-    live = LiveStore()
-    for e in events:  # a store fed from a recording's replay answers like the recording (relative times)
-        live.append(e)
-    assert live.ops == session.ops and [s["t"] for s in live.samples] == [s["t"] for s in session.samples]
+    assert session.geometry == pool.config.geometry() and len(session.session_id) == 32
+    cut = path.parent / "cut.slabrec"
+    image = fmt.FileImage(path)
+    first_keyframe = image.by_kind[fmt.KEYFRAME][0]
+    cut.write_bytes(path.read_bytes()[:first_keyframe.offset - fmt.RECORD_HEADER.size])
+    early = Session.open(cut)
+    assert not early.keyframes and early.geometry == pool.config.geometry() and early.is_pool

@@ -23,16 +23,16 @@ def test_recorded_config_replay_equals_recorded_counters(session):
     assert result.config == recorded_config(session)
     assert result.skipped == []
     assert mismatches_with_recording(session, result) == []
-    final = session.snapshots[-1]["snapshot"]
+    final = session.snapshots[-1].snapshot
     summary = result.summary()
-    assert summary["final_bytes_reserved"] == final["stats"]["bytes_reserved"]
-    assert summary["slab_appends"] == final["counters"]["slab_appends"]
-    assert summary["bytes_copied"] == final["counters"]["bytes_copied"]
+    assert summary["final_bytes_reserved"] == final.stats.bytes_reserved
+    assert summary["slab_appends"] == final.counters.slab_appends
+    assert summary["bytes_copied"] == final.counters.bytes_copied
 
 
 def test_bigger_slabs_mean_fewer_slabs_and_fewer_runs(session):
     small = run_whatif(session).summary()
-    if session.meta["pool"]["design"] == "monolithic":  # grows in fixed 32-row chunks: slab size is irrelevant
+    if session.geometry.design == "monolithic":  # grows in fixed 32-row chunks: slab size is irrelevant
         assert run_whatif(session, slab_blocks=64).summary() == dict(small, config=dict(small["config"],
                                                                                          slab_blocks=64))
         return

@@ -26,7 +26,7 @@ async def measure(n: int) -> dict[str, float]:
                                   recordings_dir=Path("/tmp")))
     out = {}
     async with app.run_test(size=(160, 50)) as pilot:
-        while app.store.tracks["slab"].status != "done":
+        while app.store.sessions["slab"].status != "done":
             await pilot.pause(0.05)
         for tab_id, _title, _view in [*TABS, ("sessions", "", None)]:
             app.action_show_tab(tab_id)

@@ -67,7 +67,7 @@ def test_crashed_worker_shows_its_error(tmp_path):
             return app, screen_text(app)
 
     app, text = run(go())
-    assert app.store.tracks["slab"].status == "error" and app.store.tracks["dense"].status == "done"
+    assert app.store.sessions["slab"].status == "error" and app.store.sessions["dense"].status == "done"
     assert "slab ✗ killed by signal 9 (likely out of memory)" in text
 
 
@@ -78,7 +78,7 @@ def test_quit_cancels_workers_and_returns(tmp_path):
     async def go():
         app = make_app(slow, tmp_path)
         async with app.run_test(size=(80, 24)) as pilot:
-            await wait_for(pilot, lambda: len(app.store.tracks["slab"].samples) > 0)
+            await wait_for(pilot, lambda: len(app.store.sessions["slab"].samples) > 0)
             handles = dict(app.controller.handles)
             await pilot.press("q")
             await pilot.pause(0.2)
@@ -118,7 +118,7 @@ def test_x_axis_pool_backend_and_theme_switches(fake_factory, tmp_path):
             await pilot.press("t")
             x2 = app.x_mode
             await pilot.press("b")
-            pool = app.frame().pool_track().name
+            pool = app.frame().pool_session().label
             await pilot.press("D")
             await pilot.pause(0.2)
             return x1, x2, pool, app.theme, screen_text(app)
@@ -149,7 +149,7 @@ def test_run_form_validates_then_starts_a_run(fake_factory, tmp_path):
 
     app, error = run(go())
     assert "slab blocks must be a positive integer" in error
-    assert set(app.store.tracks) == {"slab", "monolithic"} and app.options.slab_blocks == 16
+    assert set(app.store.sessions) == {"slab", "monolithic"} and app.options.slab_blocks == 16
 
 
 def test_help_lists_every_app_key(fake_factory, tmp_path):

@@ -28,12 +28,12 @@ def test_live_run_record_open_scrub_inspect(tmp_path):
             # once they are up), then samples appear in both backends
             await pilot.press("R")
             await wait_for(pilot, lambda: app.controller.recording, timeout=5)
-            await wait_for(pilot, lambda: all(len(t.samples) for t in app.store.tracks.values()), timeout=60)
+            await wait_for(pilot, lambda: all(len(t.samples) for t in app.store.sessions.values()), timeout=60)
             await wait_for(pilot, lambda: finished(app), timeout=60)
             app.refresh_views()
             await pilot.pause(0.1)
             out["live_text"] = screen_text(app)
-            out["live_status"] = {n: t.status for n, t in app.store.tracks.items()}
+            out["live_status"] = {n: t.status for n, t in app.store.sessions.items()}
             await pilot.press("R")  # stop recording
             await wait_for(pilot, lambda: not app.controller.recording and app.controller.recorded_paths(),
                            timeout=5)
@@ -50,7 +50,7 @@ def test_live_run_record_open_scrub_inspect(tmp_path):
             listing.focus()
             await pilot.press("enter")
             await wait_for(pilot, lambda: app.mode == "REPLAY", timeout=10)
-            out["replay_tracks"] = list(app.store.tracks)
+            out["replay_tracks"] = list(app.store.sessions)
             # scrub: step back twice, then click the scrubber's start
             start = app.cursor
             await pilot.press("2", "left_square_bracket", "left_square_bracket")
@@ -61,7 +61,7 @@ def test_live_run_record_open_scrub_inspect(tmp_path):
             await pilot.press("P")  # the peak moment; then step back to one with live sequences to inspect
             for _ in range(400):
                 found = app.frame().snapshot()
-                if found and found[1].get("seq_rows"):
+                if found and found[1].seq_rows:
                     break
                 await pilot.press("left_square_bracket")
             await pilot.pause(0.1)

@@ -29,12 +29,12 @@ SCRIPT = textwrap.dedent("""
             app = SlabscopeApp(AppOptions(worker_factory=tiny_factory, recordings_dir="recs"))
             async with app.run_test(size=(80, 24)) as pilot:
                 deadline = time.monotonic() + 60
-                while not all(len(t.samples) for t in app.store.tracks.values()):
+                while not all(len(t.samples) for t in app.store.sessions.values()):
                     assert time.monotonic() < deadline, "no samples"
                     await pilot.pause(0.05)
                 for key in "1234567":
                     await pilot.press(key)
-                return sum(len(t.samples) for t in app.store.tracks.values())
+                return sum(len(t.samples) for t in app.store.sessions.values())
 
         samples = asyncio.run(run())
         print(json.dumps({{"at_import": at_import, "after_run": heavy(), "samples": samples}}))

@@ -22,7 +22,7 @@ def test_28_layers_by_64_slabs_at_80x24(tmp_path):
     async def go():
         app = SlabscopeApp(AppOptions(backends=["slab"], worker_factory=factory, recordings_dir=tmp_path))
         async with app.run_test(size=(80, 24)) as pilot:
-            await wait_for(pilot, lambda: app.store.tracks["slab"].status == "done")
+            await wait_for(pilot, lambda: app.store.sessions["slab"].status == "done")
             screens = {}
             for key in "1234567":
                 await pilot.press(key)

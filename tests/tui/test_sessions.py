@@ -40,13 +40,13 @@ def test_listing_recognises_recordings_by_content(tmp_path):
 def test_loaded_recording_matches_the_session():
     from probes.replay import Session
 
-    track = load_recording(SAMPLE_SLAB)
+    model = load_recording(SAMPLE_SLAB)
     session = Session.open(SAMPLE_SLAB)
-    assert len(track.samples) == len(session.samples) and track.name == "slab"
-    assert track.samples.footprint == [float(s["footprint"]) for s in session.samples]
-    t = track.peak_time()
-    assert track.snapshot_at(t)[1] == session.snapshot_at(t)
-    assert track.probe_overhead().endswith("%")
+    assert isinstance(model, Session) and model.label == "slab"  # the read model itself: nothing copied
+    assert model.samples.window().footprint == session.samples.window().footprint
+    t = model.peak().t
+    assert model.snapshot_at(t) == session.snapshot_at(t) and model.snapshot_at(t).seq_rows
+    assert model.overhead.cost_fraction > 0
 
 
 def test_open_and_compare_from_the_sessions_view(tmp_path):
@@ -67,7 +67,7 @@ def test_open_and_compare_from_the_sessions_view(tmp_path):
 
     app, listing, compared = asyncio.run(go())
     assert "sample-churn-slab.slabrec" in listing and "notes.txt" not in listing
-    assert set(app.store.tracks) == {"slab", "dense"}
+    assert set(app.store.sessions) == {"slab", "dense"}
     row = next(line for line in compared.splitlines() if line.strip().startswith("slab ") and "MiB" in line)
     assert "x" in row.split("MiB")[2]  # the ratio column against the dense session
 
@@ -83,5 +83,5 @@ def test_unreadable_recording_is_reported_not_fatal(tmp_path):
             return app, [n.message for n in app._notifications]
 
     app, messages = asyncio.run(go())
-    assert app.mode == "IDLE" and app.store.tracks == {}
+    assert app.mode == "IDLE" and app.store.sessions == {}
     assert any("cannot open" in m and "bad.slabrec" in m for m in messages)

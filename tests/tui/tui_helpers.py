@@ -15,6 +15,6 @@ async def wait_for(pilot, predicate, timeout: float = 20.0, step: float = 0.05) 
 
 
 def finished(app) -> bool:
-    """Every track of the app's store reached done or error."""
-    tracks = app.store.tracks.values()
+    """Every session of the app reached done or error."""
+    tracks = app.store.sessions.values()
     return bool(tracks) and all(t.status in ("done", "error") for t in tracks)

@@ -13,6 +13,8 @@ tolerance-bounded and lives in tests/gpu.
 
 import pytest
 
+from probes.events import FusedChange, GatherRuns, Step
+
 from .helpers import assert_same_logits, burst_toml, run_backend, write_scenario
 
 BURST = burst_toml(n=3, concurrency=3, prompt_tokens="[9, 40]", gen_tokens="[4, 9]")
@@ -45,7 +47,7 @@ def fake_metal(monkeypatch):
 
 
 def _decode_steps(events):
-    return [e for e in events if e["kind"] == "step" and e["type"] == "decode"]
+    return [e for e in events if isinstance(e, Step) and e.type == "decode"]
 
 
 def test_cpu_decision_is_gather_with_a_reason_asked_per_layer_per_decode_step(tiny_llama, tmp_path):
@@ -54,17 +56,17 @@ def test_cpu_decision_is_gather_with_a_reason_asked_per_layer_per_decode_step(ti
     layers = tiny_llama.num_layers
     counters = summary["pool"]["counters"]
     assert counters["gather_decisions"] == len(decode) * layers and counters["fused_decisions"] == 0
-    fused = [e for e in events if e["kind"] == "fused"]
+    fused = [e for e in events if isinstance(e, FusedChange)]
     # one event per layer: the decision never changes on CPU, so it is not repeated every step
-    assert [e["layer"] for e in fused] == list(range(layers))
-    assert all(not e["use_fused"] and e["reason"] == "no GPU kernel backend (cpu)" for e in fused)
-    gathers = [e for e in events if e["kind"] == "gather"]
-    assert len(gathers) == len(decode) and [g["step"] for g in gathers] == [d["step"] for d in decode]
+    assert [e.layer for e in fused] == list(range(layers))
+    assert all(not e.use_fused and e.reason == "no GPU kernel backend (cpu)" for e in fused)
+    gathers = [e for e in events if isinstance(e, GatherRuns)]
+    assert len(gathers) == len(decode) and [g.step for g in gathers] == [d.step for d in decode]
     for g, d in zip(gathers, decode):
-        assert len(g["seq_ids"]) == d["batch"] and g["fused_layers"] == 0
-        runs0, runs_max = g["layer_runs"]["0"], g["layer_runs"]["max"]
-        assert set(runs0) == {str(s) for s in g["seq_ids"]} and all(1 <= runs0[k] <= runs_max[k] for k in runs0)
-    assert max(max(g["layer_runs"]["max"].values()) for g in gathers) > 1  # 2-block slabs: several runs
+        assert len(g.seq_ids) == d.batch and g.fused_layers == 0
+        assert len(g.runs_layer0) == len(g.runs_max) == len(g.seq_ids)
+        assert all(1 <= first <= most for first, most in zip(g.runs_layer0, g.runs_max))
+    assert max(max(g.runs_max) for g in gathers) > 1  # 2-block slabs: several runs
 
 
 @pytest.mark.parametrize("model", ["tiny_llama", "tiny_qwen3"])
@@ -89,14 +91,15 @@ def test_fused_route_matches_the_gather_run_byte_for_byte(model, backend, fake_m
     assert fused_sum["pool"]["counters"]["fused_decisions"] == len(decode) * layers
     assert gather_sum["pool"]["counters"]["gather_decisions"] == len(decode) * layers
     assert gather_sum["pool"]["counters"]["fused_decisions"] == 0
-    reasons = [e["reason"] for e in fused_ev if e["kind"] == "fused" and e["layer"] == 0]
+    reasons = [e.reason for e in fused_ev if isinstance(e, FusedChange) and e.layer == 0]
     assert all(r.startswith("fused metal kernel (") for r in reasons)
     if backend == "slab":
         assert len(reasons) > 1  # the slab count grew during decode: the reason changed, an event followed
-    assert {e["reason"] for e in gather_ev if e["kind"] == "fused"} == {"disabled by SLABSCOPE_PAGED_ATTENTION_NATIVE=0"}
-    assert all(g["fused_layers"] == layers for g in fused_ev if g["kind"] == "gather")
+    assert {e.reason for e in gather_ev if isinstance(e, FusedChange)} == {
+        "disabled by SLABSCOPE_PAGED_ATTENTION_NATIVE=0"}
+    assert all(g.fused_layers == layers for g in fused_ev if isinstance(g, GatherRuns))
     assert_same_logits(fused_logits, gather_logits, f"{model}/{backend} fused route vs gather")
-    runs = lambda evs: [(e["seq_ids"], e["layer_runs"]) for e in evs if e["kind"] == "gather"]  # noqa: E731
+    runs = lambda evs: [(e.seq_ids, e.runs_layer0, e.runs_max) for e in evs if isinstance(e, GatherRuns)]  # noqa: E731
     assert runs(fused_ev) == runs(gather_ev)  # the runs counted from the tables == what the gathers read
 
 

@@ -6,6 +6,7 @@ byte-identical: logits at every decode step (mx.array_equal) and tokens."""
 import pytest
 
 from pool.ops import Adopt, CopyOnWrite
+from probes.events import Done, OpBatch
 
 from .helpers import assert_same_logits
 
@@ -104,10 +105,10 @@ def test_cow_reaches_the_event_stream_through_the_worker_sink(tiny_llama):
     sink = make_sink(events.append, spec)
     summary = run_workload(spec, sink.emit, sink.tick, None, loaded=tiny_llama, attach=sink.attach)
     sink.finish(summary)
-    cows = [op for e in events if e["kind"] == "op" for op in e["ops"] if op["op"] == "cow"]
-    assert len(cows) == 2 and all(op["num_layers"] == tiny_llama.num_layers for op in cows)
+    cows = [op for e in events if isinstance(e, OpBatch) for op in e.ops if isinstance(op, CopyOnWrite)]
+    assert len(cows) == 2 and all(op.num_layers == tiny_llama.num_layers for op in cows)
     assert summary["pool"]["counters"]["cow_copies"] == 2 * tiny_llama.num_layers
-    assert events[-1]["kind"] == "done"
+    assert isinstance(events[-1], Done)
 
 
 def test_multiturn_under_a_tight_budget_resumes_without_hitting_it(tiny_llama):

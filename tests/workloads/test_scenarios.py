@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from app.workloads.scenarios import DEFAULT_SCENARIO, ScenarioError, list_scenarios, load_scenario, parse_overrides
+from probes.events import PhaseEdge
 
 from .helpers import run_backend
 
@@ -33,7 +34,7 @@ def test_every_scenario_runs_on_slab_and_dense(name, tiny_llama):
     for backend in ("slab", "dense"):
         summary, events, _ = run_backend(tiny_llama, name, backend, overrides=SHRINK[name], block_size=8,
                                          prefill_chunk=32)
-        phases = [(e["name"], e["edge"]) for e in events if e["kind"] == "phase"]
+        phases = [(e.name, e.edge) for e in events if isinstance(e, PhaseEdge)]
         scenario = load_scenario(name, SHRINK[name])
         assert phases == [(p.name, edge) for p in scenario.phases for edge in ("start", "end")]
         assert summary["requests_finished"] == scenario.num_requests

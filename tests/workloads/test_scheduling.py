@@ -3,6 +3,7 @@
 import pytest
 
 from app.workloads.scheduler import DecodePlan, PrefillPlan, Request, Scheduler
+from probes.events import Step
 
 from .helpers import write_scenario
 
@@ -128,7 +129,7 @@ def test_rows_are_freed_and_reused_with_integrity_after_every_step(backend, tiny
     assert finish_steps == list(range(10)) and summary["requests_finished"] == 10
     order = [s.request.req_id for s in session.scheduler.finished]
     assert order != sorted(order)  # finished in a different order than admitted
-    kinds = [e["kind"] for e in events]
+    kinds = [e.kind for e in events]
     assert kinds.count("step") == summary["steps"] and kinds[0] == "phase"
 
 
@@ -141,7 +142,7 @@ def test_budget_makes_requests_wait_and_never_fails_mid_run(tiny_llama, tmp_path
     spec = RunSpec(scenario=write_scenario(tmp_path, fixed), backend="slab", block_size=4, slab_blocks=4,
                    prefill_chunk=16, max_blocks_per_layer=32)
     batches = []
-    summary = run_workload(spec, lambda e: batches.append(e.get("batch", 0)) if e["kind"] == "step" else None,
+    summary = run_workload(spec, lambda e: batches.append(e.batch) if isinstance(e, Step) else None,
                            loaded=tiny_llama, check_integrity=True)
     assert summary["requests_finished"] == 10 and max(batches) == 2
 

@@ -4,6 +4,8 @@ fresh plan for every layer, and rebuilt when a layer's tables differ), and the b
 import numpy as np
 import pytest
 
+from probes.events import Step
+
 from .helpers import assert_same_logits, run_backend, write_scenario
 from .test_fused_decode import BURST, POOL, fake_metal  # noqa: F401 (fixture)
 
@@ -93,7 +95,7 @@ def test_a_plan_taking_kernel_gets_per_layer_correct_plans_and_the_same_logits(t
     planned_route.accepts_plan = True
     _, events, logits = run_backend(tiny_qwen3, scenario, "slab", kernel_route=planned_route, **POOL)
     _, _, reference = run_backend(tiny_qwen3, scenario, "slab", kernel_route=make_route(), **POOL)
-    decode = [e for e in events if e["kind"] == "step" and e["type"] == "decode"]
+    decode = [e for e in events if isinstance(e, Step) and e.type == "decode"]
     assert len(seen) == len(decode) * tiny_qwen3.num_layers
     assert len(set(seen)) < len(seen)  # plans were shared across layers
     assert_same_logits(logits, reference, "plan-taking route vs per-layer route")

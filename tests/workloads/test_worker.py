@@ -8,6 +8,7 @@ import pytest
 
 from app.workloads.spec import RunSpec
 from app.workloads.worker import WorkerHandle
+from probes.events import Done, PhaseEdge, WorkerError
 
 from .helpers import burst_toml, write_scenario
 
@@ -40,11 +41,11 @@ def test_worker_streams_meta_phases_steps_snapshots_and_done(tmp_path):
                    block_size=4, slab_blocks=2, snapshot_hz=50.0, blas_threads=1)
     handle = WorkerHandle(spec, log_path=str(tmp_path / "w.log")).start()
     events = handle.join(60.0)
-    kinds = [e["kind"] for e in events]
+    kinds = [e.kind for e in events]
     assert handle.done and handle.error is None, (handle.error, kinds)
     assert kinds[0] == "meta" and kinds[-1] == "done"
     assert {"phase", "step", "snapshot", "sample"} <= set(kinds)  # sample: the probes run in the worker
-    assert events[0]["backend"] == "slab" and events[0]["model"]["name"] == "synthetic:tiny-llama"
+    assert events[0].meta["backend"] == "slab" and events[0].meta["model"]["name"] == "synthetic:tiny-llama"
     assert handle.summary["requests_finished"] == 3
     assert _wait_exit(handle) == 0
 
@@ -60,17 +61,17 @@ def test_an_exception_in_the_worker_reaches_the_caller_with_its_traceback(tmp_pa
     bad = write_scenario(tmp_path, SMALL.replace('gen_tokens = 4', 'gen_tokens = "$missing"'))
     handle = WorkerHandle(RunSpec(scenario=bad, model="synthetic:tiny-llama")).start()
     events = handle.join(60.0)
-    errors = [e for e in events if e["kind"] == "error"]
-    assert errors and "ScenarioError" in errors[0]["text"] and "unknown parameter $missing" in errors[0]["text"]
-    assert "Traceback (most recent call last)" in errors[0]["traceback"]
-    assert "load_scenario" in errors[0]["traceback"]
-    assert handle.error == errors[0]["text"] and events[-1]["kind"] == "done"
+    errors = [e for e in events if isinstance(e, WorkerError)]
+    assert errors and "ScenarioError" in errors[0].text and "unknown parameter $missing" in errors[0].text
+    assert "Traceback (most recent call last)" in errors[0].traceback
+    assert "load_scenario" in errors[0].traceback
+    assert handle.error == errors[0].text and isinstance(events[-1], Done)
 
 
 def test_cancel_stops_a_running_worker_within_a_second(tmp_path):
     spec = RunSpec(scenario=write_scenario(tmp_path, LONG_IDLE), backend="slab", model="synthetic:tiny-llama")
     handle = WorkerHandle(spec).start()
-    _wait_for(handle, lambda evs: any(e["kind"] == "phase" for e in evs))
+    _wait_for(handle, lambda evs: any(isinstance(e, PhaseEdge) for e in evs))
     t0 = time.monotonic()
     handle.cancel()
     assert time.monotonic() - t0 < 1.0
@@ -81,8 +82,8 @@ def test_cancel_stops_a_running_worker_within_a_second(tmp_path):
 def test_a_worker_killed_by_sigkill_is_reported_not_waited_on(tmp_path):
     spec = RunSpec(scenario=write_scenario(tmp_path, LONG_IDLE), backend="dense", model="synthetic:tiny-llama")
     handle = WorkerHandle(spec).start()
-    _wait_for(handle, lambda evs: any(e["kind"] == "phase" for e in evs))
+    _wait_for(handle, lambda evs: any(isinstance(e, PhaseEdge) for e in evs))
     os.kill(handle.pid, signal.SIGKILL)
-    events = _wait_for(handle, lambda evs: any(e["kind"] == "error" for e in evs), timeout=5.0)
+    events = _wait_for(handle, lambda evs: any(isinstance(e, WorkerError) for e in evs), timeout=5.0)
     assert "killed by signal 9 (likely out of memory)" in handle.error
-    assert [e for e in events if e["kind"] == "error"][0]["origin"] == "parent"
+    assert [e for e in events if isinstance(e, WorkerError)][0].origin == "parent"

@@ -14,5 +14,5 @@ def unchanged(view: object, signature: tuple) -> bool:
 
 def frame_key(frame) -> tuple:
     """What every view depends on besides its own data: store generation, cursor, x mode, pool choice, gate."""
-    return (frame.store.generation, len(frame.store.tracks), frame.cursor, frame.x_mode, frame.pool_name,
+    return (frame.sessions.generation, len(frame.sessions.sessions), frame.cursor, frame.x_mode, frame.pool_name,
             frame.gate)

@@ -8,43 +8,45 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
+from app.tui.data import ViewState
 from app.tui.views import frame_key, unchanged
-from app.tui.data import Frame, Track
 from app.tui.widgets.lane import Lane
 from app.tui.widgets.palette import OK_STYLE, WARN_STYLE
+from pool import PoolCounters, PoolSnapshot
+from probes.events import FusedChange
+from probes.store import SessionModel
 
 
-def decisions_at(track: Track, snap: dict | None, cursor: float | None) -> dict[int, tuple[bool, str]]:
+def decisions_at(model: SessionModel, snap: PoolSnapshot | None, cursor: float | None) -> dict[int, tuple[bool, str]]:
     """Per layer (use_fused, reason): the latest fused event up to the cursor, else the snapshot's own field."""
     out: dict[int, tuple[bool, str]] = {}
-    for i, layer in enumerate((snap or {}).get("layers", []) or []):
-        fused = layer.get("fused") or {}
-        if fused:
-            out[i] = (bool(fused.get("use_fused")), str(fused.get("reason", "")))
-    for rec in track.fused:
-        if cursor is not None and rec.t > cursor:
+    for i, layer in enumerate(snap.layers if snap is not None else []):
+        out[i] = (layer.fused.use_fused, layer.fused.reason)
+    for event in model.events_of(FusedChange):
+        if cursor is not None and event.t > cursor:
             break
-        out[rec.layer] = (rec.use_fused, rec.reason)
+        out[event.layer] = (event.use_fused, event.reason)
     return out
 
 
 LANE_POINTS = 160
 
 
-def decision_lanes(track: Track, cursor: float | None) -> dict[str, list[tuple[float, str, str]]]:
+def decision_lanes(model: SessionModel, cursor: float | None) -> dict[str, list[tuple[float, str, str]]]:
     """Decline / fused marks over time: from fused-decision events when the run emits them, else from the
     per-layer decisions carried by the pool snapshots (a mark where any layer declined / used the kernel)."""
-    if track.fused:
-        recs = [r for r in track.fused if cursor is None or r.t <= cursor]
-        return {"declines": [(r.t, "✗", WARN_STYLE) for r in recs if not r.use_fused],
-                "fused": [(r.t, "✓", OK_STYLE) for r in recs if r.use_fused]}
+    events = model.events_of(FusedChange)
+    if events:
+        seen = [e for e in events if cursor is None or e.t <= cursor]
+        return {"declines": [(e.t, "✗", WARN_STYLE) for e in seen if not e.use_fused],
+                "fused": [(e.t, "✓", OK_STYLE) for e in seen if e.use_fused]}
     declines, accepts = [], []
-    for t, _step, snap in track.history(cursor, limit=-LANE_POINTS):
-        flags = [bool((layer.get("fused") or {}).get("use_fused")) for layer in snap.get("layers", []) or []]
+    for record in model.history(cursor, limit=-LANE_POINTS):
+        flags = [layer.fused.use_fused for layer in record.snapshot.layers]
         if flags and not all(flags):
-            declines.append((t, "✗", WARN_STYLE))
+            declines.append((record.t, "✗", WARN_STYLE))
         if any(flags):
-            accepts.append((t, "✓", OK_STYLE))
+            accepts.append((record.t, "✓", OK_STYLE))
     return {"declines": declines, "fused": accepts}
 
 
@@ -58,12 +60,12 @@ class FusedView(Vertical):
         yield table
         yield Lane(id="fused-lane")
 
-    def refresh_view(self, frame: Frame) -> None:
-        """Redraw the decision table, counts and decline lane for the chosen pool track."""
-        track = frame.pool_track()
+    def refresh_view(self, frame: ViewState) -> None:
+        """Redraw the decision table, counts and decline lane for the chosen pool session."""
+        track = frame.pool_session()
         found = frame.snapshot()
-        if unchanged(self, (frame_key(frame), id(found[1]) if found else None, len(track.fused) if track else 0,
-                            self.size)):
+        changes = len(track.events_of(FusedChange)) if track else 0
+        if unchanged(self, (frame_key(frame), id(found[1]) if found else None, changes, self.size)):
             return
         summary = self.query_one("#fused-summary", Static)
         if track is None:
@@ -75,15 +77,15 @@ class FusedView(Vertical):
         for layer, (use, reason) in sorted(decisions.items()):
             table.add_row(f"L{layer}", Text("fused" if use else "gather", style=OK_STYLE if use else WARN_STYLE),
                           reason)
-        counters = (found[1].get("counters", {}) if found else {}) or {}
+        counters = found[1].counters if found else PoolCounters()
         reasons: dict[str, int] = {}
         for use, reason in decisions.values():
             if not use:
                 reasons[reason] = reasons.get(reason, 0) + 1
-        text = Text(f"{track.name}: layers fused {len(decisions) - sum(reasons.values())}, gather "
+        text = Text(f"{track.label}: layers fused {len(decisions) - sum(reasons.values())}, gather "
                     f"{sum(reasons.values())}  ", style="bold")
-        text.append(f"(pool counters: fused {counters.get('fused_decisions', 0)}, gather "
-                    f"{counters.get('gather_decisions', 0)} decisions)  ", style="dim")
+        text.append(f"(pool counters: fused {counters.fused_decisions}, gather "
+                    f"{counters.gather_decisions} decisions)  ", style="dim")
         if reasons:
             top = max(reasons, key=reasons.get)
             text.append(f"declining now, mostly: {top}", style=WARN_STYLE)

@@ -3,33 +3,46 @@ takes at the cursor, and the worst sequence per decode step over the run (highli
 
 from __future__ import annotations
 
+import bisect
+import weakref
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Static
 
 from app.tui.analysis import merged_gather_hist, runs_per_sequence
+from app.tui.data import ViewState
 from app.tui.views import frame_key, unchanged
-from app.tui.data import Frame, Track
 from app.tui.widgets.hbars import HBars
 from app.tui.widgets.lane import Lane
 from app.tui.widgets.palette import WARN_STYLE, seq_colour
+from probes.events import GatherRuns
+from probes.store import SessionModel
 
-LANE_POINTS = 160  # snapshots sampled for the worst-case lane
+LANE_POINTS = 160  # points of the worst-case lane
+_WORST_FROM_SNAPSHOTS: "weakref.WeakKeyDictionary[SessionModel, dict[float, int]]" = weakref.WeakKeyDictionary()
 
 
-def worst_runs_over_time(track: Track, cursor: float | None) -> list[tuple[float, int, int]]:
-    """(t, step, max runs over sequences) for up to LANE_POINTS snapshots spread over the run, up to the cursor.
-    Values are cached on the track per snapshot time (recordings rebuild each snapshot only once)."""
-    cache: dict[float, int] = track.derived.setdefault("worst_runs", {})
+def worst_runs_over_time(model: SessionModel, cursor: float | None) -> list[tuple[float, int, int]]:
+    """(t, step, runs of the worst sequence) over the run up to the cursor, at most LANE_POINTS points: from the
+    decode steps' measured gather runs (``GatherRuns``: the maximum over layers) when the run reports them, else
+    from the sequences' rows in snapshots spread over the run (rebuilt once per snapshot, then cached)."""
+    steps = model.events_of(GatherRuns)
+    if steps:
+        seen = steps if cursor is None else steps[:bisect.bisect_right(steps, cursor, key=lambda e: e.t)]
+        stride = max(1, len(seen) // LANE_POINTS)
+        picked = list(seen[::stride]) + ([seen[-1]] if seen and (len(seen) - 1) % stride else [])
+        return [(e.t, e.step, max(e.runs_max, default=0)) for e in picked]
+    cache = _WORST_FROM_SNAPSHOTS.setdefault(model, {})
     out = []
-    for t, step, snap in track.history(None, limit=-LANE_POINTS):
-        if cursor is not None and t > cursor:
+    for record in model.history(None, limit=-LANE_POINTS):
+        if cursor is not None and record.t > cursor:
             break
-        if t not in cache:
-            full = track.snapshot_source(t) if track.snapshot_source is not None else snap
-            cache[t] = max(runs_per_sequence(full or {}).values(), default=0)
-        out.append((t, step, cache[t]))
+        if record.t not in cache:
+            full = model.snapshot_at(record.t)
+            cache[record.t] = max(runs_per_sequence(full).values(), default=0) if full is not None else 0
+        out.append((record.t, record.step, cache[record.t]))
     return out
 
 
@@ -45,9 +58,9 @@ class GatherView(Vertical):
                 yield HBars(id="gather-seqs")
         yield Lane(id="gather-lane")
 
-    def refresh_view(self, frame: Frame) -> None:
-        """Redraw the histograms and the worst-case lane for the chosen pool track at the cursor."""
-        track, found = frame.pool_track(), frame.snapshot()
+    def refresh_view(self, frame: ViewState) -> None:
+        """Redraw the histograms and the worst-case lane for the chosen pool session at the cursor."""
+        track, found = frame.pool_session(), frame.snapshot()
         if unchanged(self, (frame_key(frame), id(found[1]) if found else None, self.size)):
             return
         summary = self.query_one("#gather-summary", Static)
@@ -70,7 +83,7 @@ class GatherView(Vertical):
         self.query_one(Lane).show(track.duration or 1.0, {"max run": marks}, frame.cursor)
         total = sum(hist.values())
         mean = sum(k * v for k, v in hist.items()) / total if total else 0.0
-        text = Text(f"{track.name} @ {found[0]:.1f}s  gathers {total}  mean runs {mean:.2f}  ", style="bold")
+        text = Text(f"{track.label} @ {found[0]:.1f}s  gathers {total}  mean runs {mean:.2f}  ", style="bold")
         if peak:
             text.append(f"worst: {peak[2]} runs at step {peak[1]} ({peak[0]:.1f}s)", style=WARN_STYLE)
         summary.update(text)

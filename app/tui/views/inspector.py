@@ -11,26 +11,27 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, OptionList, Static
 from textual.widgets.option_list import Option
 
-from app.tui.analysis import free_run_origin, free_runs, gather_runs, row_state, rows_per_slab
+from app.tui.analysis import free_run_origin, free_runs, gather_runs, rows_per_slab
+from app.tui.data import ViewState
 from app.tui.views import frame_key, unchanged
-from app.tui.data import Frame, Track
 from app.tui.widgets.palette import seq_colour
 from app.tui.widgets.row_map import RowMap
+from pool import PoolSnapshot, row_state
+from pool.ops import CopyOnWrite
+from probes.store import SessionModel
 
 
-def cow_rows(track: Track, snap: dict, cursor: float | None) -> set[int]:
-    """Layer-0 rows written by copy-on-write up to the cursor (the op log's cow{seq, logical_block} mapped through
-    the snapshot's seq_rows; layers move in lockstep, so the same rows in every layer)."""
-    seq_rows = snap.get("seq_rows", {}) or {}
+def cow_rows(model: SessionModel, snap: PoolSnapshot, cursor: float | None) -> set[int]:
+    """Layer-0 rows written by copy-on-write up to the cursor (the op log's ``CopyOnWrite`` ops mapped through the
+    snapshot's rows per sequence; layers move in lockstep, so the same rows in every layer)."""
+    seq_rows = snap.seq_rows or {}
     out: set[int] = set()
-    for t, op in track.ops:
-        if cursor is not None and t > cursor:
-            break
-        if op.get("op") == "cow":
-            rows = seq_rows.get(str(op.get("seq")), [])
-            block = int(op.get("logical_block", -1))
-            if 0 <= block < len(rows):
-                out.add(rows[block])
+    for entry in model.ops_between(0.0, cursor):
+        op = entry.op
+        if isinstance(op, CopyOnWrite):
+            rows = seq_rows.get(op.seq, [])
+            if 0 <= op.logical_block < len(rows):
+                out.add(rows[op.logical_block])
     return out
 
 
@@ -52,7 +53,7 @@ class InspectorView(Vertical):
         self.slab_index = 0
         self.seq: int | None = None
         self.run_index: int | None = None
-        self._frame: Frame | None = None
+        self._frame: ViewState | None = None
         self._seq_ids: list[int] = []
         self._runs: list[tuple[int, int]] = []
 
@@ -70,54 +71,55 @@ class InspectorView(Vertical):
         yield table
 
     # ---- drawing -------------------------------------------------------------------------------------------
-    def refresh_view(self, frame: Frame) -> None:
+    def refresh_view(self, frame: ViewState) -> None:
         """Redraw the row map, lists, detail line and row table for the current selection."""
         self._frame = frame
-        track, found = frame.pool_track(), frame.snapshot()
+        track, found = frame.pool_session(), frame.snapshot()
         selection = (self.layer_index, self.slab_index, self.seq, self.run_index)
-        if unchanged(self, (frame_key(frame), id(found[1]) if found else None, selection, len(track.ops) if track
-                            else 0)):
+        if unchanged(self, (frame_key(frame), id(found[1]) if found else None, selection)):
             return
         header = self.query_one("#inspect-header", Static)
         if track is None or found is None:
             header.update(Text("no pool snapshot to inspect yet", style="dim"))
             return
         t, snap = found
-        layers = snap.get("layers", []) or []
+        layers = snap.layers
         self.layer_index = max(0, min(self.layer_index, len(layers) - 1))
-        layer = layers[self.layer_index] if layers else {}
-        per = rows_per_slab(snap, layer) if layers else 1
-        num_slabs = int(layer.get("num_slabs", 0) or 0)
+        layer = layers[self.layer_index] if layers else None
+        per = rows_per_slab(snap)
+        num_slabs = layer.num_chunks if layer is not None else 0
         self.slab_index = max(0, min(self.slab_index, num_slabs - 1))
-        self._seq_ids = sorted(int(s) for s in (snap.get("seq_rows", {}) or {}))
-        self._runs = free_runs(layer) if layers else []
+        self._seq_ids = sorted(snap.seq_rows or {})
+        self._runs = free_runs(layer) if layer is not None else []
         if self.seq is not None and self.seq not in self._seq_ids:
             self.seq = None
         if self.run_index is not None and self.run_index >= len(self._runs):
             self.run_index = None
         cows = cow_rows(track, snap, frame.cursor)
         run = self._runs[self.run_index] if self.run_index is not None else None
-        self.query_one(RowMap).show(layer.get("row_owner", []) or [], layer.get("row_refcount", []) or [], per,
-                                    num_slabs, slab=self.slab_index, seq=self.seq, free_run=run, cow_rows=cows)
+        owners = layer.row_owner or [] if layer is not None else []
+        refcounts = layer.row_refcount or [] if layer is not None else []
+        self.query_one(RowMap).show(owners, refcounts, per, num_slabs, slab=self.slab_index, seq=self.seq,
+                                    free_run=run, cow_rows=cows)
         header.update(self._header(track, t, len(layers), num_slabs))
         self._fill_lists(snap, per)
         self.query_one("#inspect-detail", Static).update(self._detail(track, snap, t, per))
-        self._fill_rows(layer, per, cows)
+        self._fill_rows(owners, refcounts, per, cows)
 
-    def _header(self, track: Track, t: float, num_layers: int, num_slabs: int) -> Text:
+    def _header(self, track: SessionModel, t: float, num_layers: int, num_slabs: int) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
-        text.append(f"{track.name} @ {t:.1f}s  ", style="bold")
+        text.append(f"{track.label} @ {t:.1f}s  ", style="bold")
         text.append(f"layer {self.layer_index}/{num_layers - 1} (<,>)  slab {self.slab_index}/{max(0, num_slabs - 1)} (↑↓)  ")
         text.append("e: next seq  u: next free run   ", style="dim")
-        text.append("· free ◆ shared h held ", style="dim")
+        text.append("· free ◆ shared h held c caller ", style="dim")
         text.append("u", style="underline")
         text.append("=cow", style="dim")
         return text
 
-    def _fill_lists(self, snap: dict, per: int) -> None:
-        seq_rows = snap.get("seq_rows", {}) or {}
-        seq_opts = [Text.assemble(("■ ", seq_colour(s)), f"seq {s}: {len(seq_rows[str(s)])} blocks, "
-                                  f"{len(gather_runs(seq_rows[str(s)], per))} runs") for s in self._seq_ids]
+    def _fill_lists(self, snap: PoolSnapshot, per: int) -> None:
+        seq_rows = snap.seq_rows or {}
+        seq_opts = [Text.assemble(("■ ", seq_colour(s)), f"seq {s}: {len(seq_rows[s])} blocks, "
+                                  f"{len(gather_runs(seq_rows[s], per))} runs") for s in self._seq_ids]
         run_opts = [f"free rows {a}-{a + n - 1} ({n})" for a, n in self._runs]
         self._replace_options("#inspect-seqs", seq_opts, "sequences (click: highlight)",
                               self._seq_ids.index(self.seq) if self.seq in self._seq_ids else None)
@@ -135,10 +137,10 @@ class InspectorView(Vertical):
         if highlighted is not None and widget.highlighted != highlighted:
             widget.highlighted = highlighted
 
-    def _detail(self, track: Track, snap: dict, t: float, per: int) -> Text:
+    def _detail(self, track: SessionModel, snap: PoolSnapshot, t: float, per: int) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
         if self.seq is not None:
-            rows = (snap.get("seq_rows", {}) or {}).get(str(self.seq), [])
+            rows = (snap.seq_rows or {}).get(self.seq, [])
             runs = gather_runs(rows, per)
             text.append(f"seq {self.seq}: ", style=f"bold {seq_colour(self.seq)}")
             text.append(f"{len(rows)} blocks in {len(runs)} gather runs: ")
@@ -153,8 +155,7 @@ class InspectorView(Vertical):
             text.append("pick a sequence or a free run on the right", style="dim")
         return text
 
-    def _fill_rows(self, layer: dict, per: int, cows: set[int]) -> None:
-        owners, refs = layer.get("row_owner", []) or [], layer.get("row_refcount", []) or []
+    def _fill_rows(self, owners: list[int], refs: list[int], per: int, cows: set[int]) -> None:
         table = self.query_one("#inspect-rows", DataTable)
         keep = table.cursor_row
         table.clear()
@@ -163,7 +164,7 @@ class InspectorView(Vertical):
             ref = refs[row] if row < len(refs) else 0
             state = row_state(owner, ref)
             owner_text = Text(str(owner), style=seq_colour(owner)) if owner >= 0 else Text("-", style="dim")
-            table.add_row(str(row), state, owner_text, str(ref), "yes" if row in cows else "")
+            table.add_row(str(row), state.value, owner_text, str(ref), "yes" if row in cows else "")
         if 0 <= keep < per:
             table.move_cursor(row=keep)
 

@@ -9,43 +9,31 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from app.tui.analysis import accounting
+from app.tui.data import ViewState
 from app.tui.views import frame_key, unchanged
-from app.tui.data import Frame, Track
 from app.tui.widgets.accounting_bar import AccountingBar
 from app.tui.widgets.lane import Lane
 from app.tui.widgets.memory_chart import ChartData, MemoryChart, Series
 from app.tui.widgets.palette import OK_STYLE, WARN_STYLE, backend_colour, human_bytes
+from probes.store import SessionModel
 
 X_LABELS = {"time": "time (s)", "step": "step", "tokens": "tokens"}
 BAND_POINTS = 240  # marks per phase band in the phase lane (more than any terminal is wide)
 
 
-def x_values(track: Track, mode: str, n: int) -> list[float]:
-    """The first ``n`` samples' x values in the chosen mode."""
-    s = track.samples
+def x_values(samples, mode: str) -> list[float]:
+    """The x value of every sample of a ``SampleWindow`` in the chosen mode."""
     if mode == "step":
-        return [float(v) for v in s.step[:n]]
+        return [float(v) for v in samples.step]
     if mode == "tokens":
-        return [float(v) for v in s.tokens[:n]]
-    return s.t[:n]
+        return [float(v) for v in samples.tokens]
+    return samples.t
 
 
-def decode_tok_s(track: Track, cursor: float | None) -> float | None:
-    """Decode throughput up to the cursor: decode tokens / decode wall time (None before the first decode)."""
-    tokens = wall = 0.0
-    for st in track.steps:
-        if cursor is not None and st.t > cursor:
-            break
-        if st.type == "decode":
-            tokens += st.num_tokens or st.batch
-            wall += st.wall_s
-    return tokens / wall if wall > 0 else None
-
-
-def max_footprint(track: Track, cursor: float | None) -> float:
-    """max(active + cache) over samples up to the cursor."""
-    n = track.sample_index(cursor)
-    return max(track.samples.footprint[:n], default=0.0)
+def max_footprint(model: SessionModel, cursor: float | None) -> float:
+    """max(active + cache) over samples up to the cursor (the read model's peak)."""
+    peak = model.peak("footprint") if cursor is None else model.peak("footprint", 0.0, cursor)
+    return peak.value
 
 
 def ratio_gauge(ratio: float, gate: float, width: int = 12) -> Text:
@@ -63,10 +51,10 @@ def ratio_gauge(ratio: float, gate: float, width: int = 12) -> Text:
     return text
 
 
-def ratio_line(frame: Frame) -> Text:
-    """'slab/dense 1.02x (gate 1.15x) ok' for each pool track against the dense track, plus tok/s per backend."""
-    tracks = list(frame.store.tracks.values())
-    dense = next((t for t in tracks if t.name.startswith("dense")), None)
+def ratio_line(frame: ViewState) -> Text:
+    """'slab/dense 1.02x (gate 1.15x) ok' for each pool session against the dense one, plus tok/s per backend."""
+    tracks = list(frame.sessions.sessions.values())
+    dense = next((t for t in tracks if t.label.startswith("dense")), None)
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f"x:{frame.x_mode} ", style="dim")
     base = max_footprint(dense, frame.cursor) if dense else 0.0
@@ -75,40 +63,41 @@ def ratio_line(frame: Frame) -> Text:
             continue
         ratio = max_footprint(tr, frame.cursor) / base
         ok = ratio <= frame.gate
-        text.append(f"peak {tr.name}/dense ", style="bold")
+        text.append(f"peak {tr.label}/dense ", style="bold")
         text.append_text(ratio_gauge(ratio, frame.gate))
         text.append(f"{ratio:.2f}x", style=OK_STYLE if ok else WARN_STYLE)
         text.append(f" (gate {frame.gate:.2f}x {'ok' if ok else 'EXCEEDED'})  ", style="dim" if ok else WARN_STYLE)
     if not base:
-        text.append("ratio: needs a dense track and a pool track  ", style="dim")
+        text.append("ratio: needs a dense session and a pool session  ", style="dim")
     text.append("tok/s ", style="bold")
     for index, tr in enumerate(tracks):
-        rate = decode_tok_s(tr, frame.cursor)
-        text.append(f"{tr.name} ", style=backend_colour(tr.name, index))
+        rate = tr.decode_tok_s(frame.cursor)
+        text.append(f"{tr.label} ", style=backend_colour(tr.label, index))
         text.append("-  " if rate is None else f"{rate:.1f}  ")
     return text
 
 
-def chart_data(frame: Frame) -> ChartData:
-    """Every track's whole series in the frame's x mode (the cursor is a vertical line, so a replay shows where it
-    stands in the run), its peak, and phase starts."""
+def chart_data(frame: ViewState) -> ChartData:
+    """Every session's whole series in the frame's x mode (the cursor is a vertical line, so a replay shows where
+    it stands in the run), its peak, and phase starts. Each session's columns are cut at one row count, read once
+    (``SampleColumns.window``): the ingest thread may be appending meanwhile."""
     data = ChartData(x_label=X_LABELS[frame.x_mode])
-    for index, tr in enumerate(frame.store.tracks.values()):
-        n = len(tr.samples)
-        xs = x_values(tr, frame.x_mode, n)
-        fps = tr.samples.footprint[:n]
-        colour = backend_colour(tr.name, index)
+    for index, tr in enumerate(frame.sessions.sessions.values()):
+        samples = tr.samples.window()
+        xs = x_values(samples, frame.x_mode)
+        fps = samples.footprint
+        colour = backend_colour(tr.label, index)
         peak = None
         if fps:
-            j = max(range(n), key=fps.__getitem__)
+            j = max(range(len(fps)), key=fps.__getitem__)
             peak = (xs[j], fps[j])
-        data.series.append(Series(f"{tr.name} act+cache", xs, fps, colour, peak=peak))
-        data.series.append(Series(f"{tr.name} RSS", xs, tr.samples.rss[:n], colour, secondary=True))
+        data.series.append(Series(f"{tr.label} act+cache", xs, fps, colour, peak=peak))
+        data.series.append(Series(f"{tr.label} RSS", xs, samples.rss, colour, secondary=True))
         if frame.x_mode == "time":
-            data.phase_starts.extend(p.start for p in tr.phases)
+            data.phase_starts.extend(p.start for p in tr.phases())
         if frame.cursor is not None and data.cursor is None:
             k = tr.sample_index(frame.cursor)
-            data.cursor = frame.cursor if frame.x_mode == "time" else (xs[k - 1] if k else None)
+            data.cursor = frame.cursor if frame.x_mode == "time" else (xs[k - 1] if 0 < k <= len(xs) else None)
     return data
 
 
@@ -121,40 +110,37 @@ class MemoryView(Vertical):
         yield Lane(id="phase-lane")
         yield AccountingBar(id="accounting")
 
-    def refresh_view(self, frame: Frame) -> None:
+    def refresh_view(self, frame: ViewState) -> None:
         """Redraw from ``frame`` (called by the app's refresh timer while this tab is visible)."""
-        counts = tuple((len(t.samples), len(t.steps), len(t.phases)) for t in frame.store.tracks.values())
+        counts = tuple((len(t.samples), len(t.events)) for t in frame.sessions.sessions.values())
         if unchanged(self, (frame_key(frame), counts, self.size)):
             return
         self.query_one("#ratio-line", Static).update(ratio_line(frame))
         self.query_one(MemoryChart).draw(chart_data(frame))
-        self.query_one(Lane).show(frame.store.duration() or 1.0, self._phase_lanes(frame), frame.cursor)
-        rows = []
-        for tr in frame.store.tracks.values():
-            snap = tr.snapshot_at(frame.cursor)
-            rows.append((tr.name, accounting(tr, tr.sample_index(frame.cursor), snap[1] if snap else None)))
+        self.query_one(Lane).show(frame.sessions.duration() or 1.0, self._phase_lanes(frame), frame.cursor)
+        rows = [(tr.label, accounting(tr, tr.sample_index(frame.cursor))) for tr in frame.sessions.sessions.values()]
         self.query_one(AccountingBar).show([r for r in rows if r[1]])
         self.border_subtitle = self._peak_caption(frame)
 
     @staticmethod
-    def _phase_lanes(frame: Frame) -> dict[str, list[tuple[float, str, str]]]:
+    def _phase_lanes(frame: ViewState) -> dict[str, list[tuple[float, str, str]]]:
         lanes: dict[str, list[tuple[float, str, str]]] = {}
-        for index, tr in enumerate(frame.store.tracks.values()):
-            colour = backend_colour(tr.name, index)
+        for index, tr in enumerate(frame.sessions.sessions.values()):
+            colour = backend_colour(tr.label, index)
             marks = []
-            for p in tr.phases:  # a band over the phase's span, its name at the start
+            for p in tr.phases():  # a band over the phase's span, its name at the start
                 end = p.end if p.end is not None else tr.duration
                 marks += [(p.start + (end - p.start) * k / BAND_POINTS, "━", colour) for k in range(BAND_POINTS + 1)]
                 marks.append((p.start, "▌" + p.name + " ", f"bold {colour}"))
-            peak = tr.peak_time()
+            peak = tr.peak().t
             if peak is not None:
                 marks.append((peak, "▲", WARN_STYLE))
-            lanes[tr.name] = marks
+            lanes[tr.label] = marks
         return lanes
 
     @staticmethod
-    def _peak_caption(frame: Frame) -> str:
+    def _peak_caption(frame: ViewState) -> str:
         parts = []
-        for tr in frame.store.tracks.values():
-            parts.append(f"{tr.name} max since start {human_bytes(max_footprint(tr, frame.cursor))}")
+        for tr in frame.sessions.sessions.values():
+            parts.append(f"{tr.label} max since start {human_bytes(max_footprint(tr, frame.cursor))}")
         return " | ".join(parts)

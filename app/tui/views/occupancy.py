@@ -9,26 +9,28 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
 from app.tui.analysis import pool_totals
+from app.tui.data import ViewState
 from app.tui.views import frame_key, unchanged
-from app.tui.data import Frame
 from app.tui.widgets.palette import OCCUPANCY, SHARED_STYLE, human_bytes
 from app.tui.widgets.slab_grid import SlabGrid
+from pool import PoolSnapshot
 
 
-def totals_text(name: str, t: float, snap: dict) -> Text:
+def totals_text(name: str, t: float, snap: PoolSnapshot) -> Text:
     """Two lines of totals for one snapshot."""
     tot = pool_totals(snap)
     text = Text(no_wrap=True, overflow="ellipsis")
-    text.append(f"{name} ({snap.get('design', '?')}) @ {t:.1f}s  ", style="bold")
+    text.append(f"{name} ({snap.design}) @ {t:.1f}s  ", style="bold")
+    caller = f"caller {tot.caller_rows}  " if tot.caller_rows else ""
     text.append(f"slabs {tot.slabs}  rows live {tot.live_rows}  shared {tot.shared_rows}  held {tot.held_rows}  "
-                f"free {tot.free_rows}\n")
+                f"{caller}free {tot.free_rows}\n")
     text.append(f"bytes reserved {human_bytes(tot.bytes_reserved)}  in use {human_bytes(tot.bytes_in_use)}")
     if tot.bytes_reserved:
         text.append(f" ({100 * tot.bytes_in_use / tot.bytes_reserved:.0f}%)")
-    if snap.get("design") == "slab":
-        geometry = f"  block {snap.get('block_size')} tok, slab {snap.get('slab_blocks')} blocks  "
-    else:  # monolithic: one tensor per layer; its "slabs" here are the grow-by-copy chunks
-        geometry = f"  block {snap.get('block_size')} tok, one tensor per layer (cells = grow chunks)  "
+    if snap.design == "slab":
+        geometry = f"  block {snap.block_size} tok, slab {snap.slab_blocks} blocks  "
+    else:  # monolithic: one tensor per layer; its cells here are the grow-by-copy chunks
+        geometry = f"  block {snap.block_size} tok, one tensor per layer (cells = grow chunks)  "
     text.append(geometry, style="dim")
     for glyph, colour in (OCCUPANCY[0], OCCUPANCY[4], OCCUPANCY[-1]):
         text.append(glyph, style=colour)
@@ -46,9 +48,9 @@ class OccupancyView(Vertical):
         with VerticalScroll(id="slab-scroll"):
             yield SlabGrid(id="slab-grid")
 
-    def refresh_view(self, frame: Frame) -> None:
-        """Redraw totals and grid from the chosen pool track's snapshot at the cursor."""
-        track = frame.pool_track()
+    def refresh_view(self, frame: ViewState) -> None:
+        """Redraw totals and grid from the chosen pool session's snapshot at the cursor."""
+        track = frame.pool_session()
         found = frame.snapshot()
         if unchanged(self, (frame_key(frame), id(found[1]) if found else None, self.size)):
             return
@@ -57,5 +59,5 @@ class OccupancyView(Vertical):
             label.update(Text("no pool snapshot yet: pool views need a slab or monolithic backend", style="dim"))
             self.query_one(SlabGrid).show(None)
             return
-        label.update(totals_text(track.name, found[0], found[1]))
+        label.update(totals_text(track.label, found[0], found[1]))
         self.query_one(SlabGrid).show(found[1])

@@ -14,43 +14,58 @@ from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from app.tui.analysis import merged_gather_hist, pool_totals
-from app.tui.views import frame_key, unchanged
-from app.tui.data import Frame, Track
+from app.tui.data import ViewState
 from app.tui.sources import RecordingInfo, list_recordings
-from app.tui.views.memory import decode_tok_s, max_footprint
+from app.tui.views import frame_key, unchanged
+from app.tui.views.memory import max_footprint
 from app.tui.widgets.palette import OK_STYLE, WARN_STYLE, human_bytes
+from probes.errors import RecordingError
+from probes.events import FusedChange
+from probes.store import SessionModel
 
 LIST_COLUMNS = ("", "file", "backend", "scenario", "model", "duration", "size", "state")
 COMPARE_COLUMNS = ("track", "max act+cache", "max RSS", "vs base", "tok/s", "slabs", "reserved", "mean runs",
                    "declines")
 
 
-def compare_rows(frame: Frame) -> list[tuple]:
-    """One row of figures per track, up to the cursor."""
-    tracks = list(frame.store.tracks.values())
-    # The baseline: the dense track when there is one, else the first track (two slab sessions compared).
-    dense = next((t for t in tracks if t.name.startswith("dense")), tracks[0] if tracks else None)
+def compare_rows(frame: ViewState) -> list[tuple]:
+    """One row of figures per session, up to the cursor."""
+    tracks = list(frame.sessions.sessions.values())
+    # The baseline: the dense session when there is one, else the first one (two slab sessions compared).
+    dense = next((t for t in tracks if t.label.startswith("dense")), tracks[0] if tracks else None)
     base = max_footprint(dense, frame.cursor) if dense else 0.0
     rows = []
     for tr in tracks:
         peak = max_footprint(tr, frame.cursor)
-        n = tr.sample_index(frame.cursor)
-        rss = max(tr.samples.rss[:n], default=0.0)
+        rss = tr.peak("rss", 0.0, frame.cursor).value if frame.cursor is not None else tr.peak("rss").value
         ratio = Text(f"{peak / base:.2f}x", style=OK_STYLE if peak / base <= frame.gate else WARN_STYLE) \
             if base and tr is not dense else Text("-", style="dim")
-        rate = decode_tok_s(tr, frame.cursor)
-        found = tr.snapshot_at(frame.cursor) if tr.is_pool else None
+        rate = tr.decode_tok_s(frame.cursor)
+        snap = _snapshot(frame, tr)
         slabs = reserved = mean_runs = "-"
-        if found:
-            totals = pool_totals(found[1])
-            hist = merged_gather_hist(found[1])
+        if snap is not None:
+            totals = pool_totals(snap)
+            hist = merged_gather_hist(snap)
             count = sum(hist.values())
             slabs, reserved = str(totals.slabs), human_bytes(totals.bytes_reserved)
             mean_runs = f"{sum(k * v for k, v in hist.items()) / count:.2f}" if count else "-"
-        declines = sum(1 for r in tr.fused if not r.use_fused and (frame.cursor is None or r.t <= frame.cursor))
-        rows.append((tr.name, human_bytes(peak), human_bytes(rss), ratio, "-" if rate is None else f"{rate:.1f}",
+        declines = sum(1 for e in tr.events_of(FusedChange)
+                       if not e.use_fused and (frame.cursor is None or e.t <= frame.cursor))
+        rows.append((tr.label, human_bytes(peak), human_bytes(rss), ratio, "-" if rate is None else f"{rate:.1f}",
                      slabs, reserved, mean_runs, str(declines)))
     return rows
+
+
+def _snapshot(frame: ViewState, model: SessionModel):
+    """The session's full pool snapshot at the cursor (None without a pool, or when its op log does not replay:
+    reported once by the app)."""
+    if not model.is_pool:
+        return None
+    try:
+        return model.snapshot_at(frame.cursor)
+    except RecordingError as exc:
+        frame.sessions.problems.setdefault(model.label, str(exc))
+        return None
 
 
 class SessionsView(Vertical):
@@ -140,16 +155,11 @@ class SessionsView(Vertical):
             event.stop()
             self.action_open_highlighted()
 
-    def refresh_view(self, frame: Frame) -> None:
-        """Refresh the comparison table of the tracks on screen."""
-        counts = tuple((len(t.samples), len(t.snapshots)) for t in frame.store.tracks.values())
+    def refresh_view(self, frame: ViewState) -> None:
+        """Refresh the comparison table of the sessions on screen."""
+        counts = tuple((len(t.samples), len(t.snapshots)) for t in frame.sessions.sessions.values())
         if unchanged(self, (frame_key(frame), counts)):
             return
         table = self.query_one("#compare-table", DataTable)
         table.clear()
         table.add_rows(compare_rows(frame))
-
-
-def track_label(track: Track) -> str:
-    """A short label for a loaded recording's track: backend plus file stem when several share a backend."""
-    return f"{track.name}@{Path(track.source).stem[-12:]}" if track.source != "live" else track.name

@@ -1,7 +1,8 @@
 """RowMap: every physical row of one layer, one line per slab, one character per row.
 
 A row shows its owning sequence (base-36 id in the sequence's colour), ``·`` free, ``◆`` shared (refcount > 1),
-``h`` held by a prefix handle; rows written by copy-on-write are underlined. The chosen slab's line is marked ``▶``;
+``h`` held by a prefix handle, ``c`` held by the caller (restored, not adopted yet); what a row is comes from
+``pool.row_state``. Rows written by copy-on-write are underlined. The chosen slab's line is marked ``▶``;
 the chosen sequence's rows are shown reversed in every slab (its gather runs); a chosen free run is shown as ``░``.
 Up/down (or a click) picks the slab; the view listens to ``RowMap.SlabPicked``.
 """
@@ -14,9 +15,9 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widget import Widget
 
-from app.tui.analysis import FREE, HELD, SHARED, row_state
-from app.tui.widgets.palette import FREE_STYLE, HELD_STYLE, SHARED_STYLE, seq_colour
+from app.tui.widgets.palette import CALLER_STYLE, FREE_STYLE, HELD_STYLE, SHARED_STYLE, seq_colour
 from app.tui.widgets.styled import SpanBuffer
+from pool import RowState, row_state
 
 DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 LABEL_W = 5
@@ -79,12 +80,14 @@ class RowMap(Widget, can_focus=True):
         owner = self.owners[row] if row < len(self.owners) else -1
         ref = self.refcounts[row] if row < len(self.refcounts) else 0
         state = row_state(owner, ref)
-        if state == FREE:
+        if state is RowState.FREE:
             text.add("░" if in_run else "·", "bold reverse" if in_run else FREE_STYLE)
             return
-        if state == HELD:
+        if state is RowState.HANDLE:
             glyph, style = "h", HELD_STYLE
-        elif state == SHARED:
+        elif state is RowState.CALLER:
+            glyph, style = "c", CALLER_STYLE
+        elif state is RowState.SHARED:
             glyph, style = "◆", SHARED_STYLE
         else:
             glyph, style = DIGITS[owner % 36], f"bold {seq_colour(owner)}"

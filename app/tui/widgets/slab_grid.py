@@ -1,7 +1,7 @@
 """SlabGrid: layers x slabs, each slab a glyph coloured by its occupancy.
 
 Wide terminals get a three-character cell per slab (fill glyph twice, then a state mark: ``s`` when the slab holds
-shared rows, ``h`` for rows held only by a prefix handle); when the widest layer does not fit, every layer becomes
+shared rows, ``h`` for rows held only by a prefix handle, ``c`` for rows held by the caller); when the widest layer does not fit, every layer becomes
 a compact strip of one character per slab. Rendering is one ``rich.Text`` per refresh (28 x 64 slabs is ~1.8k
 segments), so no child widget per slab.
 """
@@ -12,8 +12,9 @@ from rich.text import Text
 from textual.widget import Widget
 
 from app.tui.analysis import SlabCell, slab_cells
-from app.tui.widgets.palette import HELD_STYLE, SHARED_STYLE, occupancy_glyph
+from app.tui.widgets.palette import CALLER_STYLE, HELD_STYLE, SHARED_STYLE, occupancy_glyph
 from app.tui.widgets.styled import SpanBuffer
+from pool import PoolSnapshot
 
 LABEL_WIDTH = 6  # "L27 " plus margin
 
@@ -28,12 +29,12 @@ class SlabGrid(Widget):
         self._rows: list[list[SlabCell]] = []
         self.compact = False
 
-    def show(self, snap: dict | None) -> None:
+    def show(self, snap: PoolSnapshot | None) -> None:
         """Take a new snapshot (None clears) and repaint; the same snapshot object again changes nothing."""
         if snap is not None and snap is getattr(self, "_snap", None):
             return
         self._snap = snap
-        self._rows = [slab_cells(snap, layer) for layer in (snap or {}).get("layers", []) or []]
+        self._rows = [slab_cells(snap, layer) for layer in snap.layers] if snap is not None else []
         self.refresh(layout=True)
 
     def get_content_height(self, container, viewport, width: int) -> int:
@@ -71,5 +72,7 @@ class SlabGrid(Widget):
             spans.add("s", SHARED_STYLE)
         elif cell.held:
             spans.add("h", HELD_STYLE)
+        elif cell.caller:
+            spans.add("c", CALLER_STYLE)
         else:
             spans.add(" ", "")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from app.tui.data import Store
+from app.tui.data import SessionSet
 from app.tui.widgets.palette import OK_STYLE, WARN_STYLE, backend_colour
 
 STATE_MARK = {"running": ("●", OK_STYLE), "done": ("✓", OK_STYLE), "error": ("✗", WARN_STYLE),
@@ -22,24 +22,25 @@ class StatusBar(Widget):
         super().__init__(id=id)
         self._text = Text("starting…")
 
-    def show(self, store: Store, mode: str, cursor: float | None, recording: str | None) -> None:
-        """Rebuild the line from the store and the app's mode."""
+    def show(self, sessions: SessionSet, mode: str, cursor: float | None, recording: str | None) -> None:
+        """Rebuild the line from the sessions on screen and the app's mode."""
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(f" {mode} ", style="bold reverse")
         if cursor is not None:
             text.append(f" t={cursor:.1f}s")
-        for index, track in enumerate(store.tracks.values()):
-            mark, style = STATE_MARK[track.status]
+        for index, model in enumerate(sessions.sessions.values()):
+            mark, style = STATE_MARK[model.status]
             text.append("  ")
-            text.append(track.name, style=f"bold {backend_colour(track.name, index)}")
+            text.append(model.label, style=f"bold {backend_colour(model.label, index)}")
             text.append(f" {mark}", style=style)
-            if track.error:
-                text.append(f" {track.error[:60]}", style=WARN_STYLE)
+            if model.error is not None:
+                text.append(f" {model.error.text[:60]}", style=WARN_STYLE)
         if recording:
             text.append("  ⏺ REC", style=WARN_STYLE)
-        overheads = [f"{t.name} {t.probe_overhead()}" for t in store.tracks.values() if t.probe_overhead()]
+        overheads = [f"{m.label} {100 * m.overhead.cost_fraction:.2f}%" for m in sessions.sessions.values()
+                     if m.overhead is not None]
         text.append("  probes: " + (", ".join(overheads) if overheads else "overhead n/a"), style="dim")
-        dropped = sum(t.dropped_batches for t in store.tracks.values())
+        dropped = sum(m.dropped_batches for m in sessions.sessions.values())
         if dropped:
             text.append(f"  dropped {dropped}", style=WARN_STYLE)
         self._text = text

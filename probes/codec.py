@@ -1,0 +1,236 @@
+"""Record payloads: the typed records each record kind holds, and the one place they are encoded and decoded.
+
+Format v2 payloads are msgpack of these Structs (``encode``); ``decode`` turns a record of either format into them,
+v1's JSON dicts going through ``probes.v1``. Every way a payload can be malformed (undecodable bytes, a wrong
+type, a missing field, an unknown op or event kind, an inconsistent book state) ends here as one ``RecordingError``
+line naming the file, the record kind and its byte offset: readers never see another exception.
+
+Payloads per record kind (times are seconds since the session start):
+
+* META: a dict (``Meta`` checks the fields slabscope itself reads: ``session_id``, ``t_start``, ``geometry``)
+* SAMPLES: ``SampleBlock``: one column per ``Sample`` field
+* EVENTS: a list of timeline events (and ``MetaUpdate`` for metadata added after the start); read as
+  ``DecodedEvents`` (kinds unknown to this slabscope are counted and skipped)
+* OPS: ``OpsRecord``: consecutive ops from op number ``first``, each with its time
+* SNAPSHOTS: a list of ``SnapshotRecord`` (snapshot summaries: no per-row arrays)
+* KEYFRAME: ``KeyframeRecord`` (the full snapshot and the bookkeeping state)
+* END: ``EndRecord``
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Union
+
+import msgspec
+
+from pool import AnyOp, BookState, PoolError, PoolGeometry, PoolSnapshot
+from probes import format as fmt
+from probes.errors import RecordingError
+from probes.events import MetaUpdate, Sample, timeline_types
+from probes.v1 import book_state_from_v1, event_from_v1, op_from_v1, snapshot_from_v1
+
+SAMPLE_FIELDS = Sample.__struct_fields__
+# t/step/tokens have defaults on the wire (the probes stamp them) but every recorded sample has them
+_REQUIRED_SAMPLE_FIELDS = {f.name for f in msgspec.structs.fields(Sample) if f.required} | {"t", "step", "tokens"}
+
+
+class Meta(msgspec.Struct, frozen=True):
+    """The metadata fields slabscope reads itself (the META dict holds many more: versions, model, scenario...)."""
+
+    t_start: float = 0.0
+    session_id: str | None = None  # None: a v1 recording (no session id)
+    geometry: PoolGeometry | None = None  # None: no pool (dense), or a v1 recording (see SessionModel.geometry)
+    sample_hz: float | None = None
+    snapshot_hz: float | None = None
+
+
+class SampleBlock(msgspec.Struct, frozen=True):
+    """Samples as columns (``columns[field][i]`` of sample i): compact and what the read model stores."""
+
+    columns: dict[str, list[Union[int, float]]]
+
+
+class OpsRecord(msgspec.Struct, frozen=True):
+    first: int  # number of the first op (ops are numbered from 0 over the whole session)
+    t: list[float]
+    ops: list[AnyOp]
+
+
+class SnapshotRecord(msgspec.Struct, frozen=True):
+    """A pool snapshot at ``t``; ``op_index`` ops happened before it."""
+
+    t: float
+    step: int
+    tokens: int
+    op_index: int
+    snapshot: PoolSnapshot
+
+
+class KeyframeRecord(SnapshotRecord, frozen=True):
+    book_state: BookState | None = None
+
+
+class EndRecord(msgspec.Struct, frozen=True):
+    t: float
+    summary: dict[str, Any]
+
+
+class DecodedEvents(msgspec.Struct, frozen=True):
+    """An EVENTS record as read: its events, and how many of each kind this slabscope does not know (written by a
+    newer one; skipped, never guessed at)."""
+
+    events: list
+    skipped: dict[str, int]
+
+
+class _Kind(msgspec.Struct):
+    kind: str = ""
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODERS: dict[int, msgspec.msgpack.Decoder] = {}
+
+
+def encode(payload: object) -> bytes:
+    return _ENCODER.encode(payload)
+
+
+def _v2_type(kind: int):
+    if kind == fmt.EVENTS:
+        return list[Union[(*timeline_types(), MetaUpdate)]]
+    return {fmt.META: dict[str, Any], fmt.SAMPLES: SampleBlock, fmt.OPS: OpsRecord,
+            fmt.SNAPSHOTS: list[SnapshotRecord], fmt.KEYFRAME: KeyframeRecord, fmt.END: EndRecord}[kind]
+
+
+def decode(image: fmt.FileImage, ref: fmt.RecordRef):
+    """The typed payload of one record (see the module docstring); ``RecordingError`` if it is malformed."""
+    raw = image.payload(ref)
+    try:
+        if image.version >= 2 and ref.kind == fmt.EVENTS:
+            payload = _events_v2(raw)
+        elif image.version >= 2:
+            payload = _decoder(ref.kind).decode(raw)
+        else:
+            payload = _from_v1(ref.kind, json.loads(raw))
+        return _checked(ref.kind, payload)
+    except (msgspec.ValidationError, msgspec.DecodeError, PoolError, ValueError, TypeError, KeyError, IndexError,
+            AttributeError, RecursionError) as exc:
+        problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RecordingError(image.path, f"malformed {fmt.KIND_NAMES[ref.kind]} record at byte {ref.offset}: "
+                                         f"{problem}") from None
+
+
+def _decoder(kind: int) -> msgspec.msgpack.Decoder:
+    decoder = _DECODERS.get(kind)
+    if decoder is None:
+        decoder = _DECODERS[kind] = msgspec.msgpack.Decoder(_v2_type(kind))
+    return decoder
+
+
+def _events_v2(raw: bytes) -> DecodedEvents:
+    """One typed decode of the whole list; when that fails, item by item, skipping kinds this slabscope does not
+    know (a malformed item of a known kind still fails)."""
+    try:
+        return DecodedEvents(_decoder(fmt.EVENTS).decode(raw), {})
+    except msgspec.ValidationError:
+        items = msgspec.msgpack.decode(raw, type=list[msgspec.Raw])
+    known = {cls.__struct_config__.tag for cls in (*timeline_types(), MetaUpdate)}
+    one = msgspec.msgpack.Decoder(Union[(*timeline_types(), MetaUpdate)])
+    events, skipped = [], {}
+    for item in items:
+        kind = msgspec.msgpack.decode(item, type=_Kind).kind
+        if kind in known:
+            events.append(one.decode(item))
+        else:
+            skipped[kind] = skipped.get(kind, 0) + 1
+    return DecodedEvents(events, skipped)
+
+
+def meta_of(meta: dict) -> Meta:
+    """The typed part of a META dict (v1 dicts lack ``session_id``/``geometry``)."""
+    known = {key: meta[key] for key in Meta.__struct_fields__ if key in meta}
+    return msgspec.convert(known, Meta)
+
+
+def _checked(kind: int, payload):
+    """Checks the type system cannot express: sample columns complete, aligned and with finite times (a column an
+    older writer did not have takes its field's default); one time per op."""
+    if kind == fmt.META:
+        meta_of(payload)
+    elif kind == fmt.SAMPLES:
+        return SampleBlock(_complete_columns(payload.columns))
+    elif kind == fmt.OPS and len(payload.t) != len(payload.ops):
+        raise ValueError(f"{len(payload.ops)} ops with {len(payload.t)} times")
+    return payload
+
+
+def _complete_columns(columns: dict[str, list]) -> dict[str, list]:
+    present = [name for name in SAMPLE_FIELDS if name in columns]
+    missing = [name for name in SAMPLE_FIELDS if name not in columns and name in _REQUIRED_SAMPLE_FIELDS]
+    if missing:
+        raise ValueError(f"sample columns {missing} missing")
+    rows = len(columns["t"])
+    if any(len(columns[name]) != rows for name in present):
+        raise ValueError("sample columns of different lengths")
+    if not all(math.isfinite(t) for t in columns["t"]):
+        raise ValueError("a sample time is not finite")
+    defaults = {f.name: f.default for f in msgspec.structs.fields(Sample)}
+    return {name: columns[name] if name in columns else [defaults[name]] * rows for name in SAMPLE_FIELDS}
+
+
+# ---- format v1 (JSON dicts) ----------------------------------------------------------------------------------
+def _from_v1(kind: int, obj):
+    if kind == fmt.META:
+        return _expect(obj, dict)
+    if kind == fmt.SAMPLES:
+        return _samples_from_v1(_expect(obj, list))
+    if kind == fmt.EVENTS:
+        return DecodedEvents([event_from_v1(item) for item in _expect(obj, list)], {})
+    if kind == fmt.OPS:
+        items = [_expect(item, dict) for item in _expect(obj, list)]
+        first = items[0].get("i", 0) if items else 0
+        return OpsRecord(first, [float(item["t"]) for item in items], [op_from_v1(item) for item in items])
+    if kind == fmt.SNAPSHOTS:
+        return [_snapshot_record_from_v1(item, SnapshotRecord) for item in _expect(obj, list)]
+    if kind == fmt.KEYFRAME:
+        return _snapshot_record_from_v1(obj, KeyframeRecord)
+    return msgspec.convert(_expect(obj, dict), EndRecord)
+
+
+def _expect(obj, kind: type):
+    if not isinstance(obj, kind):
+        raise ValueError(f"expected a {kind.__name__}, got {type(obj).__name__}")
+    return obj
+
+
+def _samples_from_v1(blocks: list) -> SampleBlock:
+    """v1 SAMPLES: ``[[keys, rows], ...]`` blocks of sample dicts -> one column per field."""
+    columns: dict[str, list] = {name: [] for name in SAMPLE_FIELDS}
+    for keys, rows in blocks:
+        index = {key: i for i, key in enumerate(_expect(keys, list))}
+        missing = [name for name in SAMPLE_FIELDS if name not in index and name in _REQUIRED_SAMPLE_FIELDS]
+        if missing:
+            raise ValueError(f"sample fields {missing} missing")
+        for name in SAMPLE_FIELDS:
+            position = index.get(name)
+            default = msgspec.structs.fields(Sample)[SAMPLE_FIELDS.index(name)].default
+            columns[name].extend(row[position] if position is not None else default for row in _expect(rows, list))
+    return msgspec.convert({"columns": columns}, SampleBlock)
+
+
+class _Stamp(msgspec.Struct, frozen=True):
+    t: float
+    step: int
+    tokens: int
+    op_index: int
+
+
+def _snapshot_record_from_v1(item, record_type):
+    item = _expect(item, dict)
+    stamp = msgspec.convert({key: item.get(key) for key in _Stamp.__struct_fields__}, _Stamp)
+    extra = {}
+    if record_type is KeyframeRecord and item.get("book") is not None:
+        extra["book_state"] = book_state_from_v1(item["book"])
+    return record_type(stamp.t, stamp.step, stamp.tokens, stamp.op_index, snapshot_from_v1(item["snapshot"]), **extra)

@@ -1,0 +1,195 @@
+"""What a worker streams and a recording stores: one frozen, typed record per event (mlx-free).
+
+Every item is an ``Event``: ``t`` (``time.monotonic()`` on the wire; seconds since the session start in the read
+model and in files), and the workload's ``step`` and ``tokens`` counters when it happened. Items are ``msgspec``
+Structs tagged by ``kind``, so a batch encodes to bytes and decodes back with one typed, validated decoder
+(``probes.transport``, ``probes.codec``); code matches on types, never on strings.
+
+Families:
+
+* ``TimelineEvent``: what the workload and the probes report over time (phases, steps, gather runs, fused
+  decisions, logs, errors, drops, probe cost). Recorded in EVENTS records; the read model keeps them per type
+  (``SessionModel.events_of(Step)``).
+* Stream items with a record kind of their own: ``Sample`` (SAMPLES, columnar), ``OpBatch`` (OPS),
+  ``SnapshotTaken`` (SNAPSHOTS and KEYFRAME), ``Done`` (END), ``MetaUpdate`` (META, later updates in EVENTS).
+
+Adding an event kind: subclass ``TimelineEvent`` here with a new tag and its fields; it is encoded, decoded,
+recorded and replayed with no other change, and a view reads it with ``model.events_of(NewKind)``. Adding a field:
+give it a default (older recordings lack it); use ``None`` for "not recorded" rather than a made-up 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+import msgspec
+
+from pool import AnyOp, BookState, PoolSnapshot
+
+
+class Event(msgspec.Struct, frozen=True, tag_field="kind", kw_only=True):
+    """Base of every streamed item; ``event.kind`` is its tag. ``t == 0.0`` on the wire means "not stamped yet"
+    (the probes stamp it with the time and counters of the moment they receive it)."""
+
+    t: float = 0.0
+    step: int = 0
+    tokens: int = 0
+
+    @property
+    def kind(self) -> str:
+        return type(self).__struct_config__.tag
+
+
+class TimelineEvent(Event, frozen=True, kw_only=True):
+    """An event the read model keeps on the session's timeline (EVENTS records)."""
+
+
+# ---- timeline events -----------------------------------------------------------------------------------------
+class PhaseEdge(TimelineEvent, tag="phase"):
+    """A scenario phase starts or ends."""
+
+    name: str
+    edge: Literal["start", "end"]
+
+
+class Step(TimelineEvent, tag="step"):
+    """One forward pass: ``num_tokens`` tokens for ``batch`` sequences in ``wall_s`` seconds."""
+
+    phase: str
+    type: Literal["prefill", "decode"]
+    batch: int
+    num_tokens: int
+    wall_s: float
+
+
+class GatherRuns(TimelineEvent, tag="gather"):
+    """Same-slab runs per sequence of one decode step (``runs_layer0[i]``, ``runs_max[i]`` belong to
+    ``seq_ids[i]``): in layer 0 and the maximum over layers; ``fused_layers`` ran on the fused kernel."""
+
+    seq_ids: list[int]
+    runs_layer0: list[int]
+    runs_max: list[int]
+    fused_layers: int = 0
+
+
+class FusedChange(TimelineEvent, tag="fused"):
+    """A layer's fused paged-decode decision changed (pool/fused_decision.py lists the reasons)."""
+
+    layer: int
+    use_fused: bool
+    reason: str
+
+
+class LogLine(TimelineEvent, tag="log"):
+    text: str
+
+
+class WorkerError(TimelineEvent, tag="error"):
+    """The run failed: an exception in the worker, or (``origin="parent"``) a death the parent observed."""
+
+    text: str
+    traceback: str = ""
+    origin: Literal["worker", "parent"] = "worker"
+
+
+class Dropped(TimelineEvent, tag="dropped"):
+    """Batches (and their events) the live transport dropped so far; the recording always has everything."""
+
+    batches: int
+    events: int
+
+
+class ProbeOverhead(msgspec.Struct, frozen=True):
+    """What the probes measured of their own cost (probes/live.py)."""
+
+    wall_s: float = 0.0
+    probe_thread_cpu_s: float = 0.0
+    workload_thread_s: float = 0.0
+    cost_fraction: float = 0.0
+    samples: int = 0
+    sample_cost_us_mean: float = 0.0
+    snapshots: int = 0
+    snapshot_cost_ms_mean: float = 0.0
+    dropped_batches: int = 0
+
+
+class ProbeStats(TimelineEvent, tag="probe_stats"):
+    overhead: ProbeOverhead
+
+
+# ---- items with their own record kinds ----------------------------------------------------------------------
+class Sample(Event, tag="sample"):
+    """One memory sample (bytes; probes/sampler.py says what each figure is and how it is measured).
+
+    The accounting parts (``weights``, ``pool_live``, ``pool_free``, ``other_active``, ``cache``, signed) sum to
+    ``footprint = active + cache``; ``rss_other`` is the RSS MLX does not explain."""
+
+    active: int
+    cache: int
+    footprint: int
+    peak: int
+    footprint_max: int
+    rss: int
+    rss_max: int
+    sys_available: int
+    weights: int
+    pool_live: int
+    pool_free: int
+    other_active: int
+    rss_other: int
+    cost_us: float
+
+
+class OpBatch(Event, tag="op"):
+    """Consecutive pool ops, ``op_t[i]`` the time of ``ops[i]``."""
+
+    ops: list[AnyOp]
+    op_t: list[float]
+
+
+class SnapshotTaken(Event, tag="snapshot"):
+    """A pool snapshot (full on the wire). A keyframe also carries the bookkeeping state, from which any later
+    instant is rebuilt with the op log."""
+
+    snapshot: PoolSnapshot
+    keyframe: bool = False
+    book_state: BookState | None = None
+
+
+class Done(Event, tag="done"):
+    """The run ended; ``summary`` is the workload's result (app/workloads/runner.py) plus ``probe_overhead``."""
+
+    summary: dict[str, Any]
+
+
+class MetaUpdate(Event, tag="meta"):
+    """Session metadata (versions, device, model, scenario, pool geometry, ...): the first one opens the stream;
+    later ones add keys."""
+
+    meta: dict[str, Any]
+
+
+def _leaves(cls: type) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out += _leaves(sub) if sub.__subclasses__() else [sub]
+    return out
+
+
+def event_types() -> tuple[type[Event], ...]:
+    """Every concrete event type (found by subclassing: a new kind needs no registration)."""
+    return tuple(_leaves(Event))
+
+
+def timeline_types() -> tuple[type[TimelineEvent], ...]:
+    return tuple(_leaves(TimelineEvent))
+
+
+def any_event():
+    """The union type a decoder of mixed events decodes to."""
+    return Union[event_types()]
+
+
+def rebased(event: Event, t0: float) -> Event:
+    """The same event with ``t`` relative to ``t0``."""
+    return msgspec.structs.replace(event, t=event.t - t0)

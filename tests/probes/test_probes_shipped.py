@@ -1,0 +1,54 @@
+"""The shipped recordings (format v1, written before the typed data model) open through the typed reader and show
+the same figures the dict-based reader showed: the numbers below were printed by the reader of commit 03dc2e7
+(`Session.open`, `peak()`, `snapshot_at(duration / 2)`, `run_whatif(slab_blocks=8)`, `compare_sessions`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from probes.compare import compare_sessions
+from probes.events import Step
+from probes.replay import Session
+from probes.whatif import run_whatif
+
+ROOT = Path(__file__).resolve().parents[2] / "assets" / "recordings"
+# name: (samples, (peak footprint, at s), steps, ops, snapshots, mid: (layer-0 chunks, free rows, holes,
+#        largest run, live blocks, bytes reserved) | None, what-if peak reserved with 8-block slabs,
+#        whole-run compare row: (footprint max, tok/s, max slabs, max fragmentation, mean runs))
+EXPECTED = {
+    "gpu/distinct_burst-dense.slabrec": (176, (11941630552.0, 1.741503), 96, 0, 0, None, None,
+                                         (11941630552.0, 18918.33504844488, None, None, None)),
+    "gpu/distinct_burst-monolithic.slabrec": (565, (68552058248.0, 5.62461), 96, 450, 4,
+                                              (32, 0, 0, 0, 28672, 3758096384), 3875536896,
+                                              (68552058248.0, 5848.136685123345, 33, 0.0, 1.0)),
+    "gpu/distinct_burst-slab.slabrec": (821, (6895692936.0, 8.006473), 96, 450, 5, (32, 0, 0, 0, 28672, 3758096384),
+                                        3787456512, (6895692936.0, 4021.747859303556, 33, 0.0, 2.5)),
+    "sample-churn-dense.slabrec": (169, (664292209.0, 8.206169), 45, 0, 0, None, None,
+                                   (664292209.0, 66.8029233154921, None, None, None)),
+    "sample-churn-slab.slabrec": (160, (616235177.0, 11.825563), 45, 184, 29, (10, 1, 1, 1, 1170, 29491200), 29491200,
+                                  (616235177.0, 70.17626052363943, 10, 0.53125, 3.0875912408759123)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_shipped_v1_recording_shows_the_same_figures(name):
+    samples, peak, steps, ops, snapshots, mid, whatif8, whole = EXPECTED[name]
+    session = Session.open(ROOT / name)
+    assert session.format_version == 1 and session.complete
+    top = session.peak()
+    assert len(session.samples) == samples and (top.value, round(top.t, 6)) == peak
+    assert len(session.events_of(Step)) == steps and len(session.all_ops()) == ops
+    assert len(session.snapshots) == snapshots
+    if mid is None:
+        assert session.snapshot_at(session.duration / 2) is None and not session.is_pool
+    else:
+        snap = session.snapshot_at(session.duration / 2)
+        layer = snap.layers[0]
+        got = (layer.num_chunks, layer.free_rows, layer.holes, layer.largest_free_run, snap.stats.live_blocks,
+               snap.stats.bytes_reserved)
+        assert got == mid
+        assert run_whatif(session, slab_blocks=8).summary()["peak_bytes_reserved"] == whatif8
+    row = [r for r in compare_sessions([session]) if r.phase == "all"][0]
+    assert (row.footprint_max, row.tokens_per_s, row.max_slabs, row.max_fragmentation, row.mean_runs) == whole

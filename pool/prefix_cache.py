@@ -34,7 +34,7 @@ class _BlockEntry:
 
 
 @dataclass
-class _Kept:
+class _KeptPrefix:
     handle: object
     num_blocks: int
     hashes: list[int] = field(default_factory=list)
@@ -65,7 +65,7 @@ class PrefixCache:
         self.block_size = block_size
         self.max_cached_blocks = max_cached_blocks
         self._index: dict[int, _BlockEntry] = {}
-        self._kept: OrderedDict[int, _Kept] = OrderedDict()  # LRU order: oldest first
+        self._kept: OrderedDict[int, _KeptPrefix] = OrderedDict()  # LRU order: oldest first
         self._next_keeper = _KEEPER_ID_BASE
         self.lookups = self.hits = self.cached_tokens = self.shared_blocks = 0
         self.inserted_blocks = self.evicted_handles = 0
@@ -126,7 +126,7 @@ class PrefixCache:
         self._next_keeper += 1
         self.pool.clone(seq_id, keeper_id, len(hashes) * self.block_size)
         handle = self.pool.detach(keeper_id)
-        self._kept[keeper_id] = _Kept(handle, len(hashes), hashes)
+        self._kept[keeper_id] = _KeptPrefix(handle, len(hashes), hashes)
         parent: int | None = None
         for j, h in enumerate(hashes):
             block = tuple(tokens[j * self.block_size:(j + 1) * self.block_size])

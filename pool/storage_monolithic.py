@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from pool.config import MONOLITHIC_CHUNK_BLOCKS
 from pool.storage_base import RowStorage
 
 
@@ -22,10 +21,6 @@ class MonolithicStorage(RowStorage):
 
     def capacity_rows(self, layer: int) -> int:
         return self.keys[layer][0].shape[0] if self.keys[layer] else 0
-
-    def num_slabs(self, layer: int) -> int:
-        """Number of 32-block grow chunks (for display next to the slab design's slab count)."""
-        return self.capacity_rows(layer) // MONOLITHIC_CHUNK_BLOCKS
 
     def ensure_rows(self, layer: int, rows: int) -> None:
         """Grow to ``rows`` rows by allocate-larger-and-copy. K then V: each new tensor is evaluated before the old

@@ -99,6 +99,17 @@ class Dropped(TimelineEvent, tag="dropped"):
     events: int
 
 
+class RequestDone(TimelineEvent, tag="request_done"):
+    """A request finished: ``prompt_tokens`` of prompt (``shared_tokens`` of them taken from kept or cached K/V
+    instead of computed) and ``generated_tokens`` sampled."""
+
+    req_id: int
+    seq_id: int
+    prompt_tokens: int
+    generated_tokens: int
+    shared_tokens: int = 0
+
+
 class ProbeOverhead(msgspec.Struct, frozen=True):
     """What the probes measured of their own cost (probes/live.py)."""
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 
 @dataclass
-class _Kept:
+class _KeptTurn:
     state: object          # PrefixHandle (paged) or list of per-layer KVCache (dense)
     tokens: tuple          # the tokens whose K/V the state holds
     resumed_by: int | None = None  # seq id of the turn running on it (the state stays held until it ends)
@@ -29,10 +29,10 @@ class _Conversations:
     """Owns the kept states by conversation key; subclasses say how a state is made, adopted and dropped."""
 
     def __init__(self):
-        self._kept: dict[str, _Kept] = {}
+        self._kept: dict[str, _KeptTurn] = {}
         self.resumed_turns = self.resumed_tokens = 0
 
-    def _resumable(self, seq) -> _Kept | None:
+    def _resumable(self, seq) -> _KeptTurn | None:
         """The kept state ``seq`` can continue: its conversation's, unused, whose tokens prefix the prompt and
         are at most ``prefill_end`` (the last prompt token is decode input). Changes nothing."""
         key = seq.request.kv_key
@@ -48,7 +48,7 @@ class _Conversations:
         kept = self._resumable(seq)
         return 0 if kept is None else len(kept.tokens)
 
-    def resume(self, seq) -> _Kept | None:
+    def resume(self, seq) -> _KeptTurn | None:
         """Mark the state ``seq`` continues (see ``_resumable``) in use and return it; None if there is none."""
         kept = self._resumable(seq)
         if kept is None:
@@ -70,7 +70,7 @@ class _Conversations:
             self._drop(old)
         if not seq.request.keep_kv:
             return False
-        self._kept[key] = _Kept(make_state(), tuple(seq.tokens[:seq.num_cached]))
+        self._kept[key] = _KeptTurn(make_state(), tuple(seq.tokens[:seq.num_cached]))
         return True
 
     def clear(self) -> None:
@@ -82,7 +82,7 @@ class _Conversations:
         return {"resumed_turns": self.resumed_turns, "resumed_tokens": self.resumed_tokens,
                 "kept": len(self._kept)}
 
-    def _drop(self, kept: _Kept) -> None:
+    def _drop(self, kept: _KeptTurn) -> None:
         raise NotImplementedError
 
 
@@ -107,7 +107,7 @@ class PagedConversations(_Conversations):
         if not self.finish(seq, lambda: self.pool.detach(seq.seq_id)):
             self.pool.release(seq.seq_id)
 
-    def _drop(self, kept: _Kept) -> None:
+    def _drop(self, kept: _KeptTurn) -> None:
         self.pool.release_handle(kept.state)
 
     def check_integrity(self) -> None:
@@ -118,7 +118,7 @@ class PagedConversations(_Conversations):
 class DenseConversations(_Conversations):
     """Kept turns as per-layer ``KVCache`` lists (mlx-lm's prompt cache)."""
 
-    def _drop(self, kept: _Kept) -> None:
+    def _drop(self, kept: _KeptTurn) -> None:
         kept.state = None  # the arrays go with the last reference
 
     def check_integrity(self) -> None:

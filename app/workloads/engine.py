@@ -14,7 +14,7 @@ from typing import Callable
 
 import mlx.core as mx
 
-from app.workloads.scheduler import DecodePlan, PrefillPlan, Scheduler
+from app.workloads.scheduler import DecodeBatch, PrefillPlan, Scheduler
 
 
 @dataclass
@@ -96,7 +96,7 @@ class Engine:
         self.scheduler.complete_prefill(plan)
         return StepResult("prefill", 1, plan.num_tokens, time.perf_counter() - t0, [])
 
-    def _dispatch(self, plan: DecodePlan, starts: list[int], inputs: mx.array) -> _Dispatched:
+    def _dispatch(self, plan: DecodeBatch, starts: list[int], inputs: mx.array) -> _Dispatched:
         """Build one decode step's graph (sequence i writes at ``starts[i]``; ``inputs`` [B, 1], possibly lazy)
         and start evaluating it. Mutates the backend (K/V room, fused decisions); takes the step's events now,
         while its ``PagedStep`` is still the backend's current one."""
@@ -125,7 +125,7 @@ class Engine:
         batch = len(step.plan.seqs)
         return StepResult("decode", batch, batch, now - t0, finished, step.events)
 
-    def _batch_unchanged_after(self, plan: DecodePlan) -> bool:
+    def _batch_unchanged_after(self, plan: DecodeBatch) -> bool:
         """True when completing ``plan`` cannot change the next plan: no sequence ends at this token (fixed
         lengths; stop tokens are unknown until sampled), and nothing waits that admission could take."""
         scheduler = self.scheduler
@@ -142,7 +142,7 @@ class Engine:
 class _Dispatched:
     """A decode step whose graph is built and evaluating; its tokens are not yet recorded."""
 
-    plan: DecodePlan
+    plan: DecodeBatch
     starts: list[int]
     logits: mx.array
     sampled: mx.array

@@ -2,7 +2,8 @@
 
 Event stream (docs/contracts.md section 2; typed records of ``probes.events``): ``MetaUpdate`` first, then
 ``PhaseEdge`` start/end around each phase, one ``Step`` per forward pass (followed by the backend's
-``FusedChange``/``GatherRuns`` of a decode step), ``LogLine``s, and the caller's ``tick(step, tokens)`` at every step
+``FusedChange``/``GatherRuns`` of a decode step, and a ``RequestDone`` per request it finished), ``LogLine``s, and the
+caller's ``tick(step, tokens)`` at every step
 boundary (the probes take pool snapshots there); the summary is *returned* (the worker wraps it in ``Done``). Every
 event is stamped with ``t`` (``time.monotonic()``), ``step`` and ``tokens`` (prompt + generated tokens so far).
 """
@@ -19,7 +20,7 @@ from app.workloads.footprint import FootprintTracker
 from app.workloads.scenarios import Scenario, load_scenario
 from app.workloads.session import WorkloadSession, build_session
 from app.workloads.spec import RunSpec
-from probes.events import Event, LogLine, MetaUpdate, PhaseEdge, Step
+from probes.events import Event, LogLine, MetaUpdate, PhaseEdge, RequestDone, Step
 
 Emit = Callable[[Event], None]
 Tick = Callable[[int, int], None]
@@ -133,6 +134,10 @@ class _Runner:
                                     num_tokens=result.num_tokens, wall_s=round(result.wall_s, 6))))
         for event in result.events:  # fused decision changes and the step's gather runs (decode steps)
             self.emit(self.stamped(event))
+        for seq in result.finished:
+            self.emit(self.stamped(RequestDone(req_id=seq.request.req_id, seq_id=seq.seq_id,
+                                               prompt_tokens=len(seq.request.prompt),
+                                               generated_tokens=len(seq.generated), shared_tokens=seq.num_shared)))
         if self.check:
             self.session.check_integrity()
         self.tick(self.step, self.tokens)

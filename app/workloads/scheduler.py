@@ -71,7 +71,10 @@ class PrefillPlan:
 
 
 @dataclass(frozen=True)
-class DecodePlan:
+class DecodeBatch:
+    """The sequences one decode step advances by one token each (the kernels' launch plan is
+    ``pool.kernels.plan.DecodePlan``)."""
+
     seqs: tuple[Sequence, ...]
 
     @property
@@ -129,7 +132,7 @@ class Scheduler:
             admitted.append(seq)
         return admitted
 
-    def plan(self) -> PrefillPlan | DecodePlan | None:
+    def plan(self) -> PrefillPlan | DecodeBatch | None:
         """The next forward pass: a prefill chunk of the oldest prefilling sequence, else one decode step."""
         for seq in self.running:
             if seq.in_prefill:
@@ -137,12 +140,12 @@ class Scheduler:
                 chunk_end = (start // self.prefill_chunk + 1) * self.prefill_chunk
                 return PrefillPlan(seq, start, min(chunk_end, seq.prefill_end) - start)
         decoding = tuple(s for s in self.running if not s.finished)
-        return DecodePlan(decoding) if decoding else None
+        return DecodeBatch(decoding) if decoding else None
 
     def complete_prefill(self, plan: PrefillPlan) -> None:
         plan.seq.num_cached = plan.start + plan.num_tokens
 
-    def complete_decode(self, plan: DecodePlan, sampled: list[int]) -> list[Sequence]:
+    def complete_decode(self, plan: DecodeBatch, sampled: list[int]) -> list[Sequence]:
         """Record one sampled token per sequence; finished sequences are released and returned."""
         if len(sampled) != len(plan.seqs):
             raise ValueError("one sampled token per decoding sequence")

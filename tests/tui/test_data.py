@@ -137,6 +137,30 @@ def test_footprint_gate_is_shown_exceeded_and_ok():
     assert compare_rows(under)[0][3].style == "bold #2aa876"
 
 
+def test_a_new_event_kind_needs_only_its_type_and_its_view(tmp_path):
+    """``RequestDone`` (probes/events.py) is recorded, replayed and drawn (the Memory view's lane) with no change
+    to the transport, the recorder, the reader or the read model."""
+    from app.tui.views.memory import MemoryView
+    from probes.events import RequestDone
+    from probes.recording import SessionRecorder
+    from probes.replay import Session
+    from probes.transport import decode_batch, encode_batch
+
+    events = [MetaUpdate(t=10.0, meta={"t_start": 10.0, "backend": "slab"}),
+              RequestDone(t=11.5, step=3, tokens=40, req_id=7, seq_id=2, prompt_tokens=32, generated_tokens=8)]
+    wire = decode_batch(encode_batch(events))
+    recorder = SessionRecorder(tmp_path / "r.slabrec", wire[0].meta, 10.0)
+    recorder.write(wire[1:])
+    recorder.close({}, t=12.0)
+    session = Session.open(tmp_path / "r.slabrec", label="slab")
+    assert session.events_of(RequestDone) == [RequestDone(t=1.5, step=3, tokens=40, req_id=7, seq_id=2,
+                                                          prompt_tokens=32, generated_tokens=8)]
+    sessions = SessionSet()
+    sessions.add(session)
+    lanes = MemoryView._phase_lanes(ViewState(sessions, cursor=None))
+    assert [t for t, _mark, _style in lanes["✓ slab"]] == [1.5]
+
+
 def test_ops_keep_their_own_times():
     model = fed("slab", steps=3)
     ops = model.all_ops()

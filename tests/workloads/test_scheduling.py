@@ -2,8 +2,8 @@
 
 import pytest
 
-from app.workloads.scheduler import DecodePlan, PrefillPlan, Request, Scheduler
-from probes.events import Step
+from app.workloads.scheduler import DecodeBatch, PrefillPlan, Request, Scheduler
+from probes.events import RequestDone, Step
 
 from .helpers import write_scenario
 
@@ -40,7 +40,7 @@ def test_prefill_chunks_are_aligned_and_exclude_the_last_prompt_token():
         spans.append((plan.start, plan.num_tokens))
         sched.complete_prefill(plan)
     assert spans == [(0, 4), (4, 4), (8, 2)]  # 10 = len - 1 tokens; the 11th is the first decode input
-    assert isinstance(plan, DecodePlan) and plan.starts == [10]
+    assert isinstance(plan, DecodeBatch) and plan.starts == [10]
 
 
 def test_concurrency_fifo_admission_and_different_finish_times():
@@ -83,7 +83,7 @@ def test_stop_tokens_end_a_request_early():
     sched.submit([Request(0, [9], 10, stop_tokens=frozenset({0}))])
     sched.admit()
     plan = sched.plan()
-    assert isinstance(plan, DecodePlan)
+    assert isinstance(plan, DecodeBatch)
     assert sched.complete_decode(plan, [0])[0].generated == [0]
 
 
@@ -131,6 +131,8 @@ def test_rows_are_freed_and_reused_with_integrity_after_every_step(backend, tiny
     assert order != sorted(order)  # finished in a different order than admitted
     kinds = [e.kind for e in events]
     assert kinds.count("step") == summary["steps"] and kinds[0] == "phase"
+    done = [e for e in events if isinstance(e, RequestDone)]  # one event per finished request, in finish order
+    assert [e.req_id for e in done] == order and all(e.generated_tokens > 0 and e.prompt_tokens > 0 for e in done)
 
 
 def test_budget_makes_requests_wait_and_never_fails_mid_run(tiny_llama, tmp_path):

@@ -1,5 +1,5 @@
-"""Memory view: footprint and RSS per backend, phase lines and names, peak markers, the slab/dense ratio against the
-gate, tok/s per backend, and the accounting stack at the cursor."""
+"""Memory view: footprint and RSS per backend, phase lines and names, peak markers, when requests finished, the
+slab/dense ratio against the gate, tok/s per backend, and the accounting stack at the cursor."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from app.tui.widgets.accounting_bar import AccountingBar
 from app.tui.widgets.lane import Lane
 from app.tui.widgets.memory_chart import ChartData, MemoryChart, Series
 from app.tui.widgets.palette import OK_STYLE, WARN_STYLE, backend_colour, human_bytes
+from probes.events import RequestDone
 from probes.store import SessionModel
 
 X_LABELS = {"time": "time (s)", "step": "step", "tokens": "tokens"}
@@ -136,6 +137,9 @@ class MemoryView(Vertical):
             if peak is not None:
                 marks.append((peak, "▲", WARN_STYLE))
             lanes[tr.label] = marks
+            finished = tr.events_of(RequestDone)
+            if finished:  # when requests finished: memory falls when their rows are freed
+                lanes[f"✓ {tr.label}"] = [(e.t, "│", colour) for e in finished]
         return lanes
 
     @staticmethod

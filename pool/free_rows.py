@@ -55,19 +55,22 @@ def free_runs(free_sorted: list[int], tail_start: int, capacity: int) -> list[tu
     ``free_sorted``: freed (reusable) rows below ``tail_start``, ascending; rows ``[tail_start, capacity)`` are
     reserved capacity that was never minted, also free (joined to a freed run that touches them).
     """
-    runs: list[list[int]] = []
+    runs: list[tuple[int, int]] = []
+    start = previous = -2
     for row in free_sorted:
-        if runs and runs[-1][0] + runs[-1][1] == row:
-            runs[-1][1] += 1
-        else:
-            runs.append([row, 1])
+        if row != previous + 1:
+            if start >= 0:
+                runs.append((start, previous - start + 1))
+            start = row
+        previous = row
     tail = capacity - tail_start
+    if start >= 0:
+        joins = tail > 0 and previous == tail_start - 1  # the last freed run touches the unminted tail: one hole
+        runs.append((start, previous - start + 1 + (tail if joins else 0)))
+        tail = 0 if joins else tail
     if tail > 0:
-        if runs and runs[-1][0] + runs[-1][1] == tail_start:
-            runs[-1][1] += tail
-        else:
-            runs.append([tail_start, tail])
-    return [(first, length) for first, length in runs]
+        runs.append((tail_start, tail))
+    return runs
 
 
 def free_run_stats(free_sorted: list[int], tail_start: int, capacity: int) -> tuple[int, int, int]:

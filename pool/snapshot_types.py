@@ -37,15 +37,19 @@ class RowState(str, Enum):
     CALLER = "caller"    # only the caller (restored, not yet adopted)
 
 
+_FREE, _CALLER = int(Owner.FREE), int(Owner.CALLER)  # plain ints: row_state runs once per row of a grid
+_S_FREE, _S_LIVE, _S_SHARED, _S_HANDLE, _S_CALLER = (RowState.FREE, RowState.LIVE, RowState.SHARED, RowState.HANDLE,
+                                                    RowState.CALLER)
+
+
 def row_state(owner: int, refcount: int) -> RowState:
-    """What a physical row is, from its owner code and refcount."""
-    if refcount <= 0 or owner == Owner.FREE:
-        return RowState.FREE
-    if owner == Owner.HANDLE:
-        return RowState.HANDLE
-    if owner == Owner.CALLER:
-        return RowState.CALLER
-    return RowState.SHARED if refcount > 1 else RowState.LIVE
+    """What a physical row is, from its owner code and refcount (any other negative code than FREE and CALLER is
+    a holder that is not a sequence: HANDLE)."""
+    if refcount <= 0 or owner == _FREE:
+        return _S_FREE
+    if owner >= 0:
+        return _S_SHARED if refcount > 1 else _S_LIVE
+    return _S_CALLER if owner == _CALLER else _S_HANDLE
 
 
 class LayerSnapshot(msgspec.Struct, frozen=True):

@@ -29,9 +29,10 @@ from pool import AnyOp, BookState, PoolError, PoolGeometry, PoolSnapshot
 from probes import format as fmt
 from probes.errors import RecordingError
 from probes.events import MetaUpdate, Sample, timeline_types
-from probes.v1 import book_state_from_v1, event_from_v1, op_from_v1, snapshot_from_v1
+from probes.v1 import adapted_snapshot, book_state_from_v1, events_from_v1, ops_from_v1, snapshot_from_v1
 
 SAMPLE_FIELDS = Sample.__struct_fields__
+_SAMPLE_DEFAULTS = {f.name: f.default for f in msgspec.structs.fields(Sample)}  # read once: fields() is slow
 # t/step/tokens have defaults on the wire (the probes stamp them) but every recorded sample has them
 _REQUIRED_SAMPLE_FIELDS = {f.name for f in msgspec.structs.fields(Sample) if f.required} | {"t", "step", "tokens"}
 
@@ -176,8 +177,7 @@ def _complete_columns(columns: dict[str, list]) -> dict[str, list]:
         raise ValueError("sample columns of different lengths")
     if not all(math.isfinite(t) for t in columns["t"]):
         raise ValueError("a sample time is not finite")
-    defaults = {f.name: f.default for f in msgspec.structs.fields(Sample)}
-    return {name: columns[name] if name in columns else [defaults[name]] * rows for name in SAMPLE_FIELDS}
+    return {name: columns[name] if name in columns else [_SAMPLE_DEFAULTS[name]] * rows for name in SAMPLE_FIELDS}
 
 
 # ---- format v1 (JSON dicts) ----------------------------------------------------------------------------------
@@ -187,13 +187,15 @@ def _from_v1(kind: int, obj):
     if kind == fmt.SAMPLES:
         return _samples_from_v1(_expect(obj, list))
     if kind == fmt.EVENTS:
-        return DecodedEvents([event_from_v1(item) for item in _expect(obj, list)], {})
+        return DecodedEvents(events_from_v1(_expect(obj, list)), {})
     if kind == fmt.OPS:
         items = [_expect(item, dict) for item in _expect(obj, list)]
         first = items[0].get("i", 0) if items else 0
-        return OpsRecord(first, [float(item["t"]) for item in items], [op_from_v1(item) for item in items])
+        return OpsRecord(first, [float(item["t"]) for item in items], ops_from_v1(items))
     if kind == fmt.SNAPSHOTS:
-        return [_snapshot_record_from_v1(item, SnapshotRecord) for item in _expect(obj, list)]
+        _expect(obj, list)
+        records = [dict(_expect(item, dict), snapshot=adapted_snapshot(item.get("snapshot"))) for item in obj]
+        return msgspec.convert(records, list[SnapshotRecord], strict=False)
     if kind == fmt.KEYFRAME:
         return _snapshot_record_from_v1(obj, KeyframeRecord)
     return msgspec.convert(_expect(obj, dict), EndRecord)
@@ -215,7 +217,7 @@ def _samples_from_v1(blocks: list) -> SampleBlock:
             raise ValueError(f"sample fields {missing} missing")
         for name in SAMPLE_FIELDS:
             position = index.get(name)
-            default = msgspec.structs.fields(Sample)[SAMPLE_FIELDS.index(name)].default
+            default = _SAMPLE_DEFAULTS[name]
             columns[name].extend(row[position] if position is not None else default for row in _expect(rows, list))
     return msgspec.convert({"columns": columns}, SampleBlock)
 

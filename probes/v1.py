@@ -19,17 +19,26 @@ _OP_STAMPS = ("t", "i")
 
 def op_from_v1(op: dict) -> Op:
     """A v1 op dict (stamps ``t``/``i`` allowed) as a typed op."""
-    if not isinstance(op, dict):
-        raise msgspec.ValidationError(f"an op must be a dict, got {type(op).__name__}")
-    return msgspec.convert({k: v for k, v in op.items() if k not in _OP_STAMPS}, AnyOp)
+    return ops_from_v1([op])[0]
+
+
+def ops_from_v1(ops: list) -> list[Op]:
+    """v1 op dicts as typed ops (one validated conversion for the whole list)."""
+    if not all(isinstance(op, dict) for op in ops):
+        raise msgspec.ValidationError("an op must be a dict")
+    return msgspec.convert([{k: v for k, v in op.items() if k not in _OP_STAMPS} for op in ops], list[AnyOp])
 
 
 def snapshot_from_v1(snap: dict) -> PoolSnapshot:
     """A v1 snapshot (full or summary) as a typed one: ``num_slabs`` was the name of ``num_chunks``."""
+    return msgspec.convert(adapted_snapshot(snap), PoolSnapshot, strict=False)
+
+
+def adapted_snapshot(snap: dict) -> dict:
+    """A v1 snapshot dict with today's field names (converted by the caller, possibly in bulk)."""
     if not isinstance(snap, dict) or not isinstance(snap.get("layers"), list):
         raise msgspec.ValidationError("a pool snapshot must be a dict with a list of layers")
-    layers = [_layer_from_v1(layer) for layer in snap["layers"]]
-    return msgspec.convert(dict(snap, layers=layers), PoolSnapshot, strict=False)
+    return dict(snap, layers=[_layer_from_v1(layer) for layer in snap["layers"]])
 
 
 def _layer_from_v1(layer: dict) -> dict:
@@ -44,19 +53,22 @@ def book_state_from_v1(state: dict) -> BookState:
     return msgspec.convert(state, BookState, strict=False)
 
 
-def event_from_v1(event: dict):
-    """A v1 EVENTS item as a typed event: ``gather`` events held ``layer_runs`` dicts keyed by sequence, a ``meta``
-    item is metadata added after the start."""
+def events_from_v1(events: list) -> list:
+    """v1 EVENTS items as typed events (one validated conversion for the whole list): ``gather`` events held
+    ``layer_runs`` dicts keyed by sequence, a ``meta`` item is metadata added after the start."""
+    return msgspec.convert([_adapted_event(event) for event in events], list[Union[(*timeline_types(), MetaUpdate)]])
+
+
+def _adapted_event(event: dict) -> dict:
     if not isinstance(event, dict):
         raise msgspec.ValidationError(f"an event must be a dict, got {type(event).__name__}")
     kind = event.get("kind")
     if kind == "meta":
         stamps = {k: event[k] for k in ("t", "step", "tokens") if k in event}
-        meta = {k: v for k, v in event.items() if k not in ("kind", "t", "step", "tokens")}
-        return msgspec.convert(dict(stamps, kind="meta", meta=meta), MetaUpdate)
+        return dict(stamps, kind="meta", meta={k: v for k, v in event.items() if k not in ("kind", *stamps)})
     if kind == "gather":
         runs = event.get("layer_runs") or {}
         ids = [str(seq) for seq in event.get("seq_ids", [])]
         event = {k: v for k, v in event.items() if k != "layer_runs"}
         event.update(runs_layer0=[runs["0"][seq] for seq in ids], runs_max=[runs["max"][seq] for seq in ids])
-    return msgspec.convert(event, Union[timeline_types()])
+    return event

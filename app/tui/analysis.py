@@ -46,9 +46,6 @@ class SlabCell:
         return self.used / self.capacity if self.capacity else 0.0
 
 
-_CELL_FIELD = {RowState.LIVE: "live", RowState.SHARED: "shared", RowState.HANDLE: "held", RowState.CALLER: "caller"}
-
-
 def rows_per_slab(snap: PoolSnapshot) -> int:
     """Rows in one cell of the grid: a slab (slab design) or a grow chunk (monolithic)."""
     return max(1, snap.chunk_rows)
@@ -58,14 +55,22 @@ def slab_cells(snap: PoolSnapshot, layer: LayerSnapshot) -> list[SlabCell]:
     """Per-slab occupancy of one layer (needs a full snapshot: per-row arrays)."""
     per = rows_per_slab(snap)
     cells = [SlabCell(per) for _ in range(layer.num_chunks)]
-    for row, (owner, ref) in enumerate(zip(layer.row_owner or [], layer.row_refcount or [])):
-        name = _CELL_FIELD.get(row_state(owner, ref))
-        if name is None:
+    live, shared, free = RowState.LIVE, RowState.SHARED, RowState.FREE
+    for row, state in enumerate(map(row_state, layer.row_owner or [], layer.row_refcount or [])):
+        if state is free:
             continue
         slab = row // per
         if slab >= len(cells):
             cells.extend(SlabCell(per) for _ in range(slab + 1 - len(cells)))
-        setattr(cells[slab], name, getattr(cells[slab], name) + 1)
+        cell = cells[slab]
+        if state is live:
+            cell.live += 1
+        elif state is shared:
+            cell.shared += 1
+        elif state is RowState.HANDLE:
+            cell.held += 1
+        else:
+            cell.caller += 1
     return cells
 
 

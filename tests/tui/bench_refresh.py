@@ -1,7 +1,10 @@
 """Benchmark: the cost of one dashboard refresh per view on a 28-layer x 64-slab pool (32 rows per slab), the size
 the TUI must stay responsive with. Prints milliseconds per refresh (median of N) for each view.
 
-    .venv/bin/python tests/tui/bench_refresh.py [N]
+    .venv/bin/python tests/tui/bench_refresh.py [N] [--moving-cursor]
+
+``--moving-cursor`` moves the cursor between two snapshot instants at every refresh (as replay playback does), so
+every view redraws instead of finding its picture unchanged.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from tui_fixtures import FakeWorker, big_stream  # noqa: E402
 from app.tui.app import TABS, AppOptions, SlabscopeApp  # noqa: E402
 
 
-async def measure(n: int) -> dict[str, float]:
+async def measure(n: int, moving: bool = False) -> dict[str, float]:
     app = SlabscopeApp(AppOptions(backends=["slab"], worker_factory=lambda name, **p: FakeWorker(big_stream(steps=40),
                                                                                                   per_poll=1000),
                                   recordings_dir=Path("/tmp")))
@@ -28,11 +31,15 @@ async def measure(n: int) -> dict[str, float]:
     async with app.run_test(size=(160, 50)) as pilot:
         while app.store.sessions["slab"].status != "done":
             await pilot.pause(0.05)
+        if moving:
+            app.mode = "PAUSED"
         for tab_id, _title, _view in [*TABS, ("sessions", "", None)]:
             app.action_show_tab(tab_id)
             await pilot.pause(0.05)
             times = []
-            for _ in range(n):
+            for k in range(n):
+                if moving:
+                    app.cursor = 5.0 if k % 2 else 10.0
                 start = time.perf_counter()
                 app.refresh_views()
                 await pilot.pause()  # includes Textual's render of what changed
@@ -42,9 +49,12 @@ async def measure(n: int) -> dict[str, float]:
 
 
 def main() -> int:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 10
-    for view, ms in asyncio.run(measure(n)).items():
-        print(f"{view:10s} {ms:7.1f} ms per refresh (28 layers x 64 slabs, 160x50 terminal, median of {n})")
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    n = int(args[0]) if args else 10
+    moving = "--moving-cursor" in sys.argv
+    for view, ms in asyncio.run(measure(n, moving)).items():
+        print(f"{view:10s} {ms:7.1f} ms per refresh (28 layers x 64 slabs, 160x50 terminal, median of {n}"
+              f"{', moving cursor' if moving else ''})")
     return 0
 
 

@@ -1,0 +1,24 @@
+"""The pool facade fuzz (tests/pool/pool_fuzz.py) at CI size; ``make fuzz`` runs it SLABSCOPE_FUZZ_SCALE times
+longer and prints the outcome counts by class."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pool_fuzz import run_fuzz
+
+SCALE = int(os.environ.get("SLABSCOPE_FUZZ_SCALE", "1"))
+STEPS = 300 * SCALE
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("design", ["slab", "monolithic"])
+def test_random_valid_and_invalid_calls(design, seed):
+    counts = run_fuzz(seed, design, STEPS)
+    kinds = sorted(k for k in counts if ":" in k)
+    print(f"\npool fuzz {design} seed {seed}: {counts['cases']} cases: {counts['identical']} identical to the "
+          f"dense reference, {counts['clear error']} clear errors (state unchanged); {len(kinds)} kinds")
+    assert counts["identical"] + counts["clear error"] >= STEPS
+    assert counts["identical"] > STEPS // 4 and counts["clear error"] > STEPS // 4

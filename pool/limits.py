@@ -83,14 +83,14 @@ def check_index_range(elements: int, what: str) -> None:
 def check_buffer(nbytes: int, limits: MemoryLimits, what: str) -> None:
     """SizeLimitError when one tensor of ``nbytes`` exceeds the largest allocation the device allows."""
     if nbytes > limits.max_buffer_bytes:
-        raise SizeLimitError(f"{what} needs one buffer of {format_bytes(nbytes)}; the largest allocation is "
+        raise SizeLimitError(f"{what} of {format_bytes(nbytes)} exceeds the largest allocation, "
                              f"{format_bytes(limits.max_buffer_bytes)} ({limits.source})")
 
 
 def check_total(nbytes: int, limits: MemoryLimits, what: str) -> None:
     """SizeLimitError when ``nbytes`` in total exceed what the device can give."""
     if nbytes > limits.memory_bytes:
-        raise SizeLimitError(f"{what} needs {format_bytes(nbytes)}; the device has room for "
+        raise SizeLimitError(f"{what} need {format_bytes(nbytes)}; the device has room for "
                              f"{format_bytes(limits.memory_bytes)} ({limits.source})")
 
 
@@ -104,9 +104,9 @@ def check_pool_capacity(design: str, slab_blocks: int, capacities: Sequence[int]
     if rows > MAX_DIMENSION:
         raise SizeLimitError(f"{what}: one tensor would hold {rows:,} rows; MLX shapes stop at {MAX_DIMENSION:,}")
     unit = "slab" if design == "slab" else "tensor"
-    check_buffer(rows * max(per_layer, default=0) // 2, limits, f"{what} ({rows:,}-row {unit})")
+    check_buffer(rows * max(per_layer, default=0) // 2, limits, f"{what}: one {rows:,}-row {unit}")
     total = sum(capacity * size for capacity, size in zip(capacities, per_layer))
-    check_total(total, limits, f"{what} ({sum(capacities):,} rows, K + V over {len(capacities)} layers)")
+    check_total(total, limits, f"{what}: {sum(capacities):,} rows (K + V over {len(capacities)} layers)")
 
 
 def check_first_allocation(num_layers: int, design: str, block_size: int, slab_blocks: int, n_kv_heads: int,
@@ -120,5 +120,5 @@ def check_first_allocation(num_layers: int, design: str, block_size: int, slab_b
     chunk = chunk_rows(design, slab_blocks)
     check_pool_capacity(design, slab_blocks, [chunk] * num_layers,
                         bytes_per_row(block_size, n_kv_heads, head_dim, itemsize), limits,
-                        f"the first {'slab' if design == 'slab' else 'grow chunk'} of every layer "
-                        f"({chunk:,} blocks x {block_size:,} tokens)")
+                        f"the pool's first {'slab' if design == 'slab' else 'grow chunk'} ({chunk:,} blocks x "
+                        f"{block_size:,} tokens per layer)")

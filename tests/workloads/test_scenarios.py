@@ -52,9 +52,9 @@ def test_overrides_apply_and_are_checked():
     assert s.params["n"] == 3 and s.phases[0].count == 3 and s.phases[0].concurrency == 2
     with pytest.raises(ScenarioError, match="no parameter 'bogus'"):
         load_scenario("churn", {"bogus": 1})
-    with pytest.raises(ScenarioError, match="count/turns and concurrency must be >= 1"):
+    with pytest.raises(ScenarioError, match="count must be >= 1, got 0"):
         load_scenario("churn", {"n": 0})
-    with pytest.raises(ScenarioError, match=r"expected an int >= 1 or \[min, max\]"):
+    with pytest.raises(ScenarioError, match=r"prompt_tokens \[min, max\] has min > max"):
         load_scenario("churn", {"prompt_min": 900})  # min > max
     with pytest.raises(ScenarioError, match="key=value"):
         parse_overrides(["n"])

@@ -32,6 +32,9 @@ def add_parser(sub) -> None:
     p.add_argument("--device", choices=("cpu", "gpu"), default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before a backend is cancelled")
+    from app.commands.record_ranks import add_arguments
+
+    add_arguments(p)
     p.set_defaults(func=main)
 
 
@@ -109,6 +112,10 @@ def main(args) -> int:
     from app.workloads import WorkerHandle
     from app.workloads.scenarios import ScenarioError
 
+    if getattr(args, "ranks", None) is not None:
+        from app.commands.record_ranks import main as record_ranks
+
+        return record_ranks(args)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     try:
         specs = _specs(args, backends)

@@ -259,11 +259,11 @@ def describe_run(run: RankRun) -> list[str]:
         shard = info.get("shard") or {}
         heads = shard.get("kv_heads", ["?", "?"])
         mem = (info.get("device_memory") or {}).get("bytes")
-        state = "complete" if session.complete else "INCOMPLETE (rank stopped early)"
         error = ((session.summary or {}).get("summary") or {}).get("error")
+        state = ("INCOMPLETE (the rank died without closing its recording)" if not session.complete
+                 else f"stopped: {error}" if error else "complete")
         out.append(f"  r{rank} {info.get('host', '?')} pid {info.get('pid', '?')}: KV heads [{heads[0]}, {heads[1]}) of "
                    f"{shard.get('n_kv_heads_total', '?')}, {shard.get('kv_bytes_per_token', '?')} B/token, device "
                    f"memory {_mib(mem)} MiB; clock offset {_ms(clock.offset(0.0))} ms (bound {_ms(clock.bound_s)} ms, "
-                   f"residual {_ms(clock.residual_s)} ms over {clock.measurements} syncs); {state}"
-                   + (f": {error}" if error else ""))
+                   f"residual {_ms(clock.residual_s)} ms over {clock.measurements} syncs); {state}")
     return out

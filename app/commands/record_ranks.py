@@ -56,7 +56,7 @@ def _check(args) -> str | None:
         return "--peer-timeout and --sync-interval must be > 0"
     if args.launch_backend == "nccl" and args.device == "cpu":
         return "the nccl backend runs on CUDA GPUs: use --device gpu"
-    return shard_problem(declared_geometry(args.model), args.ranks)
+    return shard_problem(declared_geometry(args.model), args.ranks, args.model)
 
 
 def _plan(args):
@@ -95,32 +95,37 @@ def outcomes(template: str, ranks: int, launch) -> list[RankOutcome]:
     return out
 
 
+def prepare(args):
+    """(LaunchPlan, RunSpecs) for a distributed record; ValueError/LaunchError (one line) when it cannot start.
+    Changes nothing (no directory, no process)."""
+    from app.commands.record import _specs
+
+    problem = _check(args)
+    if problem:
+        raise ValueError(problem)
+    plan = _plan(args)
+    specs = _specs(args, [b.strip() for b in args.backends.split(",") if b.strip()])
+    if plan.backend == "nccl" and args.device is None:  # NCCL moves GPU buffers: every rank on its GPU
+        specs = [_with(spec, device="gpu") for spec in specs]
+    return plan, specs
+
+
 def main(args) -> int:
-    from app.workloads.launch import LaunchError, RankLaunch, launch_command
+    from app.workloads.launch import RankLaunch, launch_command
 
     try:
-        problem = _check(args)
-        if problem is None:
-            plan = _plan(args)
-            from app.commands.record import _specs
-
-            specs = _specs(args, [b.strip() for b in args.backends.split(",") if b.strip()])
-    except (LaunchError, ValueError) as exc:
-        problem = str(exc)
-    if problem:
-        print(f"slabscope record: {problem}", file=sys.stderr)
+        plan, specs = prepare(args)
+    except ValueError as exc:  # LaunchError and ScenarioError are ValueErrors
+        print(f"slabscope record: {exc}", file=sys.stderr)
         return 2
-    if plan.backend == "nccl" and args.device is None:
-        specs = [_with(spec, device="gpu") for spec in specs]
     os.makedirs(args.out, exist_ok=True)
     failed, paths = False, []
     for spec in specs:
-        stem = os.path.splitext(os.path.basename(spec.scenario))[0]
-        template = rank_template(args.out, stem, spec.backend)
+        template = rank_template(args.out, os.path.splitext(os.path.basename(spec.scenario))[0], spec.backend)
         command = launch_command(plan, _with(spec, record_path=None), record_template=template,
                                  run_id=uuid.uuid4().hex[:12], peer_timeout=args.peer_timeout,
                                  sync_interval=args.sync_interval)
-        launch = RankLaunch(command, grace_s=args.peer_timeout + 15.0).start()
+        launch = RankLaunch(command, grace_s=args.peer_timeout + 5.0).start()
         code = launch.wait(args.timeout)
         ends = outcomes(template, plan.ranks, launch)
         ok = code == 0 and all(e.ok for e in ends)

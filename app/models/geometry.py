@@ -60,15 +60,16 @@ def declared_geometry(name: str) -> ModelGeometry:
         raise ValueError(f"the embedded GGUF lacks {exc.args[0]!r} in its metadata") from None
 
 
-def shard_problem(geometry: ModelGeometry, ranks: int) -> str | None:
-    """Why ``ranks``-way tensor parallelism cannot split ``geometry`` evenly (one line), or None."""
+def shard_problem(geometry: ModelGeometry, ranks: int, name: str | None = None) -> str | None:
+    """Why ``ranks``-way tensor parallelism cannot split ``geometry`` (model ``name``) evenly (one line), or None."""
     if ranks == 1:
         return None
     parts = (("KV heads", geometry.n_kv_heads), ("attention heads", geometry.n_heads),
              ("MLP hidden width", geometry.intermediate_size))
     for what, count in parts:
         if count % ranks:
-            return (f"{geometry.family} model has {count} {what}, which do not split evenly across {ranks} ranks "
+            model = f"{name} ({geometry.family})" if name else f"the {geometry.family} model"
+            return (f"{model} has {count} {what}, which do not split evenly across {ranks} ranks "
                     f"(tensor parallel needs a divisor of {count})")
     return None
 

@@ -262,4 +262,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The recording is closed: skip interpreter teardown, during which Python's signal handlers are gone and a
+    # late SIGTERM from mlx.launch (stopping the ranks after one failed) would kill the rank with a misleading -15.
+    os._exit(status)

@@ -200,7 +200,8 @@ def outputs_report(runs: list[RankRun], plain: list) -> tuple[list[str], list[st
             (base_rank, base), (rank, other) = known[0], odd[0]
             failures.append(f"{run.label}: rank {rank} generated other tokens than rank {base_rank} "
                             f"({first_difference(base.get('generated'), other.get('generated'))})")
-        entries.append((f"{run.label} ({run.world_size} rank{'s' if run.world_size > 1 else ''})", known[0][1] if known else None))
+        plural = "s" if run.world_size > 1 else ""
+        entries.append((f"{run.label} ({run.world_size} rank{plural})", known[0][1] if known else None))
     entries += [(str(s.meta.get("label") or s.meta.get("backend", "?")) + " (1 process)", _outputs(s))
                 for s in plain]
     known = [(name, o) for name, o in entries if o is not None]
@@ -262,8 +263,10 @@ def describe_run(run: RankRun) -> list[str]:
         error = ((session.summary or {}).get("summary") or {}).get("error")
         state = ("INCOMPLETE (the rank died without closing its recording)" if not session.complete
                  else f"stopped: {error}" if error else "complete")
-        out.append(f"  r{rank} {info.get('host', '?')} pid {info.get('pid', '?')}: KV heads [{heads[0]}, {heads[1]}) of "
-                   f"{shard.get('n_kv_heads_total', '?')}, {shard.get('kv_bytes_per_token', '?')} B/token, device "
-                   f"memory {_mib(mem)} MiB; clock offset {_ms(clock.offset(0.0))} ms (bound {_ms(clock.bound_s)} ms, "
-                   f"residual {_ms(clock.residual_s)} ms over {clock.measurements} syncs); {state}")
+        where = ("the reference clock" if rank == 0 else
+                 f"clock offset {_ms(clock.offset(0.0))} ms (bound {_ms(clock.bound_s)} ms, residual "
+                 f"{_ms(clock.residual_s)} ms over {clock.measurements} syncs)")
+        out.append(f"  r{rank} {info.get('host', '?')} pid {info.get('pid', '?')}: KV heads [{heads[0]}, {heads[1]}) "
+                   f"of {shard.get('n_kv_heads_total', '?')}, {shard.get('kv_bytes_per_token', '?')} B/token, "
+                   f"device memory {_mib(mem)} MiB; {where}; {state}")
     return out

@@ -96,7 +96,8 @@ class LaunchPlan:
             raise LaunchError(f"hostfile {self.hostfile} lists {hostfile_ranks(self.hostfile)} hosts but --ranks is "
                               f"{self.ranks}")
         if self.backend == "jaccl" and self.hostfile is None:
-            raise LaunchError("the jaccl backend needs --hostfile (hosts with their RDMA devices, see mlx.distributed_config)")
+            raise LaunchError("the jaccl backend needs --hostfile (hosts with their RDMA devices: "
+                              "mlx.distributed_config writes one)")
         if self.backend == "mpi" and shutil.which("mpirun") is None:
             raise LaunchError("the mpi backend needs mpirun on PATH (install Open MPI)")
 

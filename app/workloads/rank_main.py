@@ -136,7 +136,7 @@ class RankSink:
         return int(outputs_summary(scheduler.finished, scheduler.running)["digest"][:15], 16)
 
     def _sync(self, reason: str, step: int, tokens: int) -> None:
-        self.inner.emit(dict(self.sync.sync(reason, step, tokens, self._digest()), t=time.monotonic()))
+        self.inner.emit(dict(self.sync.sync(reason, step, tokens, self._digest), t=time.monotonic()))
 
     def emit(self, event: dict) -> None:
         self.watchdog.beat()

@@ -96,7 +96,10 @@ class RankSync:
         self._previous: tuple[int, int] | None = None  # (step, rank 0 monotonic ns) of the last sync
         self._last_step = -1
         self.syncs = 0
-        self.cost_s = 0.0
+        self.cost_s = 0.0    # timed rounds, gather, digest: the syncs' own cost during the run
+        self.drain_s = 0.0   # waiting in the drain barrier (in-flight steps, slower peers): mostly waits the next
+                             # step would have had anyway, minus the one step's host/device overlap it breaks
+        self.start_s = 0.0   # the start alignment, before the run (includes waiting for peers to load)
         self.measurements: list[tuple[float, float, float]] = []  # (monotonic s, offset_s, bound_s), start first
 
     def _exchange(self, rounds: int, step: int, tokens: int, digest: int) -> list[list[int]]:
@@ -107,6 +110,8 @@ class RankSync:
         t0 = time.monotonic_ns()
         one = mx.array([1], dtype=mx.int32)
         mx.eval(mx.distributed.all_sum(one, group=self.group))  # drain: in-flight steps finish on every rank
+        t1 = time.monotonic_ns()
+        self.drain_s += (t1 - t0) * NS
         mine: list[int] = []
         for _ in range(rounds):
             start = time.monotonic_ns()
@@ -118,12 +123,15 @@ class RankSync:
         rows = gathered.reshape(self.group.size(), len(mine)).tolist()
         self.beat()
         self.syncs += 1
-        self.cost_s += (time.monotonic_ns() - t0) * NS
+        self.cost_s += (time.monotonic_ns() - t1) * NS
         return rows
 
     def start(self) -> dict:
         """The start alignment (``start_rounds`` rounds at step 0); stored in ``clock`` and returned."""
+        t0 = time.monotonic()
         rows = self._exchange(self.start_rounds, 0, 0, 0)
+        self.cost_s = self.drain_s = 0.0
+        self.start_s = time.monotonic() - t0
         self.clock = dict(measure_offset(rows, self.start_rounds, self.rank), reference="rank 0 time.monotonic()")
         self.measurements.append((time.monotonic(), self.clock["offset_s"], self.clock["bound_s"]))
         self._previous = (0, rows[0][0])
@@ -133,10 +141,14 @@ class RankSync:
         """True at the step boundary where every rank syncs next (once per step value)."""
         return step >= self.next_step and step != self._last_step
 
-    def sync(self, reason: str, step: int, tokens: int, digest: int) -> dict:
+    def sync(self, reason: str, step: int, tokens: int, digest: Callable[[], int]) -> dict:
         """One sync at a point every rank reaches in the same order; returns the ``clock`` event to record.
-        Raises ``RankDivergence`` when the ranks are not in lockstep."""
-        rows = self._exchange(self.rounds, step, tokens, digest)
+        ``digest()``: this rank's outputs so far as an int < 2**63. Raises ``RankDivergence`` when the ranks are
+        not in lockstep."""
+        t0 = time.monotonic()
+        mine = digest()
+        self.cost_s += time.monotonic() - t0
+        rows = self._exchange(self.rounds, step, tokens, mine)
         check_lockstep(rows, reason)
         measured = measure_offset(rows, self.rounds, self.rank)
         residual = measured["offset_s"] - (self.clock or {}).get("offset_s", 0.0)
@@ -151,7 +163,8 @@ class RankSync:
         measurements' loosest bound and how far their offsets moved (the residual skew)."""
         clock = self.clock or {}
         kept = kept_measurements(self.measurements) if self.measurements else []
-        return {"syncs": self.syncs, "sync_cost_s": round(self.cost_s, 6), "interval_s": self.interval_s,
+        return {"syncs": self.syncs, "sync_cost_s": round(self.cost_s, 6), "sync_drain_s": round(self.drain_s, 6),
+                "start_sync_s": round(self.start_s, 6), "interval_s": self.interval_s,
                 "start_offset_s": clock.get("offset_s"), "start_bound_s": clock.get("bound_s"),
                 "kept_measurements": len(kept), "alignment_bound_s": max((b for _, _, b in kept), default=None),
                 "residual_skew_s": residual_of(kept) if kept else None}

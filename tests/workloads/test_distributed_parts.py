@@ -57,7 +57,8 @@ def test_shard_problem(model, ranks, problem):
     (["--ranks", "2", "--model", "synthetic:tiny-llama", "--together"], "exclude each other"),
     (["--ranks", "2", "--model", "synthetic:tiny-llama", "--launch-backend", "nccl", "--device", "cpu"],
      "the nccl backend runs on CUDA GPUs"),
-    (["--ranks", "2", "--model", "synthetic:tiny-llama", "--launch-backend", "jaccl"], "jaccl backend needs --hostfile"),
+    (["--ranks", "2", "--model", "synthetic:tiny-llama", "--launch-backend", "jaccl"],
+     "jaccl backend needs --hostfile"),
     (["--ranks", "2", "--model", "synthetic:tiny-llama", "--peer-timeout", "0"], "must be > 0"),
     (["--ranks", "2", "--model", "nosuch"], "unknown model"),
 ])

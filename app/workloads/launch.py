@@ -36,13 +36,16 @@ class LaunchError(ValueError):
     """A distributed launch that cannot start (bad hostfile, missing launcher or mpirun); one line."""
 
 
-def launcher_path() -> str:
-    """``mlx.launch`` of the running interpreter's environment (else the one on PATH)."""
+_LAUNCH_MAIN = ("import sys; from mlx._distributed_utils.launch import main; sys.argv[0] = 'mlx.launch'; "
+                "sys.exit(main())")
+
+
+def launcher_command() -> list[str]:
+    """``mlx.launch`` of the running interpreter's environment, else the one on PATH, else the entry point that
+    console script runs, through this interpreter (an mlx installed without its scripts, as on a GPU box)."""
     beside = os.path.join(os.path.dirname(sys.executable), "mlx.launch")
     found = beside if os.access(beside, os.X_OK) else shutil.which("mlx.launch")
-    if not found:
-        raise LaunchError("mlx.launch not found (it is installed with mlx: pip install mlx)")
-    return found
+    return [found] if found else [sys.executable, "-c", _LAUNCH_MAIN]
 
 
 def hostfile_ranks(path: str) -> int:
@@ -109,7 +112,7 @@ class LaunchPlan:
         return env
 
     def launcher_args(self) -> list[str]:
-        args = [launcher_path(), "--backend", self.backend, "--python", self.python]
+        args = [*launcher_command(), "--backend", self.backend, "--python", self.python]
         args += ["--hostfile", self.hostfile] if self.hostfile else ["-n", str(self.ranks)]
         if self.backend == "ring" and self.hostfile is None:
             args += ["--starting-port", str(free_port_base(self.ranks))]

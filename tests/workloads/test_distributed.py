@@ -20,7 +20,7 @@ import time
 import pytest
 
 from app.cli import main as cli_main
-from app.workloads.launch import RankLaunch, free_port_base, launcher_path
+from app.workloads.launch import RankLaunch, free_port_base, launcher_command
 from probes.replay import Session
 
 from .helpers import assert_same_logits, run_backend, write_scenario
@@ -121,7 +121,7 @@ def test_two_rank_logits_are_bounded_and_rank_and_backend_identical(tmp_path, ti
     scenario = write_scenario(tmp_path, "[params]\nn = 4\n[[phases]]\nname = \"mixed\"\nkind = \"requests\"\n"
                                         "count = \"$n\"\nconcurrency = 3\nprompt_tokens = [3, 90]\n"
                                         "gen_tokens = [2, 14]\n")
-    command = [launcher_path(), "-n", "2", "--backend", "ring", "--starting-port", str(free_port_base(2)),
+    command = [*launcher_command(), "-n", "2", "--backend", "ring", "--starting-port", str(free_port_base(2)),
                "--python", sys.executable, "--env", "OPENBLAS_NUM_THREADS=1", "--", HELPER, str(tmp_path), scenario,
                tiny_llama.name, tiny_qwen3.name]
     launch = RankLaunch(command, stream=io.StringIO()).start()

@@ -16,7 +16,7 @@ import pytest
 from app.cli import build_parser
 from app.cli import main as cli_main
 from app.models.geometry import declared_geometry, read_gguf_metadata, shard_problem
-from app.workloads.launch import LaunchError, LaunchPlan, hostfile_ranks, launch_command
+from app.workloads.launch import LaunchError, LaunchPlan, hostfile_ranks, launch_command, launcher_command
 from app.workloads.rank_sync import (RankDivergence, best_round, check_lockstep, measure_offset, next_sync_step)
 from app.workloads.sharding import shard_map
 
@@ -95,6 +95,7 @@ def test_ring_command_on_one_host():
     command = launch_command(plan, specs[0], record_template="/d/churn-slab-rank{rank}.slabrec", run_id="abc",
                              peer_timeout=30, sync_interval=2)
     assert os.path.basename(command[0]) == "mlx.launch"
+    assert launcher_command() == [command[0]]
     head, tail = command[:command.index("--")], command[command.index("--") + 1:]
     assert head[head.index("--backend") + 1] == "ring" and head[head.index("-n") + 1] == "2"
     assert "--starting-port" in head and "--nccl-port" not in head
@@ -205,3 +206,15 @@ def test_watchdog_turns_sigterm_into_a_recorded_stop_while_the_main_thread_is_bl
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 128 + signal.SIGTERM and "SIGTERM received" in out
+
+
+def test_launcher_entry_point_runs_without_the_console_script(monkeypatch):
+    """An mlx installed without its scripts (the GPU box's wheel install): the same entry point, via python -c."""
+    import app.workloads.launch as launch
+
+    monkeypatch.setattr(launch.shutil, "which", lambda name: None)
+    monkeypatch.setattr(launch.os, "access", lambda path, mode: False)
+    command = launch.launcher_command()
+    assert command[:2] == [sys.executable, "-c"]
+    out = subprocess.run([*command, "--print-python"], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == sys.executable

@@ -241,6 +241,7 @@ def run_rank(args) -> int:
 def _run_workload(args, group, spec: RunSpec, console: RankConsole, ending: RankEnding, watchdog) -> int:
     from app.models import load_model
     from app.workloads.rank_sync import RankSync
+    from app.workloads.rank_watchdog import STARTUP_TIMEOUT_S
     from app.workloads.runner import run_workload
     from app.workloads.sharding import shard_loaded
     from app.workloads.worker_sink import make_sink
@@ -248,8 +249,9 @@ def _run_workload(args, group, spec: RunSpec, console: RankConsole, ending: Rank
     loaded = load_model(spec.model, dtype=spec.dtype, device=spec.device, seed=spec.seed)
     loaded, smap = shard_loaded(loaded, group)
     sync = RankSync(group, interval_s=args.sync_interval, beat=watchdog.beat)
-    watchdog.arm()
+    watchdog.arm(STARTUP_TIMEOUT_S)  # the start sync waits for every rank's model load
     clock = sync.start()
+    watchdog.arm()
     sink = RankSink(make_sink(console, spec), sync, watchdog, ending, rank_meta(args, group, smap, clock, spec),
                     console)
     ending.sink = sink

@@ -6,7 +6,9 @@ cannot handle while the main thread is inside a collective (handlers run between
 own watches three things and calls ``on_abort(text, exit_code)`` for the first that happens:
 
 - **no progress**: while armed, the workload must ``beat()`` (every step, phase edge and sync does) at least every
-  ``peer_timeout_s``; a step stuck longer is a dead or unreachable peer;
+  ``peer_timeout_s``; a step stuck longer is a dead or unreachable peer. The start sync, where every rank waits
+  for the slowest to load its model, is armed with ``STARTUP_TIMEOUT_S`` instead (a peer that *dies* while
+  loading is reported by the launcher's SIGTERM at once; only one that hangs waits this long);
 - **a stop signal** (SIGTERM from ``mlx.launch``, SIGINT, SIGHUP from a dropped ssh session): the signals get a
   no-op Python handler, so their delivery never kills the process outright, and ``signal.set_wakeup_fd`` hands
   them to this thread at once even while the main thread is blocked;
@@ -26,6 +28,7 @@ from typing import Callable
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 EXIT_PEER_TIMEOUT = 3
+STARTUP_TIMEOUT_S = 600.0
 EXIT_ORPHANED = 4
 
 
@@ -40,6 +43,7 @@ class RankWatchdog:
         self.poll_s = poll_s
         self._last_beat = time.monotonic()
         self._armed = False
+        self._timeout_s = self.peer_timeout_s
         self._parent = os.getppid()
         self._read_fd = self._write_fd = -1
         self._thread: threading.Thread | None = None
@@ -60,8 +64,10 @@ class RankWatchdog:
         """The workload made progress (any thread; a float store is atomic under the GIL)."""
         self._last_beat = time.monotonic()
 
-    def arm(self) -> None:
-        """From now on a ``peer_timeout_s`` without a beat aborts the rank (call once collectives begin)."""
+    def arm(self, timeout_s: float | None = None) -> None:
+        """From now on ``timeout_s`` (default ``peer_timeout_s``) without a beat aborts the rank (call once
+        collectives begin; again to change the timeout)."""
+        self._timeout_s = self.peer_timeout_s if timeout_s is None else max(float(timeout_s), self.peer_timeout_s)
         self.beat()
         self._armed = True
 
@@ -81,8 +87,8 @@ class RankWatchdog:
                     self._fire(f"{name} received{why}", 128 + sig)
                 continue
             silent = time.monotonic() - self._last_beat
-            if self._armed and silent > self.peer_timeout_s:
-                self._fire(f"no progress for {silent:.1f} s (peer timeout {self.peer_timeout_s:g} s): a peer rank is "
+            if self._armed and silent > self._timeout_s:
+                self._fire(f"no progress for {silent:.1f} s (peer timeout {self._timeout_s:g} s): a peer rank is "
                            "dead or unreachable, and mlx collectives wait forever on a lost peer", EXIT_PEER_TIMEOUT)
             elif os.getppid() != self._parent:
                 self._fire(f"the launcher (pid {self._parent}) is gone", EXIT_ORPHANED)

@@ -184,8 +184,8 @@ lock = threading.Lock(); lock.acquire(); lock.acquire()  # the main thread block
 """
 
 
-def _watchdog_process(timeout: float, arm: bool):
-    code = WATCHDOG.format(timeout=timeout, arm="dog.arm()" if arm else "")
+def _watchdog_process(timeout: float, arm: str):
+    code = WATCHDOG.format(timeout=timeout, arm=arm)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout.readline().strip() == "ready"
     return proc
@@ -193,14 +193,22 @@ def _watchdog_process(timeout: float, arm: bool):
 
 def test_watchdog_stops_a_rank_stuck_without_progress():
     start = time.monotonic()
-    proc = _watchdog_process(0.5, arm=True)
+    proc = _watchdog_process(0.5, arm="dog.arm()")
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 3 and "no progress for" in out and "peer timeout 0.5 s" in out
     assert time.monotonic() - start < 20
 
 
+def test_watchdog_timeout_can_be_longer_for_the_start_sync():
+    proc = _watchdog_process(0.3, arm="dog.arm(30)")  # the start sync's timeout, not the step one
+    time.sleep(1.5)  # five peer timeouts: the start timeout holds
+    assert proc.poll() is None
+    proc.kill()
+    proc.wait()
+
+
 def test_watchdog_turns_sigterm_into_a_recorded_stop_while_the_main_thread_is_blocked():
-    proc = _watchdog_process(60, arm=False)
+    proc = _watchdog_process(60, arm="")
     time.sleep(0.3)  # unarmed: silence alone does not fire
     assert proc.poll() is None
     proc.send_signal(signal.SIGTERM)

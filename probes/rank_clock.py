@@ -70,3 +70,13 @@ class RankClock:
     def to_reference(self, t: float) -> float:
         """Rank-relative seconds -> seconds since rank 0's session start, on rank 0's clock."""
         return t + self.shift_s + self.offset(t)
+
+    def from_reference(self, t_ref: float) -> float:
+        """The inverse: this rank's session time at rank 0's ``t_ref`` (a shared cursor seeking every rank), by
+        fixed-point steps; each shrinks the error by the drift rate (microseconds per second between hosts)."""
+        t = t_ref - self.shift_s
+        for _ in range(8):
+            t, previous = t_ref - self.shift_s - self.offset(t), t
+            if abs(t - previous) < 1e-12:
+                break
+        return t

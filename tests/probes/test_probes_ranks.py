@@ -92,6 +92,8 @@ def test_clock_interpolates_and_leaves_loose_measurements_out():
     assert clock.measurements == 3 and len(clock.anchors) == 2
     assert clock.offset(5.0) == pytest.approx(0.005) and clock.offset(20.0) == pytest.approx(0.010)
     assert clock.residual_s == pytest.approx(0.010) and clock.bound_s == pytest.approx(1e-4)
+    for t in (0.0, 3.0, 7.5, 25.0):
+        assert clock.from_reference(clock.to_reference(t)) == pytest.approx(t, abs=1e-12)
 
 
 def test_imbalance_row_names_ranks_and_first_peak_on_the_aligned_clock(two_ranks):
@@ -176,3 +178,17 @@ def test_an_incomplete_rank_recording_still_merges(tmp_path, capsys):
     write_rank(tmp_path / "x-slab-rank1.slabrec", rank=1, close=False)
     assert cli_main(["compare", str(tmp_path)]) == 0
     assert "INCOMPLETE (the rank died without closing its recording)" in capsys.readouterr().out
+
+
+def test_merge_and_launch_side_import_no_mlx():
+    """The TUI process and the record parent never import mlx: the merge, the launcher and the checks."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = ("import sys; import probes.ranks, probes.rank_clock, app.commands.compare_ranks, "
+            "app.commands.record_ranks, app.workloads.launch, app.models.geometry; "
+            "app.models.geometry.declared_geometry('synthetic:qwen3-0.6b'); "
+            "assert 'mlx' not in sys.modules and 'mlx.core' not in sys.modules, sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)

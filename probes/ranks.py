@@ -10,6 +10,7 @@ sessions as they are. Per run:
   and the step skew (for each step every rank recorded, the spread of its aligned end times: residual clock
   error plus per-rank host jitter, since every step ends in an all-reduce);
 - ``rank_lanes``: one aligned time series per rank (the TUI's per-rank memory lanes);
+- ``step_alignment``: whether every rank ran the same forward pass (kind, batch, tokens) at every step;
 - ``outputs_report``: whether the ranks of a run, and the runs, generated the same tokens.
 """
 
@@ -163,6 +164,20 @@ def check_imbalance(rows: list[ImbalanceRow], limit: float | None) -> list[str]:
         return []
     return [f"{r.run} [{r.phase}]: rank imbalance {r.imbalance:.3f} > {limit} (rank {r.max_rank} vs rank "
             f"{r.min_rank})" for r in rows if r.imbalance is not None and r.imbalance > limit]
+
+
+def step_alignment(run: RankRun) -> tuple[int, str | None]:
+    """(steps every rank recorded, the first step where ranks planned differently or None): lockstep means the
+    same kind of forward pass, batch and token count at every step on every rank."""
+    plans = [{int(e["step"]): (e.get("type"), e.get("batch"), e.get("num_tokens"))
+              for e in s.events if e.get("kind") == "step"} for s in run.sessions]
+    common = sorted(set(plans[0]).intersection(*plans[1:]))
+    for step in common:
+        if any(p[step] != plans[0][step] for p in plans[1:]):
+            rank = next(r for r, p in enumerate(plans) if p[step] != plans[0][step])
+            return len(common), (f"{run.label}: step {step} differs between ranks: rank 0 {plans[0][step]}, "
+                                 f"rank {rank} {plans[rank][step]} (type, batch, tokens)")
+    return len(common), None
 
 
 # ---- outputs ---------------------------------------------------------------------------------------------------

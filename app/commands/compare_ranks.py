@@ -2,8 +2,8 @@
 
 Printed, per run: its ranks (host, KV heads held, bytes per token, device memory, clock alignment, complete or
 not); then the per-phase table with one row per rank (ratios against the baseline run's *same* rank), the merged
-imbalance table (max/min footprint across ranks, the rank that peaks first, step skew) and whether runs and
-ranks generated the same tokens. Gates: the ordinary ones on the per-rank rows, ``--max-imbalance`` on the merged
+imbalance table (max/min footprint across ranks, the rank that peaks first, step skew) whether every rank ran
+the same forward pass at every step, and whether runs and ranks generated the same tokens. Gates: the ordinary ones on the per-rank rows, ``--max-imbalance`` on the merged
 rows, ``--same-outputs`` on the outputs; the ranks of one run generating different tokens always fails.
 """
 
@@ -33,10 +33,15 @@ def per_rank_rows(runs, plain, wanted: str | None) -> list:
 
 def merged(sessions, wanted: str | None = None) -> dict:
     """Everything the merged view shows, as objects: runs, plain sessions, rows, imbalance rows, outputs."""
-    from probes.ranks import group_runs, imbalance_rows, outputs_report
+    from probes.ranks import group_runs, imbalance_rows, outputs_report, step_alignment
 
     runs, plain = group_runs(sessions)
     lines, rank_failures, same = outputs_report(runs, plain)
+    for run in runs:
+        steps, mismatch = step_alignment(run)
+        lines.insert(0, f"steps {run.label}: {steps} steps recorded by every rank, "
+                        + ("the same forward pass on every rank" if mismatch is None else "NOT in lockstep"))
+        rank_failures += [mismatch] if mismatch else []
     return {"runs": runs, "plain": plain, "rows": per_rank_rows(runs, plain, wanted),
             "imbalance": [row for run in runs for row in imbalance_rows(run)],
             "outputs": lines, "rank_output_failures": rank_failures, "same_outputs": same}

@@ -10,7 +10,8 @@ import pytest
 
 from app.cli import main as cli_main
 from probes.rank_clock import RankClock
-from probes.ranks import RankMergeError, check_imbalance, group_runs, imbalance_rows, outputs_report, rank_lanes
+from probes.ranks import (RankMergeError, check_imbalance, group_runs, imbalance_rows, outputs_report, rank_lanes,
+                          step_alignment)
 from probes.recording import SessionRecorder
 from probes.replay import Session
 
@@ -20,9 +21,11 @@ MIB = 2**20
 def write_rank(path, *, rank: int, world: int = 2, run_id: str = "run1", backend: str = "slab",
                t_start: float = 1000.0, peak_at: float = 1.0, peak: int = 100 * MIB, clock_events=(),
                start_offset: float = 0.0, start_bound: float = 1e-4, step_times=(), generated=None,
-               close: bool = True) -> str:
+               batch_of=None, close: bool = True) -> str:
     """A rank recording: samples every 0.1 s over 2 s (footprint ``peak`` at ``peak_at``, 10 MiB elsewhere), one
-    phase "burst" over [0, 2], steps at ``step_times`` (rank-relative), ``clock`` events (t, offset, bound)."""
+    phase "burst" over [0, 2], decode steps at ``step_times`` (rank-relative; batch 1 unless ``batch_of[step]``),
+    ``clock`` events (t, offset, bound)."""
+    batch_of = batch_of or {}
     meta = {"backend": backend, "distributed": {
         "run_id": run_id, "rank": rank, "world_size": world, "launch_backend": "ring", "host": f"h{rank}",
         "pid": 100 + rank, "device_memory": {"bytes": 24 * 2**30}, "shard": {"kv_heads": [rank, rank + 1],
@@ -36,7 +39,8 @@ def write_rank(path, *, rank: int, world: int = 2, run_id: str = "run1", backend
         events.append({"kind": "sample", "t": t_start + t, "step": i, "tokens": i, "footprint": foot,
                        "rss": foot, "active": foot, "cache": 0})
     for step, t in enumerate(step_times, start=1):
-        events.append({"kind": "step", "t": t_start + t, "step": step, "tokens": step, "num_tokens": 1})
+        events.append({"kind": "step", "t": t_start + t, "step": step, "tokens": step, "num_tokens": 1,
+                       "type": "decode", "batch": batch_of.get(step, 1)})
     for t, offset, bound in clock_events:
         events.append({"kind": "clock", "t": t_start + t, "offset_s": offset, "bound_s": bound, "step": 0,
                        "tokens": 0})
@@ -112,6 +116,20 @@ def test_imbalance_row_names_ranks_and_first_peak_on_the_aligned_clock(two_ranks
     assert row.step_skew_median_s == pytest.approx(0.0, abs=1e-9)
     lanes = rank_lanes(run)
     assert len(lanes) == 2 and max(lanes[1], key=lambda p: p[1])[0] == pytest.approx(1.5)
+
+
+def test_step_alignment_finds_the_first_step_planned_differently(tmp_path, two_ranks, capsys):
+    _, sessions = two_ranks
+    assert step_alignment(group_runs(sessions)[0][0]) == (3, None)
+    a = Session.open(write_rank(tmp_path / "a.slabrec", rank=0, run_id="q", step_times=[0.1, 0.2, 0.3]))
+    b = Session.open(write_rank(tmp_path / "b.slabrec", rank=1, run_id="q", step_times=[0.1, 0.2, 0.3],
+                                batch_of={2: 3}))
+    steps, mismatch = step_alignment(group_runs([a, b])[0][0])
+    assert steps == 3 and mismatch == ("slab: step 2 differs between ranks: rank 0 ('decode', 1, 1), rank 1 "
+                                       "('decode', 3, 1) (type, batch, tokens)")
+    assert cli_main(["compare", a.path, b.path]) == 1  # ranks out of lockstep always fail compare
+    out = capsys.readouterr().out
+    assert "NOT in lockstep" in out and "GATE FAILED: slab: step 2 differs" in out
 
 
 def test_imbalance_gate(two_ranks):

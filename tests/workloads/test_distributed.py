@@ -98,6 +98,7 @@ def test_compare_opens_the_ranks_as_one_run_with_the_imbalance_row(recorded, cap
     text = capsys.readouterr().out
     assert "imbalance across ranks" in text and "slab r0" in text and "dense r1" in text
     assert "DIFFERS" not in text and "outputs dense (1 process)" in text
+    assert "steps slab:" in text and text.count("the same forward pass on every rank") == 2
     assert cli_main(["compare", str(out), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert sorted(r["label"] for r in data["runs"]) == ["dense", "slab"]

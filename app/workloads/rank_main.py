@@ -222,13 +222,14 @@ def rank_meta(args, group, smap: dict, clock: dict, spec: RunSpec) -> dict:
 def run_rank(args) -> int:
     """Everything after argument parsing (see the module docstring); returns the exit status."""
     from app.models.blas import enable_openblas
-    from app.workloads.rank_watchdog import RankWatchdog
+    from app.workloads.rank_watchdog import STARTUP_TIMEOUT_S, RankWatchdog
 
     enable_openblas()  # before mlx is imported
     spec = RunSpec(**json.loads(args.spec))
     console = RankConsole(f"{spec.backend} rank {os.environ.get('MLX_RANK', '?')}", -1)
     ending = RankEnding(console)
     watchdog = RankWatchdog(peer_timeout_s=args.peer_timeout, on_abort=ending.abort).install()
+    watchdog.arm(STARTUP_TIMEOUT_S)  # joining the group and the start sync wait for every rank to start and load
     try:
         group = init_group(args.launch_backend, args.world_size)
         console.label, console.rank = f"{spec.backend} rank {group.rank()}", group.rank()
@@ -241,7 +242,6 @@ def run_rank(args) -> int:
 def _run_workload(args, group, spec: RunSpec, console: RankConsole, ending: RankEnding, watchdog) -> int:
     from app.models import load_model
     from app.workloads.rank_sync import RankSync
-    from app.workloads.rank_watchdog import STARTUP_TIMEOUT_S
     from app.workloads.runner import run_workload
     from app.workloads.sharding import shard_loaded
     from app.workloads.worker_sink import make_sink
@@ -249,9 +249,9 @@ def _run_workload(args, group, spec: RunSpec, console: RankConsole, ending: Rank
     loaded = load_model(spec.model, dtype=spec.dtype, device=spec.device, seed=spec.seed)
     loaded, smap = shard_loaded(loaded, group)
     sync = RankSync(group, interval_s=args.sync_interval, beat=watchdog.beat)
-    watchdog.arm(STARTUP_TIMEOUT_S)  # the start sync waits for every rank's model load
-    clock = sync.start()
-    watchdog.arm()
+    watchdog.beat()
+    clock = sync.start()  # waits for the slowest rank's load (still under the startup timeout)
+    watchdog.arm()  # from here every step must progress within the peer timeout
     sink = RankSink(make_sink(console, spec), sync, watchdog, ending, rank_meta(args, group, smap, clock, spec),
                     console)
     ending.sink = sink

@@ -6,9 +6,10 @@ cannot handle while the main thread is inside a collective (handlers run between
 own watches three things and calls ``on_abort(text, exit_code)`` for the first that happens:
 
 - **no progress**: while armed, the workload must ``beat()`` (every step, phase edge and sync does) at least every
-  ``peer_timeout_s``; a step stuck longer is a dead or unreachable peer. The start sync, where every rank waits
-  for the slowest to load its model, is armed with ``STARTUP_TIMEOUT_S`` instead (a peer that *dies* while
-  loading is reported by the launcher's SIGTERM at once; only one that hangs waits this long);
+  ``peer_timeout_s``; a step stuck longer is a dead or unreachable peer. Joining the group, loading and the start
+  sync (where every rank waits for the slowest to load its model) are armed with ``STARTUP_TIMEOUT_S`` instead
+  (a peer that *dies* meanwhile is reported by the launcher's SIGTERM at once; only one that hangs waits this
+  long);
 - **a stop signal** (SIGTERM from ``mlx.launch``, SIGINT, SIGHUP from a dropped ssh session): the signals get a
   no-op Python handler, so their delivery never kills the process outright, and ``signal.set_wakeup_fd`` hands
   them to this thread at once even while the main thread is blocked;

@@ -85,6 +85,7 @@ def test_clock_maps_rank_time_onto_rank_zero(two_ranks):
     assert run.clocks[0].to_reference(1.0) == 1.0
     # rank 1: t_start is 0.3 s after rank 0's on its own clock, which reads 0.2 s behind rank 0's
     assert run.clocks[1].to_reference(1.0) == pytest.approx(1.5)
+    assert run.clocks[1].from_reference(1.5) == pytest.approx(1.0)
 
 
 def test_clock_interpolates_and_leaves_loose_measurements_out():
@@ -182,6 +183,19 @@ def test_compare_command_merges_ranks_and_gates_on_imbalance(two_ranks, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["runs"][0]["world_size"] == 2 and data["gate_failures"] == []
     assert {r["phase"]: r["first_peak_rank"] for r in data["imbalance"]} == {"burst": 0, "all": 0}
+
+
+def test_per_rank_rows_are_compared_with_the_same_rank_of_the_baseline_run(tmp_path, capsys):
+    """slab listed first, dense the baseline: slab r1's ratio is against dense r1, not dense r0 or slab r0."""
+    for rank, (slab, dense) in enumerate([(40, 20), (90, 30)]):
+        write_rank(tmp_path / f"a-slab-rank{rank}.slabrec", rank=rank, run_id="s", peak=slab * MIB)
+        write_rank(tmp_path / f"b-dense-rank{rank}.slabrec", rank=rank, run_id="d", backend="dense",
+                   peak=dense * MIB)
+    assert cli_main(["compare", str(tmp_path), "--json"]) == 0
+    rows = {(r["session"], r["phase"]): r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows[("slab r0", "all")]["footprint_ratio"] == pytest.approx(2.0)
+    assert rows[("slab r1", "all")]["footprint_ratio"] == pytest.approx(3.0)
+    assert rows[("dense r1", "all")]["footprint_ratio"] == pytest.approx(1.0)
 
 
 def test_compare_with_a_rank_missing_exits_2_with_one_line(tmp_path, capsys):

@@ -226,3 +226,17 @@ def test_launcher_entry_point_runs_without_the_console_script(monkeypatch):
     assert command[:2] == [sys.executable, "-c"]
     out = subprocess.run([*command, "--print-python"], capture_output=True, text=True, check=True).stdout
     assert out.strip() == sys.executable
+
+
+def test_run_summary_lists_every_generated_token(tiny_llama, tmp_path):
+    """The ``outputs`` block the rank/run comparisons rely on: every decoded token, per request, and a digest."""
+    from app.workloads.outputs import digest_of
+
+    from .helpers import burst_toml, run_backend, write_scenario
+
+    summary, _, _ = run_backend(tiny_llama, write_scenario(tmp_path, burst_toml(n=3, gen_tokens="[3, 6]")), "slab")
+    outputs = summary["outputs"]
+    assert outputs["requests"] == 3 and sorted(outputs["generated"]) == ["0", "1", "2"]
+    assert outputs["generated_tokens"] == summary["decode_tokens"] == sum(map(len, outputs["generated"].values()))
+    assert outputs["digest"] == digest_of(outputs["generated"])
+    assert digest_of({"1": [2], "0": [1]}) == digest_of({"0": [1], "1": [2]}) != digest_of({"0": [1], "1": [3]})

@@ -23,6 +23,9 @@ def add_parser(sub) -> None:
     p.add_argument("--max-fragmentation", type=gate, default=None, help="fail if fragmentation exceeds F")
     p.add_argument("--max-mean-runs", type=gate, default=None, help="fail if mean gather runs exceed N")
     p.add_argument("--max-decline-rate", type=gate, default=None, help="fail if the fused decline rate exceeds D")
+    p.add_argument("--max-imbalance", type=gate, default=None, help="rank recordings: fail if a phase's max/min "
+                   "footprint across the ranks of a run exceeds R")
+    p.add_argument("--same-outputs", action="store_true", help="fail unless every run generated the same tokens")
     p.set_defaults(func=main)
 
 
@@ -81,6 +84,10 @@ def main(args) -> int:
     if error:
         print(f"slabscope compare: {error}", file=sys.stderr)
         return 2
+    if args.same_outputs or any(s.meta.get("distributed") for s in sessions):  # rank recordings: runs merged
+        from app.commands.compare_ranks import main as compare_ranks
+
+        return compare_ranks(args, sessions)
     baseline = pick_baseline(sessions, args.baseline)
     rows = compare_sessions(sessions, baseline=baseline)
     gates = Gates(args.max_ratio, args.max_fragmentation, args.max_mean_runs, args.max_decline_rate)

@@ -41,6 +41,9 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=finite_float(0.0, above=True), default=3600.0,
                    help="seconds before a backend is cancelled")
+    from app.commands.record_ranks import add_arguments
+
+    add_arguments(p)
     p.set_defaults(func=main)
 
 
@@ -121,6 +124,10 @@ def main(args) -> int:
     from app.workloads import WorkerHandle
     from app.workloads.scenarios import ScenarioError
 
+    if getattr(args, "ranks", None) is not None:
+        from app.commands.record_ranks import main as record_ranks
+
+        return record_ranks(args)
     try:
         specs = _specs(args, args.backends)
     except (ScenarioError, ValueError) as exc:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from pool.block_table import PrefixHandle
 from pool.bookkeeping import BlockBook, OpListener, WritePlan
-from pool.config import PoolConfig, blocks_for_tokens
+from pool.config import PoolConfig, blocks_for_tokens, capacity_for
 from pool.errors import PoolError
 from pool.fused_decision import DecisionCounters, FusedDecision, decide
 from pool.limits import MemoryLimits, check_pool_capacity
@@ -199,7 +199,10 @@ class PagedKVPool:
         self.storage.ensure_rows(layer, self.book.layers[layer].capacity)
         self.storage.materialize()
 
-    def _check_first_write(self, layer: int, geometry) -> None:
+    def _check_first_write(self, layer: int, geometry, new_row: bool = False) -> None:
+        """SizeLimitError unless the booked capacity (plus, with ``new_row``, the row a restore is about to take
+        in ``layer``) fits the device with ``geometry`` in the layers that have no storage yet. Mutates nothing
+        but the lazily measured ``limits``."""
         if self.limits is None:
             from pool.device_limits import device_limits
 
@@ -208,6 +211,10 @@ class PagedKVPool:
         row_bytes = [self.storage.bytes_per_row(index) if self.storage.has_layer(index) else
                      geometry.bytes_per_row(bs) for index in range(self.config.num_layers)]
         capacities = [rows.capacity for rows in self.book.layers]
+        if new_row:
+            rows = self.book.layers[layer]
+            minted = len(rows.row_block) + (0 if len(rows.free) else 1)
+            capacities[layer] = max(rows.capacity, capacity_for(self.config.design, self.config.slab_blocks, minted))
         check_pool_capacity(self.config.design, self.config.slab_blocks, capacities, row_bytes, self.limits,
                             f"the KV pool with {geometry.dtype} [n_kv_heads={geometry.n_kv_heads}, "
                             f"head_dim={geometry.head_dim}] rows")
@@ -260,6 +267,8 @@ class PagedKVPool:
         self.book.check_layer(layer)
         geometry = geometry_of(contents.keys, contents.values, "block contents", self.config.block_size)
         self.storage.check_geometry(layer, geometry)
+        if not self.storage.has_layer(layer):  # sized before the book moves, so a refusal changes nothing
+            self._check_first_write(layer, geometry, new_row=True)
         block_id, row, _ = self.book.acquire_block(layer)
         try:
             self._ensure_layer(layer, geometry)

@@ -17,8 +17,10 @@ STEPS = 300 * SCALE
 @pytest.mark.parametrize("design", ["slab", "monolithic"])
 def test_random_valid_and_invalid_calls(design, seed):
     counts = run_fuzz(seed, design, STEPS)
-    kinds = sorted(k for k in counts if ":" in k)
+    invalid_kinds = [k for k in counts if k.startswith("invalid:")]
+    limited = sum(n for k, n in counts.items() if k.startswith("limit:"))
     print(f"\npool fuzz {design} seed {seed}: {counts['cases']} cases: {counts['identical']} identical to the "
-          f"dense reference, {counts['clear error']} clear errors (state unchanged); {len(kinds)} kinds")
+          f"dense reference, {counts['clear error']} clear errors with the state unchanged ({len(invalid_kinds)} "
+          f"kinds of invalid call; {limited} valid calls refused by the budget or the memory limit)")
     assert counts["identical"] + counts["clear error"] >= STEPS
     assert counts["identical"] > STEPS // 4 and counts["clear error"] > STEPS // 4

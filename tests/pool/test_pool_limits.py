@@ -68,6 +68,19 @@ def test_first_write_past_the_limit_changes_nothing(design):
     pool.check_integrity()
 
 
+@pytest.mark.parametrize("design", ["slab", "monolithic"])
+def test_a_first_restore_past_the_limit_changes_nothing(design):
+    from pool import BlockContents
+
+    limits = MemoryLimits(memory_bytes=ROW, max_buffer_bytes=2**30, source="test device")  # less than one slab
+    pool = PagedKVPool(PoolConfig(num_layers=2, block_size=4, slab_blocks=2, design=design), limits=limits)
+    before = full_state(pool)
+    with pytest.raises(SizeLimitError, match="the KV pool with float32"):
+        pool.restore_block(1, BlockContents(1, *make_kv(4)))
+    assert full_state(pool) == before and pool.book.counters.blocks_created == 0
+    pool.check_integrity()
+
+
 def test_growth_past_the_limit_is_refused_before_the_book_moves():
     limits = MemoryLimits(memory_bytes=2 * 2 * 2 * ROW, max_buffer_bytes=2**30, source="test device")
     pool = PagedKVPool(PoolConfig(num_layers=2, block_size=4, slab_blocks=2), limits=limits)

@@ -83,7 +83,10 @@ class PagedBackend:
         self.conversations.keep_or_release(seq)
 
     def prefill_caches(self, seq: Sequence, start: int, num_tokens: int) -> list:
-        return PagedStep(self.pool, [seq.seq_id], [start], num_tokens, batched=False).caches()
+        step = PagedStep(self.pool, [seq.seq_id], [start], num_tokens, batched=False)
+        if self.kernel is not None:  # the pool may just have appended a slab: build the next kernels meanwhile
+            self.kernel.prefetch(self.pool.num_buffers(0))
+        return step.caches()
 
     def decode_caches(self, seqs: tuple[Sequence, ...], starts: list[int] | None = None) -> list:
         """Prepare one decode step and take the per-layer fused decisions (after prepare_write: the slab count

@@ -95,7 +95,8 @@ class WorkloadSession:
         kernel = getattr(self.backend, "kernel", None)
         if kernel is None:
             return None
-        return {"backend": kernel.backend, "registered": list(kernel.registered), "sdpa_module": self.sdpa_module}
+        return {"backend": kernel.backend, "registered": list(kernel.registered), "sdpa_module": self.sdpa_module,
+                "build": kernel.meta() if hasattr(kernel, "meta") else {"mode": "none"}}
 
     def close(self) -> None:
         """Release every running sequence, kept conversation and cached prefix; restore mlx-lm's SDPA."""
@@ -136,9 +137,18 @@ def make_backend(spec: RunSpec, loaded, pool_params: dict, *, kernel_route=None,
                                   max_blocks_per_layer=spec.max_blocks_per_layer))
     prefix = PrefixCache(pool, pool_params["block_size"]) if pool_params.get("prefix_cache") else None
     align = math.lcm(pool_params["block_size"], pool_params.get("prefill_chunk", pool_params["block_size"]))
+    if kernel_route is not None:
+        kernel_route.bind(dtype=loaded.dtype, head_dim=loaded.head_dim, n_q_heads=_query_heads(loaded),
+                          n_kv_heads=loaded.n_kv_heads, block_size=pool_params["block_size"])
     decisions = DecodeDecisions(pool, dtype=loaded.dtype, head_dim=loaded.head_dim,
-                                routable=routable and kernel_route is not None)
+                                routable=routable and kernel_route is not None,
+                                readiness=kernel_route.readiness() if kernel_route is not None else None)
     return PagedBackend(pool, prefix_cache=prefix, align_tokens=align, decisions=decisions, kernel=kernel_route)
+
+
+def _query_heads(loaded) -> int:
+    args = getattr(loaded.model, "args", None)
+    return int(getattr(args, "num_attention_heads", loaded.n_kv_heads))
 
 
 def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook=None,

@@ -77,7 +77,7 @@ class KernelBuilds:
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
         self._loaded: dict[CudaVariant, tuple[str, bytes]] = {}  # ready variants: read without the lock
-        self._ready: set[tuple[KernelGeometry, int]] = set()  # (geometry, bucket) fully built: the fast path
+        self._ready: set[tuple[KernelGeometry, int]] = set()  # (geometry, num_slabs) ready: the fast path
 
     # ---- queries ---------------------------------------------------------------------------------------------
     @staticmethod
@@ -100,10 +100,9 @@ class KernelBuilds:
     def pending_reason(self, geometry: KernelGeometry, num_slabs: int) -> str | None:
         """None when a launch over ``num_slabs`` slabs can run now, else why not (and its variants are queued
         first, the next bucket's after them)."""
-        bucket = slab_bucket(num_slabs)
-        if (geometry, bucket) in self._ready:  # asked per layer per decode step: no lock, no allocation once built
+        if (geometry, num_slabs) in self._ready:  # asked per layer per decode step: no lock once built
             return None
-        variants = geometry.variants(bucket)
+        variants = geometry.variants(slab_bucket(num_slabs))
         self.request(variants, URGENT)
         self.request(geometry.variants(slab_bucket(num_slabs + 1)), PREFETCH)
         with self._cond:
@@ -112,7 +111,7 @@ class KernelBuilds:
         if failed:
             return f"kernel for {num_slabs} slabs failed to build: {failed[0].error.splitlines()[0]}"
         if all(s.status == "ready" for s in states):
-            self._ready.add((geometry, bucket))
+            self._ready.add((geometry, num_slabs))
             return None
         return f"kernel for {num_slabs} slabs compiling"
 

@@ -45,6 +45,7 @@ class BenchConfig:
     fresh_rounds: int = 1
     seed: int = 0
     cache_limit: int | None = None   # MLX cache limit in bytes, applied to every engine alike
+    prefill_trim: float | None = 0.10  # slabscope engines' cache trim between prefill chunks (cache_trim.py)
 
     def __post_init__(self) -> None:
         unknown = [e for e in self.engines if e not in ENGINES]
@@ -84,7 +85,8 @@ def _slabscope_run(backend: str, config: BenchConfig, loaded) -> dict:
     from app.workloads.spec import RunSpec
 
     spec = RunSpec(scenario=config.scenario, backend=backend, model=config.model, dtype=config.dtype,
-                   device=config.device, overrides=dict(config.overrides), seed=config.seed)
+                   device=config.device, overrides=dict(config.overrides), seed=config.seed,
+                   cache_limit=config.cache_limit, prefill_trim=config.prefill_trim)
     events: list = []
     summary = run_workload(spec, events.append, loaded=loaded)
     decode = [e["wall_s"] for e in events if e.get("kind") == "step" and e.get("type") == "decode"]

@@ -32,3 +32,16 @@ def byte_size(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"a size must be >= 0, got {text!r}")
     return int(value * _SIZE_UNITS[unit])
+
+
+def trim_fraction(text: str) -> float | None:
+    """A fraction >= 0, or ``off`` (None)."""
+    if text.strip().lower() in ("off", "none", "no"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction (e.g. 0.1) or 'off'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value

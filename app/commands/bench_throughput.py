@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from app.commands.arg_types import byte_size, positive_int
+from app.commands.arg_types import byte_size, positive_int, trim_fraction
 
 
 def add_arguments(p) -> None:
@@ -29,6 +29,9 @@ def add_arguments(p) -> None:
     p.add_argument("--fresh-rounds", type=int, default=1, help="fresh-process runs per engine (0: none; default 1)")
     p.add_argument("--cache-limit", type=byte_size, default=None, metavar="BYTES",
                    help="MLX cache limit for every engine (e.g. 0, 512M, 2G; default MLX's)")
+    p.add_argument("--prefill-trim", type=trim_fraction, default=0.10, metavar="FRACTION",
+                   help="slabscope engines: trim MLX's cache between prefill chunks above FRACTION x (weights + "
+                        "cached K/V); 'off' never (default 0.10)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object (progress still on stderr)")
 
@@ -43,7 +46,7 @@ def main(args) -> int:
         config = BenchConfig(scenario=args.scenario, overrides=overrides, model=args.model, dtype=args.dtype,
                              device=args.device, engines=tuple(e.strip() for e in args.engines.split(",") if e.strip()),
                              rounds=args.rounds, fresh_rounds=args.fresh_rounds, seed=args.seed,
-                             cache_limit=args.cache_limit)
+                             cache_limit=args.cache_limit, prefill_trim=args.prefill_trim)
     except (ScenarioError, ValueError) as exc:
         print(f"slabscope bench throughput: {exc}", file=sys.stderr)
         return 2

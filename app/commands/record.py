@@ -11,6 +11,8 @@ import os
 import sys
 import time
 
+from app.commands.arg_types import byte_size, trim_fraction
+
 MIB = 1024 * 1024
 
 
@@ -32,6 +34,11 @@ def add_parser(sub) -> None:
     p.add_argument("--device", choices=("cpu", "gpu"), default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before a backend is cancelled")
+    p.add_argument("--cache-limit", type=byte_size, default=None, metavar="BYTES",
+                   help="MLX's buffer-cache limit for every backend alike (e.g. 0, 512M, 2G; default: MLX's)")
+    p.add_argument("--prefill-trim", type=trim_fraction, default=0.10, metavar="FRACTION",
+                   help="trim MLX's cache between prefill chunks above FRACTION x (weights + cached K/V); 'off' "
+                        "never (default 0.10); every backend alike")
     p.set_defaults(func=main)
 
 
@@ -79,7 +86,8 @@ def _specs(args, backends: list[str]):
                     slab_blocks=args.slab_blocks, sample_hz=args.sample_hz, snapshot_hz=args.snapshot_hz,
                     dtype=args.dtype, device=args.device, seed=args.seed, overrides=overrides,
                     record_path=os.path.join(args.out, f"{stem}-{b}.slabrec"),
-                    blas_threads=1 if args.together else None) for b in backends]
+                    blas_threads=1 if args.together else None, cache_limit=args.cache_limit,
+                    prefill_trim=args.prefill_trim) for b in backends]
 
 
 def _run(handles_and_progress, timeout: float) -> None:

@@ -11,6 +11,7 @@ import sys
 import time
 
 from app.workloads.scenarios import DEFAULT_SCENARIO, ScenarioError, list_scenarios, load_scenario, parse_overrides
+from app.commands.arg_types import byte_size, trim_fraction
 from app.workloads.spec import BACKENDS, RunSpec
 
 MIB = 1024 * 1024
@@ -36,6 +37,11 @@ def add_parser(sub) -> None:
     p.add_argument("--prefix-cache", dest="prefix_cache", action="store_true", default=None,
                    help="share full prompt blocks across requests (default: the scenario's choice)")
     p.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false")
+    p.add_argument("--cache-limit", type=byte_size, default=None, metavar="BYTES",
+                   help="MLX's buffer-cache limit (mx.set_cache_limit), e.g. 0, 512M, 2G (default: MLX's)")
+    p.add_argument("--prefill-trim", type=trim_fraction, default=0.10, metavar="FRACTION",
+                   help="trim MLX's cache between prefill chunks above FRACTION x (weights + cached K/V); "
+                        "'off' never (default 0.10)")
     p.add_argument("--record", default=None, metavar="PATH", help="record the session to PATH (probes format)")
     p.add_argument("--worker", action="store_true", help="run in a spawned worker process (as the TUI does)")
     p.set_defaults(func=main)
@@ -57,7 +63,7 @@ def build_spec(args) -> RunSpec:
                    slab_blocks=args.slab_blocks, prefill_chunk=args.prefill_chunk, seed=args.seed,
                    dtype=args.dtype, device=args.device, overrides=overrides,
                    prefix_cache=args.prefix_cache, max_blocks_per_layer=args.budget,
-                   record_path=args.record)
+                   record_path=args.record, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim)
 
 
 def main(args) -> int:
@@ -186,6 +192,10 @@ def print_summary(summary: dict, meta: dict, out) -> None:
     if turns and turns["resumed_turns"]:
         w(f"conversations: {turns['resumed_turns']} turns resumed from kept K/V ({turns['resumed_tokens']} tokens "
           "not recomputed)")
+    trim = summary.get("cache_trim")
+    if trim and trim["fraction"] is not None:
+        w(f"MLX cache: trimmed {trim['trims']} times between prefill chunks ({trim['trimmed_bytes'] / MIB:.1f} MiB "
+          f"released; budget {trim['fraction']:.2f} x (weights + cached K/V))")
     probes = summary.get("probe_overhead")
     if probes:
         w(f"probes: {probes['samples']} memory samples ({probes['sample_cost_us_mean']:.0f} us each), "

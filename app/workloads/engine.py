@@ -51,8 +51,9 @@ class Engine:
     awaited after it, so a prefill step's wall time is its host work plus the wait for the chunk before it.
     """
 
-    def __init__(self, model, backend, scheduler: Scheduler, *, sampler=None, logits_hook=None):
+    def __init__(self, model, backend, scheduler: Scheduler, *, sampler=None, logits_hook=None, cache_trim=None):
         self.model = model
+        self.cache_trim = cache_trim  # CacheTrim: releases MLX's cache between prefill chunks when over budget
         self.backend = backend
         self.scheduler = scheduler
         self.sampler = sampler or make_sampler()
@@ -94,6 +95,8 @@ class Engine:
         if previous is not None:
             mx.eval(previous)
         self.scheduler.complete_prefill(plan)
+        if self.cache_trim is not None:  # the chunk's attention temporaries came in a new size: bound the ladder
+            self.cache_trim.after_prefill_chunk(sum(s.num_cached for s in self.scheduler.running))
         return StepResult("prefill", 1, plan.num_tokens, time.perf_counter() - t0, [])
 
     def _dispatch(self, plan: DecodePlan, starts: list[int], inputs: mx.array) -> _Dispatched:

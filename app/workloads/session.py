@@ -64,6 +64,8 @@ class WorkloadSession:
         if self.backend.prefix_cache is not None:
             out["prefix_cache"] = self.backend.prefix_cache.counters()
         out["conversations"] = self.backend.conversations.counters()
+        if self.engine.cache_trim is not None:
+            out["cache_trim"] = self.engine.cache_trim.summary()
         return out
 
     def meta(self) -> dict:
@@ -89,6 +91,9 @@ class WorkloadSession:
                      "max_blocks_per_layer": self.spec.max_blocks_per_layer},
             "spec": self.spec.to_dict(),
             "fused_decode": self._fused_meta(),
+            "mlx_cache": {"limit_bytes": self.spec.cache_limit, "limit": "MLX default" if self.spec.cache_limit is None
+                          else f"{self.spec.cache_limit} bytes (mx.set_cache_limit)",
+                          "prefill_trim_fraction": self.spec.prefill_trim},
         }
 
     def _fused_meta(self) -> dict | None:
@@ -164,6 +169,8 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
     import mlx.core as mx
 
     mx.random.seed(spec.seed)
+    if spec.cache_limit is not None:  # process-wide; every backend's worker applies it the same way
+        mx.set_cache_limit(spec.cache_limit)
     sdpa_module = None
     if spec.backend != "dense":
         from app.workloads.fused_attention import KernelRoute, install_paged_sdpa
@@ -173,8 +180,12 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
     backend = make_backend(spec, loaded, pool_params, kernel_route=kernel_route, routable=sdpa_module is not None)
     scheduler = Scheduler(prefill_chunk=pool_params["prefill_chunk"], admit_fn=backend.admit,
                           release_fn=backend.release)
+    from app.workloads.cache_trim import CacheTrim, kv_bytes_per_token
+
+    trim = CacheTrim(weight_bytes=loaded.weight_bytes, bytes_per_token=kv_bytes_per_token(loaded),
+                     fraction=spec.prefill_trim)
     engine = Engine(loaded.model, backend, scheduler, sampler=make_sampler(temperature, top_p),
-                    logits_hook=logits_hook)
+                    logits_hook=logits_hook, cache_trim=trim)
     session = WorkloadSession(spec, scenario, loaded, backend, scheduler, engine, make_source(loaded, spec.seed),
                               pool_params)
     session.sdpa_module = sdpa_module

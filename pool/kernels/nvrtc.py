@@ -159,7 +159,9 @@ def load_nvrtc(environ: dict | None = None) -> Nvrtc:
                 return _LOADED[path]
             try:
                 nvrtc = Nvrtc(path)
-            except (NvrtcError, OSError, AttributeError):
+                # a library that loads may still lack its builtins (they sit beside it): prove it compiles
+                nvrtc.compile('extern "C" __global__ void slabscope_probe() {}', sm=min(nvrtc.archs))
+            except (NvrtcError, OSError, AttributeError, ValueError):
                 continue
             _LOADED[path] = nvrtc
             return nvrtc

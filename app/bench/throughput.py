@@ -45,7 +45,7 @@ class BenchConfig:
     fresh_rounds: int = 1
     seed: int = 0
     cache_limit: int | None = None   # MLX cache limit in bytes, applied to every engine alike
-    prefill_trim: float | None = 0.10  # slabscope engines' cache trim between prefill chunks (cache_trim.py)
+    prefill_trim: float | None = 0.05  # slabscope engines' cache trim between prefill chunks (cache_trim.py)
 
     def __post_init__(self) -> None:
         unknown = [e for e in self.engines if e not in ENGINES]

@@ -29,9 +29,9 @@ def add_arguments(p) -> None:
     p.add_argument("--fresh-rounds", type=int, default=1, help="fresh-process runs per engine (0: none; default 1)")
     p.add_argument("--cache-limit", type=byte_size, default=None, metavar="BYTES",
                    help="MLX cache limit for every engine (e.g. 0, 512M, 2G; default MLX's)")
-    p.add_argument("--prefill-trim", type=trim_fraction, default=0.10, metavar="FRACTION",
+    p.add_argument("--prefill-trim", type=trim_fraction, default=0.05, metavar="FRACTION",
                    help="slabscope engines: trim MLX's cache between prefill chunks above FRACTION x (weights + "
-                        "cached K/V); 'off' never (default 0.10)")
+                        "cached K/V); 'off' never (default 0.05)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object (progress still on stderr)")
 

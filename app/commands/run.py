@@ -39,9 +39,9 @@ def add_parser(sub) -> None:
     p.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false")
     p.add_argument("--cache-limit", type=byte_size, default=None, metavar="BYTES",
                    help="MLX's buffer-cache limit (mx.set_cache_limit), e.g. 0, 512M, 2G (default: MLX's)")
-    p.add_argument("--prefill-trim", type=trim_fraction, default=0.10, metavar="FRACTION",
+    p.add_argument("--prefill-trim", type=trim_fraction, default=0.05, metavar="FRACTION",
                    help="trim MLX's cache between prefill chunks above FRACTION x (weights + cached K/V); "
-                        "'off' never (default 0.10)")
+                        "'off' never (default 0.05)")
     p.add_argument("--record", default=None, metavar="PATH", help="record the session to PATH (probes format)")
     p.add_argument("--worker", action="store_true", help="run in a spawned worker process (as the TUI does)")
     p.set_defaults(func=main)

@@ -59,7 +59,16 @@ class PagedBackend:
                                               align_tokens=self.align_tokens)
             seq.num_cached = seq.num_shared = shared
         self._running[seq.seq_id] = seq
+        self._prefetch_projected()
         return True
+
+    def _prefetch_projected(self) -> None:
+        """Queue the fused kernels for the slab count the running sequences will reach at their final lengths
+        (kernels compile in the background while they prefill, so decode finds them built)."""
+        if self.kernel is None or self.pool.config.design != "slab":
+            return
+        blocks = sum(self._final_blocks(s) for s in self._running.values())
+        self.kernel.prefetch(-(-blocks // self.pool.config.slab_blocks), projected=True)
 
     def _final_blocks(self, seq: Sequence) -> int:
         return -(-(len(seq.request.prompt) + seq.request.max_new_tokens) // self.pool.config.block_size)

@@ -6,8 +6,10 @@ freed buffers in its cache and reuses one only for a request of nearly the same 
 ladder of ever larger, never reused buffers behind (about P^2/2 score elements for a P-token prompt, whatever the
 chunk size). On CUDA and Metal that ladder is real memory the process holds (footprint = active + cache).
 
-Policy: after a prefill chunk has completed, if the cache exceeds ``fraction`` x (weight bytes + K/V bytes of the
-tokens cached so far), release it (``mx.clear_cache``). The budget keeps the buffers every chunk reuses (MLP and
+Policy: before a prefill chunk is dispatched, if the cache exceeds ``fraction`` x (weight bytes + K/V bytes of the
+tokens cached so far), the engine waits for the chunk in flight and releases the cache (``mx.clear_cache``), then
+dispatches: freeing device memory synchronises, and with nothing in flight it waits for nothing (trimming after a
+dispatch would also wait for the new chunk and leave the device idle while the host builds the next one). The budget keeps the buffers every chunk reuses (MLP and
 projection temporaries of one chunk are far below it) and drops the ladder before it grows past the budget. A
 trim waits for the device (freeing device memory synchronises), so it is rare by design; ``trims`` counts them and
 the run summary reports the count. The same policy runs on every backend (the engine owns it), so backends stay
@@ -16,7 +18,7 @@ comparable; ``fraction=None`` turns it off. mlx is imported lazily.
 
 from __future__ import annotations
 
-DEFAULT_FRACTION = 0.10
+DEFAULT_FRACTION = 0.05
 
 
 class CacheTrim:
@@ -32,18 +34,27 @@ class CacheTrim:
     def budget(self, tokens_cached: int) -> int:
         return int((self.fraction or 0.0) * (self.weight_bytes + tokens_cached * self.bytes_per_token))
 
-    def after_prefill_chunk(self, tokens_cached: int) -> bool:
-        """Trim if the cache is over budget; True when it trimmed."""
+    def due(self, tokens_cached: int) -> bool:
+        """True when the cache holds more than the budget (one cheap counter read)."""
         if self.fraction is None:
             return False
         import mlx.core as mx
 
-        cached = mx.get_cache_memory()
-        if cached <= self.budget(tokens_cached):
-            return False
+        return mx.get_cache_memory() > self.budget(tokens_cached)
+
+    def trim(self) -> None:
+        """Release MLX's cache now (frees device memory: waits for the work in flight)."""
+        import mlx.core as mx
+
+        self.trimmed_bytes += mx.get_cache_memory()
         mx.clear_cache()
         self.trims += 1
-        self.trimmed_bytes += cached
+
+    def after_prefill_chunk(self, tokens_cached: int) -> bool:
+        """Trim if the cache is over budget; True when it trimmed."""
+        if not self.due(tokens_cached):
+            return False
+        self.trim()
         return True
 
     def summary(self) -> dict:

@@ -87,11 +87,11 @@ class KernelRoute:
             return None
         return functools.partial(self.builds.pending_reason, self.geometry)
 
-    def prefetch(self, num_slabs: int) -> None:
+    def prefetch(self, num_slabs: int, *, projected: bool = False) -> None:
         """Queue the kernels for ``num_slabs`` and ``num_slabs + 1`` slabs in the background (the pool may be
-        about to append one); returns at once."""
+        about to append one; ``projected``: a count the running sequences will reach); returns at once."""
         if self.builds is not None and self.geometry is not None and num_slabs > 0:
-            self.builds.prefetch(self.geometry, num_slabs)
+            self.builds.prefetch(self.geometry, num_slabs, reached=not projected)
 
     def meta(self) -> dict:
         """How this run's kernels are built: NVRTC + disk cache figures, or the fallback and its reason."""

@@ -33,7 +33,7 @@ class RunSpec:
     max_blocks_per_layer: int | None = None
     blas_threads: int | None = None  # OPENBLAS_NUM_THREADS in a worker process (1 when two run side by side)
     cache_limit: int | None = None  # MLX's buffer-cache limit in bytes (mx.set_cache_limit); None: MLX's default
-    prefill_trim: float | None = 0.10  # trim MLX's cache between prefill chunks above this fraction of (weights
+    prefill_trim: float | None = 0.05  # trim MLX's cache between prefill chunks above this fraction of (weights
                                        # + cached K/V) (app/workloads/cache_trim.py); None: never
     def __post_init__(self):
         if self.backend not in BACKENDS:

@@ -36,6 +36,7 @@ from pool.kernels.plan import slab_bucket
 BUILD_ENV = "SLABSCOPE_CUDA_BUILD"      # "nvrtc" (default) | "mlx": MLX's cuda_kernel JIT (the fallback)
 OPTIONS = ("--ptxas-options=-v",)       # the log then reports registers and spills (kept in ``Built.log``)
 URGENT, PREFETCH = 0, 1                 # build-queue priorities
+MAX_WORKERS = 4                         # build threads (NVRTC releases the GIL; one variant takes ~0.15 s)
 
 
 @dataclass
@@ -73,9 +74,11 @@ class KernelBuilds:
         self._version = version
         self._cond = threading.Condition()
         self._states: dict[CudaVariant, Built] = {}
-        self._heap: list[tuple[int, int, CudaVariant]] = []
+        self._heap: list[tuple[int, int, int, CudaVariant]] = []  # (priority, -bucket, order, variant)
         self._order = itertools.count()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._workers = max(1, min(MAX_WORKERS, os.cpu_count() or 1))
+        self._largest: dict[KernelGeometry, int] = {}  # most slabs asked about per geometry (prefetch horizon)
         self._loaded: dict[CudaVariant, tuple[str, bytes]] = {}  # ready variants: read without the lock
         self._ready: set[tuple[KernelGeometry, int]] = set()  # (geometry, num_slabs) ready: the fast path
 
@@ -102,6 +105,7 @@ class KernelBuilds:
         first, the next bucket's after them)."""
         if (geometry, num_slabs) in self._ready:  # asked per layer per decode step: no lock once built
             return None
+        self._note(geometry, num_slabs)
         variants = geometry.variants(slab_bucket(num_slabs))
         self.request(variants, URGENT)
         self.request(geometry.variants(slab_bucket(num_slabs + 1)), PREFETCH)
@@ -109,16 +113,34 @@ class KernelBuilds:
             states = [self._states[v] for v in variants]
         failed = [s for s in states if s.status == "failed"]
         if failed:
-            return f"kernel for {num_slabs} slabs failed to build: {failed[0].error.splitlines()[0]}"
+            return (f"kernel for {num_slabs} slab{'s' if num_slabs != 1 else ''} failed to build: "
+                    f"{failed[0].error.splitlines()[0]}")
         if all(s.status == "ready" for s in states):
             self._ready.add((geometry, num_slabs))
             return None
-        return f"kernel for {num_slabs} slabs compiling"
+        return f"kernel for {num_slabs} slab{'s' if num_slabs != 1 else ''} compiling"
 
-    def prefetch(self, geometry: KernelGeometry, num_slabs: int) -> None:
-        """Queue the variants of ``num_slabs`` and ``num_slabs + 1`` slabs (low priority); returns at once."""
+    def prefetch(self, geometry: KernelGeometry, num_slabs: int, *, reached: bool = True) -> None:
+        """Queue the variants of ``num_slabs`` and ``num_slabs + 1`` slabs (low priority); returns at once. Queued
+        prefetches for fewer slabs than the most ever asked about are dropped when their turn comes (the pool has
+        grown past them), and larger buckets build first. ``reached=False``: a projection (the slab count the
+        running sequences will need), which builds ahead but does not mark smaller buckets as passed."""
+        if reached:
+            self._note(geometry, num_slabs)
         self.request(geometry.variants(slab_bucket(num_slabs)) + geometry.variants(slab_bucket(num_slabs + 1)),
                      PREFETCH)
+
+    def _note(self, geometry: KernelGeometry, num_slabs: int) -> None:
+        if num_slabs > self._largest.get(geometry, 0):
+            self._largest[geometry] = num_slabs
+
+    def _obsolete(self, variant: CudaVariant) -> bool:
+        """A prefetched first pass for a smaller bucket than the pool has already reached."""
+        if variant.kind == "merge":
+            return False
+        geometry = KernelGeometry(variant.dtype, variant.head_dim, variant.group, variant.n_kv, variant.block_size,
+                                  variant.unroll)
+        return variant.num_slabs < slab_bucket(max(1, self._largest.get(geometry, 1)))
 
     def stats(self) -> dict:
         """Counts and times of this process's builds (for run metadata and ``slabscope warmup``)."""
@@ -142,7 +164,7 @@ class KernelBuilds:
                 if state.status != "queued" or priority >= state.priority:
                     continue  # building, built, or already queued at least this urgently
                 state.priority = priority
-                heapq.heappush(self._heap, (priority, next(self._order), variant))
+                heapq.heappush(self._heap, (priority, -variant.num_slabs, next(self._order), variant))
                 added = True
             if added:
                 self._start_worker()
@@ -184,17 +206,24 @@ class KernelBuilds:
 
     # ---- building --------------------------------------------------------------------------------------------
     def _start_worker(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._work, name="slabscope-kernel-builds", daemon=True)
-            self._thread.start()
+        """(Under the lock.) Start build threads up to ``_workers``; they live as long as the process (daemons)."""
+        self._threads = [t for t in self._threads if t.is_alive()]
+        while len(self._threads) < self._workers:
+            thread = threading.Thread(target=self._work, name=f"slabscope-kernel-build-{len(self._threads)}",
+                                      daemon=True)
+            self._threads.append(thread)
+            thread.start()
 
     def _work(self) -> None:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: bool(self._heap))
-                _, _, variant = heapq.heappop(self._heap)
+                priority, _, _, variant = heapq.heappop(self._heap)
                 state = self._states[variant]
                 if state.status != "queued":
+                    continue
+                if priority == PREFETCH and self._obsolete(variant):
+                    state.priority = PREFETCH + 1  # dropped; a later request queues it again
                     continue
                 state.status = "compiling"
             self._build(variant, state)

@@ -179,3 +179,30 @@ def test_warmup_command_fills_the_cache_for_a_geometry(tmp_path):
     again = json.loads(subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env,
                                       timeout=300).stdout)
     assert again["compiled"] == 0 and again["from_disk"] == 11
+
+
+def test_prefetch_builds_larger_buckets_first_and_drops_the_ones_the_pool_passed(tmp_path):
+    compiler = GatedCompiler()
+    builds = KernelBuilds(90, cache=KernelCache(str(tmp_path)), compiler=compiler)
+    builds._workers = 1  # one build thread: the order is observable
+    builds.prefetch(GEOMETRY, 1)  # buckets 1 and 2; the thread takes one and waits at the gate
+    import time
+
+    deadline = time.monotonic() + 30
+    while not compiler.sources:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    builds.prefetch(GEOMETRY, 20)  # the pool reached 20 slabs: buckets 20 and 24
+    builds.prefetch(GEOMETRY, 40, reached=False)  # a projection: builds 40 and 48 ahead, passes nothing
+    compiler.gate.set()
+    deadline = time.monotonic() + 30
+    while builds.status(GEOMETRY.variants(20)[1]) != "ready":
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    labels = [text.splitlines()[0].split(": ")[1].split(" ")[0] for text in compiler.sources]
+    buckets = [int(label.split("_s")[1].split("_")[0]) for label in labels if not label.startswith("merge")]
+    assert buckets[0] in (1, 2) and buckets[1:] == sorted(buckets[1:], reverse=True)  # largest first after the gate
+    assert {48, 40, 24, 20} <= set(buckets)
+    for passed in (GEOMETRY.variants(1)[0], GEOMETRY.variants(2)[1]):
+        assert builds.status(passed) == "queued" or passed.num_slabs == buckets[0]  # dropped, not built
+    assert builds.pending_reason(GEOMETRY, 1) == "kernel for 1 slab compiling"  # asked for: built on demand

@@ -3,7 +3,8 @@
 # installed), in two commands of well under 9 minutes each. Outputs under $OUT (default /tmp/out).
 #
 #   bash app/bench/device/issue13.sh part1   # correctness, fresh-process record tables (cold and warm kernel
-#                                            # cache, trim off), first fused step, footprint vs ideal, probe cost
+#                                            # cache, trim off / 0.10), first fused step, footprint vs ideal,
+#                                            # probe cost on/off at 10 and 100 Hz
 #   bash app/bench/device/issue13.sh part2   # slabscope bench throughput on both workloads beside mlx-lm
 #   bash app/bench/device/issue13.sh quick   # a 3-minute subset of part1 (a developer's validation run)
 set -o pipefail
@@ -45,6 +46,7 @@ fresh_records() {
   say "record, cold kernel cache"; record rec_cold "${burst[@]}" --backends slab,dense
   say "record, warm kernel cache"; record rec_warm "${burst[@]}" --backends slab,dense
   say "record, prefill trim off"; record rec_notrim "${burst[@]}" --backends slab,dense --prefill-trim off
+  say "record, prefill trim 0.10"; record rec_trim10 "${burst[@]}" --backends slab,dense --prefill-trim 0.10
 }
 
 case "${1:-}" in

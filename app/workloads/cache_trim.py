@@ -7,7 +7,7 @@ ladder of ever larger, never reused buffers behind (about P^2/2 score elements f
 chunk size). On CUDA and Metal that ladder is real memory the process holds (footprint = active + cache).
 
 Policy: before a prefill chunk is dispatched, if the cache exceeds ``fraction`` x (weight bytes + K/V bytes of the
-tokens cached so far), the engine waits for the chunk in flight and releases the cache (``mx.clear_cache``), then
+tokens cached so far), and at least ``MIN_TRIM_BYTES``, the engine waits for the chunk in flight and releases the cache (``mx.clear_cache``), then
 dispatches: freeing device memory synchronises, and with nothing in flight it waits for nothing (trimming after a
 dispatch would also wait for the new chunk and leave the device idle while the host builds the next one). The budget keeps the buffers every chunk reuses (MLP and
 projection temporaries of one chunk are far below it) and drops the ladder before it grows past the budget. A
@@ -19,12 +19,16 @@ comparable; ``fraction=None`` turns it off. mlx is imported lazily.
 from __future__ import annotations
 
 DEFAULT_FRACTION = 0.05
+MIN_TRIM_BYTES = 64 * 2**20  # below this the cache is never worth a trim (and on the CPU, where MLX hands large
+                             # buffers back, the cache never holds a ladder: small runs never trim)
 
 
 class CacheTrim:
     """Owns the trim count; reads MLX's cache size, mutates only MLX's buffer cache."""
 
-    def __init__(self, *, weight_bytes: int, bytes_per_token: int, fraction: float | None = DEFAULT_FRACTION):
+    def __init__(self, *, weight_bytes: int, bytes_per_token: int, fraction: float | None = DEFAULT_FRACTION,
+                 min_bytes: int | None = None):
+        self.min_bytes = MIN_TRIM_BYTES if min_bytes is None else int(min_bytes)
         self.weight_bytes = int(weight_bytes)
         self.bytes_per_token = int(bytes_per_token)
         self.fraction = fraction
@@ -32,7 +36,9 @@ class CacheTrim:
         self.trimmed_bytes = 0
 
     def budget(self, tokens_cached: int) -> int:
-        return int((self.fraction or 0.0) * (self.weight_bytes + tokens_cached * self.bytes_per_token))
+        """Cache bytes allowed before a trim: the fraction of (weights + cached K/V), at least ``min_bytes``."""
+        return max(self.min_bytes,
+                   int((self.fraction or 0.0) * (self.weight_bytes + tokens_cached * self.bytes_per_token)))
 
     def due(self, tokens_cached: int) -> bool:
         """True when the cache holds more than the budget (one cheap counter read)."""

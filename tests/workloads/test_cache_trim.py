@@ -26,26 +26,32 @@ def test_trim_releases_the_cache_only_above_budget():
 
     fill_cache()
     assert mx.get_cache_memory() > 0
-    generous = CacheTrim(weight_bytes=1 << 40, bytes_per_token=0)
+    generous = CacheTrim(weight_bytes=1 << 40, bytes_per_token=0, min_bytes=0)
     assert not generous.after_prefill_chunk(0) and generous.trims == 0 and mx.get_cache_memory() > 0
-    off = CacheTrim(weight_bytes=0, bytes_per_token=0, fraction=None)
+    off = CacheTrim(weight_bytes=0, bytes_per_token=0, fraction=None, min_bytes=0)
+    floor = CacheTrim(weight_bytes=0, bytes_per_token=0)  # default floor: a small cache is never worth a trim
+    assert not floor.after_prefill_chunk(0) and floor.budget(0) == 64 * 2**20
     assert not off.after_prefill_chunk(0) and mx.get_cache_memory() > 0
-    strict = CacheTrim(weight_bytes=0, bytes_per_token=0)
+    strict = CacheTrim(weight_bytes=0, bytes_per_token=0, min_bytes=0)
     assert strict.after_prefill_chunk(10) and strict.trims == 1 and mx.get_cache_memory() == 0
     assert strict.summary()["trimmed_bytes"] > 0
-    assert CacheTrim(weight_bytes=100, bytes_per_token=10, fraction=0.5).budget(10) == 100
+    assert CacheTrim(weight_bytes=100, bytes_per_token=10, fraction=0.5, min_bytes=0).budget(10) == 100
 
 
 @pytest.mark.parametrize("backend", ["slab", "dense"])
-def test_trim_and_cache_limit_change_no_logit_and_are_reported(tiny_llama, tmp_path, backend):
+def test_trim_and_cache_limit_change_no_logit_and_are_reported(tiny_llama, tmp_path, backend, monkeypatch):
     import mlx.core as mx
 
+    import app.workloads.cache_trim as cache_trim
+
+    monkeypatch.setattr(cache_trim, "MIN_TRIM_BYTES", 0)  # a tiny run's cache is small: trim it anyway
     scenario = write_scenario(tmp_path, BURST)
     pool = POOL if backend != "dense" else {}
     previous = mx.set_cache_limit(1 << 20)
     mx.set_cache_limit(previous)
     try:
-        trimmed, events, logits = run_backend(tiny_llama, scenario, backend, prefill_trim=0.0, cache_limit=0, **pool)
+        trimmed, events, logits = run_backend(tiny_llama, scenario, backend, prefill_trim=0.0, cache_limit=1 << 30,
+                                               **pool)
         plain, _, plain_logits = run_backend(tiny_llama, scenario, backend, prefill_trim=None, **pool)
     finally:
         mx.set_cache_limit(previous)
@@ -53,9 +59,9 @@ def test_trim_and_cache_limit_change_no_logit_and_are_reported(tiny_llama, tmp_p
     assert trimmed["cache_trim"]["fraction"] == 0.0 and plain["cache_trim"] == {"fraction": None, "trims": 0,
                                                                                    "trimmed_bytes": 0}
     prefill_steps = sum(p["prefill_steps"] for p in trimmed["phases"].values())
-    assert 0 <= trimmed["cache_trim"]["trims"] <= prefill_steps
+    assert 1 <= trimmed["cache_trim"]["trims"] <= prefill_steps
     meta = next(e for e in events if e["kind"] == "meta")
-    assert meta["mlx_cache"]["limit_bytes"] == 0 and meta["spec"]["cache_limit"] == 0
+    assert meta["mlx_cache"]["limit_bytes"] == 1 << 30 and meta["spec"]["cache_limit"] == 1 << 30
     assert meta["mlx_cache"]["prefill_trim_fraction"] == 0.0
 
 

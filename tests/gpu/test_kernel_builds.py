@@ -206,3 +206,13 @@ def test_prefetch_builds_larger_buckets_first_and_drops_the_ones_the_pool_passed
     for passed in (GEOMETRY.variants(1)[0], GEOMETRY.variants(2)[1]):
         assert builds.status(passed) == "queued" or passed.num_slabs == buckets[0]  # dropped, not built
     assert builds.pending_reason(GEOMETRY, 1) == "kernel for 1 slab compiling"  # asked for: built on demand
+
+
+@pytest.mark.parametrize("kind", ["direct", "split", "merge"])
+def test_rendered_sources_have_no_placeholder_left(kind):
+    import re
+
+    text = source(CudaVariant(kind, "float16", 64, 4, 2, 16, 4, 0 if kind == "merge" else 20))[1]
+    assert not re.search(r"\{(num_splits|slab_setup|epilogue)\}", text)
+    if kind == "merge":
+        assert "const int num_splits = num_splits_arg;" in text

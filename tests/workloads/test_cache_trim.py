@@ -52,10 +52,12 @@ def test_trim_and_cache_limit_change_no_logit_and_are_reported(tiny_llama, tmp_p
     try:
         trimmed, events, logits = run_backend(tiny_llama, scenario, backend, prefill_trim=0.0, cache_limit=1 << 30,
                                                **pool)
+        applied = mx.set_cache_limit(previous)  # what the run left in force: its own limit
         plain, _, plain_logits = run_backend(tiny_llama, scenario, backend, prefill_trim=None, **pool)
     finally:
         mx.set_cache_limit(previous)
-    assert_same_logits(logits, plain_logits, f"{backend}: trim + cache limit 0 vs neither")
+    assert applied == 1 << 30
+    assert_same_logits(logits, plain_logits, f"{backend}: trim + cache limit vs neither")
     assert trimmed["cache_trim"]["fraction"] == 0.0 and plain["cache_trim"] == {"fraction": None, "trims": 0,
                                                                                    "trimmed_bytes": 0}
     prefill_steps = sum(p["prefill_steps"] for p in trimmed["phases"].values())

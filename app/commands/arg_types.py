@@ -41,7 +41,18 @@ def trim_fraction(text: str) -> float | None:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction (e.g. 0.1) or 'off'") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction >= 0 (e.g. 0.05) or 'off'")
     return value
+
+
+def add_mlx_cache_arguments(parser, *, who: str = "every backend alike") -> None:
+    """``--cache-limit`` (MLX's buffer-cache limit) and ``--prefill-trim`` (app/workloads/cache_trim.py), the
+    run parameters that decide how much freed memory MLX keeps; ``who`` says what they apply to."""
+    parser.add_argument("--cache-limit", type=byte_size, default=None, metavar="BYTES",
+                        help=f"MLX's buffer-cache limit (mx.set_cache_limit) for {who}: e.g. 0, 512M, 2G "
+                             "(default: MLX's)")
+    parser.add_argument("--prefill-trim", type=trim_fraction, default=0.05, metavar="FRACTION",
+                        help="trim MLX's cache between prefill chunks above FRACTION x (weights + cached K/V), "
+                             f"never below 64 MiB; 'off' never (default 0.05); {who}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from app.commands.arg_types import byte_size, positive_int, trim_fraction
+from app.commands.arg_types import add_mlx_cache_arguments, positive_int
 
 
 def add_arguments(p) -> None:
@@ -27,11 +27,7 @@ def add_arguments(p) -> None:
     p.add_argument("--rounds", type=positive_int, default=5, help="interleaved warm rounds after the warm-up (>= 5 "
                    "for a verdict worth reading; default 5)")
     p.add_argument("--fresh-rounds", type=int, default=1, help="fresh-process runs per engine (0: none; default 1)")
-    p.add_argument("--cache-limit", type=byte_size, default=None, metavar="BYTES",
-                   help="MLX cache limit for every engine (e.g. 0, 512M, 2G; default MLX's)")
-    p.add_argument("--prefill-trim", type=trim_fraction, default=0.05, metavar="FRACTION",
-                   help="slabscope engines: trim MLX's cache between prefill chunks above FRACTION x (weights + "
-                        "cached K/V); 'off' never (default 0.05)")
+    add_mlx_cache_arguments(p, who="every engine alike (the trim: slabscope's engines)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object (progress still on stderr)")
 

@@ -11,7 +11,7 @@ import os
 import sys
 import time
 
-from app.commands.arg_types import byte_size, trim_fraction
+from app.commands.arg_types import add_mlx_cache_arguments
 
 MIB = 1024 * 1024
 
@@ -34,11 +34,7 @@ def add_parser(sub) -> None:
     p.add_argument("--device", choices=("cpu", "gpu"), default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before a backend is cancelled")
-    p.add_argument("--cache-limit", type=byte_size, default=None, metavar="BYTES",
-                   help="MLX's buffer-cache limit for every backend alike (e.g. 0, 512M, 2G; default: MLX's)")
-    p.add_argument("--prefill-trim", type=trim_fraction, default=0.05, metavar="FRACTION",
-                   help="trim MLX's cache between prefill chunks above FRACTION x (weights + cached K/V); 'off' "
-                        "never (default 0.05); every backend alike")
+    add_mlx_cache_arguments(p, who="every backend alike")
     p.set_defaults(func=main)
 
 

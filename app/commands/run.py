@@ -11,7 +11,7 @@ import sys
 import time
 
 from app.workloads.scenarios import DEFAULT_SCENARIO, ScenarioError, list_scenarios, load_scenario, parse_overrides
-from app.commands.arg_types import byte_size, trim_fraction
+from app.commands.arg_types import add_mlx_cache_arguments
 from app.workloads.spec import BACKENDS, RunSpec
 
 MIB = 1024 * 1024
@@ -37,11 +37,7 @@ def add_parser(sub) -> None:
     p.add_argument("--prefix-cache", dest="prefix_cache", action="store_true", default=None,
                    help="share full prompt blocks across requests (default: the scenario's choice)")
     p.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false")
-    p.add_argument("--cache-limit", type=byte_size, default=None, metavar="BYTES",
-                   help="MLX's buffer-cache limit (mx.set_cache_limit), e.g. 0, 512M, 2G (default: MLX's)")
-    p.add_argument("--prefill-trim", type=trim_fraction, default=0.05, metavar="FRACTION",
-                   help="trim MLX's cache between prefill chunks above FRACTION x (weights + cached K/V); "
-                        "'off' never (default 0.05)")
+    add_mlx_cache_arguments(p, who="this run")
     p.add_argument("--record", default=None, metavar="PATH", help="record the session to PATH (probes format)")
     p.add_argument("--worker", action="store_true", help="run in a spawned worker process (as the TUI does)")
     p.set_defaults(func=main)

@@ -5,7 +5,8 @@
 #   bash app/bench/device/issue13.sh part1   # correctness, fresh-process record tables (cold and warm kernel
 #                                            # cache, trim off / 0.10), first fused step, footprint vs ideal,
 #                                            # probe cost on/off at 10 and 100 Hz
-#   bash app/bench/device/issue13.sh part2   # slabscope bench throughput on both workloads beside mlx-lm
+#   bash app/bench/device/issue13.sh part2   # decode-heavy record; slabscope bench throughput on both workloads
+#                                            # beside mlx-lm
 #   bash app/bench/device/issue13.sh quick   # a 3-minute subset of part1 (a developer's validation run)
 set -o pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -54,7 +55,6 @@ case "${1:-}" in
     device_info
     say "correctness"; correctness ""
     fresh_records
-    say "record, decode-heavy"; record rec_heavy "${heavy[@]}" --backends slab,dense
     for hz in 10 100; do
       say "probe cost at $hz Hz"
       $py -m app bench probes --model synthetic:qwen3-0.6b --scenario distinct_burst --set n=8 \
@@ -63,6 +63,7 @@ case "${1:-}" in
     done
     ;;
   part2)
+    say "record, decode-heavy"; record rec_heavy "${heavy[@]}" --backends slab,dense
     for w in burst heavy; do
       say "bench throughput $w"
       declare -n args=$w

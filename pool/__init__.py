@@ -8,7 +8,7 @@ from pool.block_table import BlockTable, PrefixHandle
 from pool.book_state import BookState
 from pool.bookkeeping import BlockBook, WritePlan
 from pool.config import DESIGNS, MONOLITHIC_CHUNK_BLOCKS, LayerGeometry, PoolConfig, PoolGeometry
-from pool.errors import BudgetExceeded, PoolError
+from pool.errors import BudgetExceeded, PoolError, SizeLimitError
 from pool.fused_decision import FusedDecision, KernelCaps, register_kernel, unregister_kernel
 from pool.layer_view import LayerView
 from pool.op_apply import SEQUENCE_OPS, apply_op
@@ -23,5 +23,6 @@ __all__ = [
     "FusedDecision", "GatherResult", "KernelCaps", "LayerGeometry", "LayerSnapshot", "LayerView",
     "MONOLITHIC_CHUNK_BLOCKS", "ObservedFigures", "Op", "Owner", "PagedKVPool", "PoolConfig", "PoolCounters",
     "PoolError", "PoolGeometry", "PoolSnapshot", "PoolStats", "PrefixHandle", "RowState", "SEQUENCE_OPS",
-    "SequenceOp", "WritePlan", "apply_op", "build_snapshot", "register_kernel", "row_state", "unregister_kernel",
+    "SequenceOp", "SizeLimitError", "WritePlan", "apply_op", "build_snapshot", "register_kernel", "row_state",
+    "unregister_kernel",
 ]

@@ -124,4 +124,4 @@ def validated(book_class, state: BookState):
 
 def handle_map(book) -> dict[int, PrefixHandle]:
     """The book's prefix handles as tickets, by id (what ``apply_op`` needs to continue a replay)."""
-    return {hid: PrefixHandle(hid, tables[0].length, tables[0].logical_start) for hid, tables in book.handles.items()}
+    return {hid: book.prefix_handle(hid) for hid in book.handles}

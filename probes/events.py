@@ -110,6 +110,16 @@ class RequestDone(TimelineEvent, tag="request_done"):
     shared_tokens: int = 0
 
 
+class ClockSync(TimelineEvent, tag="clock"):
+    """A rank of a distributed run measured its clock against rank 0's at a sync point (``reason``: "phase",
+    "step" or "end"): ``offset_s`` exact within ``bound_s``; ``residual_s`` is how far it moved since the start."""
+
+    reason: str
+    offset_s: float
+    bound_s: float = 0.0
+    residual_s: float = 0.0
+
+
 class ProbeOverhead(msgspec.Struct, frozen=True):
     """What the probes measured of their own cost (probes/live.py)."""
 

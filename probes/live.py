@@ -186,13 +186,35 @@ class WorkerProbes:
             self.recorder.close(summary, t=done.t)
         return summary
 
+    def abort(self, text: str) -> None:
+        """End the session from *another* thread while the workload thread may be stuck (a rank whose peer died):
+        record a ``WorkerError``, stop the probe thread, flush, and close the recording with ``{"error": text}``.
+        Takes no pool snapshot (the workload thread may be mid-mutation). Idempotent with ``stop``."""
+        if self.stopped:
+            return
+        self.stopped = True
+        now = time.monotonic()
+        self._push(WorkerError(t=now, step=self.step, tokens=self.tokens, text=text))
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+        summary = {"error": text, "probe_overhead": msgspec.to_builtins(self.overhead())}
+        self._flush(final=True)
+        self.sender.send([Done(t=now, step=self.step, tokens=self.tokens, summary=summary)])
+        if self.recorder is not None and self.record_error is None:
+            self.recorder.close(summary, t=now)
+
     # ---- probe thread ----------------------------------------------------------------------------------------
     def _run(self) -> None:
         period = 1.0 / self.sample_hz if self.sample_hz > 0 else float("inf")
         now = time.monotonic()
         next_sample, next_flush, next_stats = now + period, now + self.flush_s, now + self.stats_every_s
+        # Sampling at least as often as flushing: flush at the first sample wake-up after it is due, so the thread
+        # wakes once per sample, not also in between (each wake-up costs scheduler time and a GIL hand-over).
+        flush_on_sample = period <= self.flush_s
         cpu0 = time.thread_time()
-        while not self._stop.wait(max(0.0, min(next_sample, next_flush) - time.monotonic())):
+        while not self._stop.wait(max(0.0, (next_sample if flush_on_sample else min(next_sample, next_flush))
+                                      - time.monotonic())):
             now = time.monotonic()
             if now >= next_sample:
                 self._push(self.sampler.sample(self.step, self.tokens))

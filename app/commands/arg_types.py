@@ -1,9 +1,13 @@
-"""argparse value types shared by the sub-commands: bad sizes become usage errors (exit 2, one line), never a
-traceback from deep inside a worker."""
+"""argparse value types shared by the sub-commands: bad values become usage errors (exit 2, one line), never a
+traceback from deep inside a worker and never a value quietly taken as something else (``nan`` for a gate that
+then never fails, ``-1`` for a temperature, ``slab,slab`` for two runs writing one file)."""
 
 from __future__ import annotations
 
 import argparse
+import math
+
+BACKENDS = ("slab", "dense", "monolithic")  # app.workloads.spec.BACKENDS, kept import-light for the parsers
 
 
 def positive_int(text: str) -> int:
@@ -15,3 +19,83 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def finite_float(minimum: float | None = None, maximum: float | None = None, *, above: bool = False):
+    """A type for a finite float in ``[minimum, maximum]`` (``above``: strictly greater than ``minimum``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        if minimum is not None and (value <= minimum if above else value < minimum):
+            raise argparse.ArgumentTypeError(f"must be {'>' if above else '>='} {minimum:g}, got {text}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum:g}, got {text}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def backends_list(text: str) -> list[str]:
+    """``slab,dense[,monolithic]`` -> list, refusing an empty list, unknown names and a name given twice (each
+    backend writes one file named after it: a repeat would overwrite its own recording)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in BACKENDS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"backends must be a comma list of {', '.join(BACKENDS)}; got {text!r}")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"backend listed twice in {text!r}")
+    return names
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr (exit 2), pointing at ``--help`` instead of
+    printing the usage block. Sub-parsers made by ``add_subparsers`` inherit the class."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+_SIZE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def byte_size(text: str) -> int:
+    """Bytes, with an optional binary unit: ``0``, ``1048576``, ``512M``, ``2G`` (K/M/G/T = KiB/MiB/GiB/TiB)."""
+    raw = text.strip().lower().removesuffix("ib").removesuffix("b")
+    unit = raw[-1:] if raw[-1:] in _SIZE_UNITS and raw[-1:] else ""
+    number = raw[:-1] if unit else raw
+    try:
+        value = float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 0, 512M, 2G)") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"a size must be a finite number >= 0, got {text!r}")
+    return int(value * _SIZE_UNITS[unit])
+
+
+def trim_fraction(text: str) -> float | None:
+    """A fraction >= 0, or ``off`` (None)."""
+    if text.strip().lower() in ("off", "none", "no"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction >= 0 (e.g. 0.05) or 'off'")
+    return value
+
+
+def add_mlx_cache_arguments(parser, *, who: str = "every backend alike") -> None:
+    """``--cache-limit`` (MLX's buffer-cache limit) and ``--prefill-trim`` (app/workloads/cache_trim.py), the
+    run parameters that decide how much freed memory MLX keeps; ``who`` says what they apply to."""
+    parser.add_argument("--cache-limit", type=byte_size, default=None, metavar="BYTES",
+                        help=f"MLX's buffer-cache limit (mx.set_cache_limit) for {who}: e.g. 0, 512M, 2G "
+                             "(default: MLX's)")
+    parser.add_argument("--prefill-trim", type=trim_fraction, default=0.05, metavar="FRACTION",
+                        help="trim MLX's cache between prefill chunks above FRACTION x (weights + cached K/V), "
+                             f"never below 64 MiB; 'off' never (default 0.05); {who}")

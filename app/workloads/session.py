@@ -14,6 +14,7 @@ from dataclasses import asdict
 
 from app.workloads.backends import DenseBackend, PagedBackend
 from app.workloads.engine import Engine, make_sampler
+from app.workloads.limits import check_fits_context
 from app.workloads.prompts import TokenSource, make_source, phase_requests
 from app.workloads.scenarios import Phase, Scenario
 from app.workloads.scheduler import Scheduler
@@ -64,6 +65,8 @@ class WorkloadSession:
         if self.backend.prefix_cache is not None:
             out["prefix_cache"] = self.backend.prefix_cache.counters()
         out["conversations"] = self.backend.conversations.counters()
+        if self.engine.cache_trim is not None:
+            out["cache_trim"] = self.engine.cache_trim.summary()
         return out
 
     def meta(self) -> dict:
@@ -89,13 +92,17 @@ class WorkloadSession:
                      "max_blocks_per_layer": self.spec.max_blocks_per_layer},
             "spec": self.spec.to_dict(),
             "fused_decode": self._fused_meta(),
+            "mlx_cache": {"limit_bytes": self.spec.cache_limit, "limit": "MLX default" if self.spec.cache_limit is None
+                          else f"{self.spec.cache_limit} bytes (mx.set_cache_limit)",
+                          "prefill_trim_fraction": self.spec.prefill_trim},
         }
 
     def _fused_meta(self) -> dict | None:
         kernel = getattr(self.backend, "kernel", None)
         if kernel is None:
             return None
-        return {"backend": kernel.backend, "registered": list(kernel.registered), "sdpa_module": self.sdpa_module}
+        return {"backend": kernel.backend, "registered": list(kernel.registered), "sdpa_module": self.sdpa_module,
+                "build": kernel.meta() if hasattr(kernel, "meta") else {"mode": "none"}}
 
     def close(self) -> None:
         """Release every running sequence, kept conversation and cached prefix; restore mlx-lm's SDPA."""
@@ -126,19 +133,34 @@ def make_backend(spec: RunSpec, loaded, pool_params: dict, *, kernel_route=None,
     if spec.backend == "dense":
         return DenseBackend(loaded.num_layers)
     from pool.config import PoolConfig
+    from pool.device_limits import device_limits
+    from pool.limits import check_first_allocation
     from pool.pool import PagedKVPool
     from pool.prefix_cache import PrefixCache
+    from pool.storage_base import DTYPES
 
     from app.workloads.fused_attention import DecodeDecisions
 
+    limits = device_limits()  # a slab the device cannot hold is refused here, before anything runs
+    check_first_allocation(loaded.num_layers, spec.backend, pool_params["block_size"], pool_params["slab_blocks"],
+                           loaded.n_kv_heads, loaded.head_dim, DTYPES[loaded.dtype].size, limits)
     pool = PagedKVPool(PoolConfig(num_layers=loaded.num_layers, block_size=pool_params["block_size"],
                                   slab_blocks=pool_params["slab_blocks"], design=spec.backend,
-                                  max_blocks_per_layer=spec.max_blocks_per_layer))
+                                  max_blocks_per_layer=spec.max_blocks_per_layer), limits=limits)
     prefix = PrefixCache(pool, pool_params["block_size"]) if pool_params.get("prefix_cache") else None
     align = math.lcm(pool_params["block_size"], pool_params.get("prefill_chunk", pool_params["block_size"]))
+    if kernel_route is not None:
+        kernel_route.bind(dtype=loaded.dtype, head_dim=loaded.head_dim, n_q_heads=_query_heads(loaded),
+                          n_kv_heads=loaded.n_kv_heads, block_size=pool_params["block_size"])
     decisions = DecodeDecisions(pool, dtype=loaded.dtype, head_dim=loaded.head_dim,
-                                routable=routable and kernel_route is not None)
+                                routable=routable and kernel_route is not None,
+                                readiness=kernel_route.readiness() if kernel_route is not None else None)
     return PagedBackend(pool, prefix_cache=prefix, align_tokens=align, decisions=decisions, kernel=kernel_route)
+
+
+def _query_heads(loaded) -> int:
+    args = getattr(loaded.model, "args", None)
+    return int(getattr(args, "num_attention_heads", loaded.n_kv_heads))
 
 
 def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook=None,
@@ -151,20 +173,34 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
         from app.models import load_model
 
         loaded = load_model(spec.model, dtype=spec.dtype, device=spec.device, seed=spec.seed)
+    check_fits_context(scenario, loaded.max_positions, loaded.name)
     import mlx.core as mx
 
     mx.random.seed(spec.seed)
+    if spec.cache_limit is not None:  # process-wide; every backend's worker applies it the same way
+        mx.set_cache_limit(spec.cache_limit)
     sdpa_module = None
     if spec.backend != "dense":
         from app.workloads.fused_attention import KernelRoute, install_paged_sdpa
 
         kernel_route = (kernel_route or KernelRoute()).start()
         sdpa_module = install_paged_sdpa(loaded.model)
-    backend = make_backend(spec, loaded, pool_params, kernel_route=kernel_route, routable=sdpa_module is not None)
+    try:
+        backend = make_backend(spec, loaded, pool_params, kernel_route=kernel_route,
+                               routable=sdpa_module is not None)
+    except BaseException:  # e.g. a slab the device cannot hold: leave the model as it was
+        from app.workloads.fused_attention import uninstall_paged_sdpa
+
+        uninstall_paged_sdpa(sdpa_module)
+        raise
     scheduler = Scheduler(prefill_chunk=pool_params["prefill_chunk"], admit_fn=backend.admit,
                           release_fn=backend.release)
+    from app.workloads.cache_trim import CacheTrim, kv_bytes_per_token
+
+    trim = CacheTrim(weight_bytes=loaded.weight_bytes, bytes_per_token=kv_bytes_per_token(loaded),
+                     fraction=spec.prefill_trim)
     engine = Engine(loaded.model, backend, scheduler, sampler=make_sampler(temperature, top_p),
-                    logits_hook=logits_hook)
+                    logits_hook=logits_hook, cache_trim=trim)
     session = WorkloadSession(spec, scenario, loaded, backend, scheduler, engine, make_source(loaded, spec.seed),
                               pool_params)
     session.sdpa_module = sdpa_module

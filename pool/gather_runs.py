@@ -48,6 +48,12 @@ def table_runs(rows: list[int], design: str, slab_blocks: int) -> int:
     return count_runs(rows, slab_blocks) if design == "slab" else 1
 
 
+def mean_runs(hist: dict[int, int]) -> float | None:
+    """Mean same-slab runs per gather of a runs -> gathers histogram (None when it counts no gather)."""
+    gathers = sum(hist.values())
+    return sum(runs * count for runs, count in hist.items()) / gathers if gathers else None
+
+
 def contiguous_range(local_rows: list[int]) -> tuple[int, int] | None:
     """(first, stop) when ``local_rows`` are consecutive ascending (a slice reads them), else None (take)."""
     first = local_rows[0]

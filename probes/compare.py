@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass
 
+from pool.gather_runs import mean_runs
 from probes.events import Step
 
 
@@ -88,13 +89,12 @@ def _pool_figures(view, t0: float, t1: float) -> dict:
         snaps.append(at_end)
     layers = [layer for snap in snaps for layer in snap.layers]
     hist = _hist_delta(view, t0, t1)
-    gathers = sum(hist.values())
     fused = _counter_delta(view, t0, t1, "fused_decisions")
     declined = _counter_delta(view, t0, t1, "gather_decisions")
     return {
         "max_slabs": max((layer.num_chunks for layer in layers), default=0),
         "max_fragmentation": max((layer.fragmentation for layer in layers), default=0.0),
-        "mean_runs": sum(r * n for r, n in hist.items()) / gathers if gathers else None,
+        "mean_runs": mean_runs(hist),
         "max_runs": max(hist, default=None),
         "decline_rate": declined / (fused + declined) if fused + declined else None,
     }

@@ -10,6 +10,7 @@ from probes_scripted import record_scripted
 
 from probes import format as fmt
 from probes.replay import Session
+from probes.recording import SessionRecorder
 from probes.store import SessionModel
 
 
@@ -97,3 +98,41 @@ def test_geometry_and_session_id_are_in_the_metadata(scripted):
     cut.write_bytes(path.read_bytes()[:first_keyframe.offset - fmt.RECORD_HEADER.size])
     early = Session.open(cut)
     assert not early.keyframes and early.geometry == pool.config.geometry() and early.is_pool
+
+
+def _book_stream():
+    """A keyframe at t=1.0, then an op stamped at the very same instant (it came after the snapshot), then a
+    plain snapshot at t=2.0: typed worker events as a live model or the recorder receives them."""
+    from pool import BlockBook, build_snapshot
+    from pool.ops import AddSequence
+    from probes.events import MetaUpdate, OpBatch, SnapshotTaken
+    from probes.rebuild import modelled_observed
+
+    book = BlockBook(2, 4, "slab", 4)
+    book.add_sequence(0)
+    book.prepare_write(0, 0, 6)
+    first = build_snapshot(book, modelled_observed(book))
+    state = book.state()
+    book.add_sequence(1)
+    later = build_snapshot(book, modelled_observed(book))
+    return first, later, [MetaUpdate(t=10.0, meta={"t_start": 10.0}),
+                          SnapshotTaken(t=11.0, snapshot=first, keyframe=False, book_state=state),
+                          OpBatch(t=11.0, ops=[AddSequence(1)], op_t=[11.0]),
+                          SnapshotTaken(t=12.0, snapshot=later)]
+
+
+def test_ops_stamped_at_a_snapshot_instant_come_after_it(tmp_path):
+    """At a snapshot's own instant the pool is the snapshot: an op with the same time stamp came after it. And a
+    stream that flags no keyframe still gets its first full snapshot as one (live model and recording alike)."""
+    first, later, events = _book_stream()
+    model = SessionModel()
+    for event in events:
+        model.append(event)
+    recorder = SessionRecorder(tmp_path / "tie.slabrec", events[0].meta, 10.0)
+    recorder.write(events[1:])
+    recorder.close({}, t=12.5)
+    session = Session.open(tmp_path / "tie.slabrec")
+    model._recent.clear()  # white-box: no kept full snapshot, so the live model rebuilds like the recording
+    for view in (model, session):
+        assert len(view.keyframes) == 1 and view.keyframes[0].load().book_state is not None
+        assert view.snapshot_at(1.0) == first and view.snapshot_at(1.5).seq_rows == later.seq_rows

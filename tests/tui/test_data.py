@@ -88,7 +88,7 @@ def test_sample_columns_are_consistent_under_a_concurrent_writer():
     sessions = SessionSet()
     model = sessions.session("slab")
     model.append(MetaUpdate(t=0.0, meta={"t_start": 0.0}))
-    frame = ViewState(sessions, cursor=None)
+    frames = [ViewState(sessions, cursor=None, x_mode=mode) for mode in ("time", "step", "tokens")]
     stop = threading.Event()
 
     def feed() -> None:
@@ -104,7 +104,7 @@ def test_sample_columns_are_consistent_under_a_concurrent_writer():
     reads, deadline = 0, time.monotonic() + 2.0
     try:
         while writer.is_alive() and time.monotonic() < deadline:
-            for series in chart_data(frame).series:
+            for series in chart_data(frames[reads % 3]).series:  # x by time, step and tokens in turn
                 assert len(series.xs) == len(series.ys)
                 decimate(series.xs, series.ys, 40)
             reads += 1

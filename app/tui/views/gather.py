@@ -17,6 +17,7 @@ from app.tui.views import frame_key, unchanged
 from app.tui.widgets.hbars import HBars
 from app.tui.widgets.lane import Lane
 from app.tui.widgets.palette import WARN_STYLE, seq_colour
+from pool.gather_runs import mean_runs
 from probes.events import GatherRuns
 from probes.store import SessionModel
 
@@ -82,7 +83,7 @@ class GatherView(Vertical):
         marks = [(t, str(min(9, r)), WARN_STYLE if peak and r == peak[2] else "") for t, _s, r in history]
         self.query_one(Lane).show(track.duration or 1.0, {"max run": marks}, frame.cursor)
         total = sum(hist.values())
-        mean = sum(k * v for k, v in hist.items()) / total if total else 0.0
+        mean = mean_runs(hist) or 0.0
         text = Text(f"{track.label} @ {found[0]:.1f}s  gathers {total}  mean runs {mean:.2f}  ", style="bold")
         if peak:
             text.append(f"worst: {peak[2]} runs at step {peak[1]} ({peak[0]:.1f}s)", style=WARN_STYLE)

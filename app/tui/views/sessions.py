@@ -19,6 +19,7 @@ from app.tui.sources import RecordingInfo, list_recordings
 from app.tui.views import frame_key, unchanged
 from app.tui.views.memory import max_footprint
 from app.tui.widgets.palette import OK_STYLE, WARN_STYLE, human_bytes
+from pool.gather_runs import mean_runs
 from probes.errors import RecordingError
 from probes.events import FusedChange
 from probes.store import SessionModel
@@ -42,17 +43,16 @@ def compare_rows(frame: ViewState) -> list[tuple]:
             if base and tr is not dense else Text("-", style="dim")
         rate = tr.decode_tok_s(frame.cursor)
         snap = _snapshot(frame, tr)
-        slabs = reserved = mean_runs = "-"
+        slabs = reserved = mean_text = "-"
         if snap is not None:
             totals = pool_totals(snap)
-            hist = merged_gather_hist(snap)
-            count = sum(hist.values())
+            mean = mean_runs(merged_gather_hist(snap))
             slabs, reserved = str(totals.slabs), human_bytes(totals.bytes_reserved)
-            mean_runs = f"{sum(k * v for k, v in hist.items()) / count:.2f}" if count else "-"
+            mean_text = f"{mean:.2f}" if mean is not None else "-"
         declines = sum(1 for e in tr.events_of(FusedChange)
                        if not e.use_fused and (frame.cursor is None or e.t <= frame.cursor))
         rows.append((tr.label, human_bytes(peak), human_bytes(rss), ratio, "-" if rate is None else f"{rate:.1f}",
-                     slabs, reserved, mean_runs, str(declines)))
+                     slabs, reserved, mean_text, str(declines)))
     return rows
 
 

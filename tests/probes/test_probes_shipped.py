@@ -56,3 +56,19 @@ def test_shipped_v1_recording_shows_the_same_figures(name):
         assert run_whatif(session, slab_blocks=8).summary()["peak_bytes_reserved"] == whatif8
     row = [r for r in compare_sessions([session]) if r.phase == "all"][0]
     assert (row.footprint_max, row.tokens_per_s, row.max_slabs, row.max_fragmentation, row.mean_runs) == whole
+
+
+def test_migrate_rewrites_a_v1_recording_as_a_smaller_v2_one(tmp_path, capsys):
+    from app.cli import main as cli_main
+
+    new = tmp_path / "churn-v2.slabrec"
+    assert cli_main(["migrate", str(ROOT / "sample-churn-slab.slabrec"), str(new)]) == 0
+    assert "79,814 bytes (v1)" in capsys.readouterr().out
+    old, migrated = Session.open(ROOT / "sample-churn-slab.slabrec"), Session.open(new)
+    assert migrated.format_version == 2 and len(migrated.session_id) == 32 and new.stat().st_size < 60_000
+    assert migrated.peak() == old.peak() and migrated.snapshot_at(5.0) == old.snapshot_at(5.0)
+    assert migrated.meta["migrated_from_format"] == 1
+    assert cli_main(["migrate", str(new), str(tmp_path / "again.slabrec")]) == 1  # v2 in: refused, one line
+    err = capsys.readouterr().err
+    assert "only v1 recordings are migrated" in err and err.count("\n") == 1
+    assert not (tmp_path / "again.slabrec").exists()

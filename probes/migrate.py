@@ -1,0 +1,54 @@
+"""Rewriting a format-v1 recording as format v2, record by record (mlx-free).
+
+Every v1 record is decoded into its typed payload (``probes.codec.decode``, the same path a reader takes) and
+written again, same kind, same time, same order, with a new session id; the copy is then checked against the
+original (samples, events, snapshot summaries, the op log, and the pool rebuilt at every snapshot instant). v1
+files stay readable, so this is optional: v2 files are smaller and open faster (docs/recording-format.md).
+"""
+
+from __future__ import annotations
+
+import os
+
+from probes import codec
+from probes import format as fmt
+from probes.errors import RecordingError
+from probes.recording import new_session_id
+from probes.replay import Session
+
+
+def migrate(src: str | os.PathLike, dst: str | os.PathLike) -> tuple[int, int]:
+    """Write ``src`` (format v1) as ``dst`` (format v2); returns (bytes before, bytes after). RecordingError when
+    ``src`` is not a readable v1 recording or the copy does not reproduce it (then ``dst`` is removed)."""
+    image = fmt.FileImage(src)
+    if image.version != 1:
+        raise RecordingError(src, f"is format v{image.version}: only v1 recordings are migrated")
+    original = Session(image)
+    meta = dict(original.meta, session_id=new_session_id(), migrated_from_format=1)
+    records = [(fmt.META, 0.0, codec.encode(meta))]
+    for ref in image.refs[1:]:
+        payload = codec.decode(image, ref)
+        records.append((ref.kind, ref.t, codec.encode(payload.events if ref.kind == fmt.EVENTS else payload)))
+    writer = fmt.RecordWriter(dst, meta["session_id"])
+    writer.append(records)
+    writer.close()
+    try:
+        _check_same(original, Session.open(dst))
+    except RecordingError:
+        os.remove(dst)
+        raise
+    return len(image.data), os.path.getsize(dst)
+
+
+def _check_same(a: Session, b: Session) -> None:
+    checks = {"samples": _columns(a) == _columns(b), "events": a.events == b.events, "snapshot summaries": a.snapshots == b.snapshots,
+              "op log": a.all_ops() == b.all_ops(), "end": a.summary == b.summary,
+              "pool": all(a.snapshot_at(s.t) == b.snapshot_at(s.t) for s in a.snapshots)}
+    broken = [name for name, ok in checks.items() if not ok]
+    if broken:
+        raise RecordingError(b.path, f"the migrated copy differs from the original in: {', '.join(broken)}")
+
+
+def _columns(session: Session) -> dict:
+    window = session.samples.window()
+    return {name: getattr(window, name) for name in codec.SAMPLE_FIELDS}

@@ -12,7 +12,7 @@ from pool.errors import PoolError
 
 SEQUENCE_OPS = frozenset({"add_sequence", "prepare_write", "release", "clone", "detach", "adopt",
                           "release_handle", "trim", "set_slab_blocks", "set_logical_start"})
-DERIVED_OPS = frozenset({"row_mint", "cow", "slab_append", "grow", "rows_freed", "storage_init"})
+DERIVED_OPS = frozenset({"row_mint", "cow", "slab_append", "grow", "rows_freed", "storage_init", "copied"})
 
 
 def apply_op(book, op: dict, handles: dict[int, PrefixHandle]) -> bool:

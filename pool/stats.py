@@ -42,3 +42,15 @@ class BookCounters:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class PoolBytes:
+    """The pool's bytes *now*, kept current by the bookkeeping at every row and capacity change, so the memory
+    sampler can read them at any instant (plain ints: another thread reads them without a lock; a read between
+    two updates of one operation is at most that operation stale). Only layers that have storage count (a layer
+    gets storage, and its K+V bytes per row, at its first write), as in :meth:`pool.PagedKVPool.stats`."""
+
+    live: int = 0      # rows of live blocks x K+V bytes per row (= PoolStats.bytes_in_use)
+    reserved: int = 0  # reserved capacity x K+V bytes per row (= PoolStats.bytes_reserved)
+    slabs: int = 0     # slabs (slab design) or 32-block grow chunks (monolithic) of that capacity, over layers

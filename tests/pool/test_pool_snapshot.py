@@ -10,7 +10,8 @@ TOP_KEYS = {"design", "block_size", "slab_blocks", "num_layers", "dtype", "n_kv_
             "stats", "counters", "layers", "seq_rows"}
 STATS_KEYS = {"allocated_blocks", "live_blocks", "free_blocks", "bytes_reserved", "bytes_in_use", "num_sequences",
               "num_handles"}
-COUNTER_KEYS = {"slab_appends", "grow_events", "bytes_copied", "cow_copies", "rows_minted", "rows_reused",
+COUNTER_KEYS = {"slab_appends", "grow_events", "bytes_copied", "bytes_copied_model", "cow_bytes_copied",
+                "cow_bytes_copied_model", "cow_copies", "rows_minted", "rows_reused",
                 "gathers", "gather_runs_total", "fused_decisions", "gather_decisions"}
 LAYER_KEYS = {"num_slabs", "capacity_rows", "row_owner", "row_refcount", "free_rows", "holes", "largest_free_run",
               "fragmentation", "gather_runs_hist", "fused"}
@@ -82,10 +83,12 @@ def test_op_listener_emits_contract_ops(tiny_pool):
     pool.release(0)
     names = [op["op"] for op in ops]
     assert names == ["add_sequence", "row_mint", "slab_append", "prepare_write", "storage_init", "clone", "cow",
-                     "row_mint", "prepare_write", "rows_freed", "release"]
+                     "row_mint", "prepare_write", "copied", "rows_freed", "release"]
     assert ops[1] == {"op": "row_mint", "layer_count": 2, "rows": [0, 1, 2], "minted": 6, "reused": 0}
     assert ops[2] == {"op": "slab_append", "layers": 2, "count": 4, "bytes": 0}  # geometry unknown before 1st write
     assert ops[4] == {"op": "storage_init", "dtype": "float32", "n_kv_heads": 2, "head_dim": 4, "bytes_per_row": 256}
     assert ops[6] == {"op": "cow", "seq": 1, "logical_block": 2, "num_layers": 2}
-    assert ops[9] == {"op": "rows_freed", "rows": [2], "count": 2}
+    # measured by the allocator: one row's K and V staged per layer (2 layers x 256 bytes)
+    assert ops[9] == {"op": "copied", "bytes": 0, "cow_bytes": 2 * 256}
+    assert ops[10] == {"op": "rows_freed", "rows": [2], "count": 2}
     json.dumps(ops)

@@ -143,9 +143,13 @@ class RowStorage:
         zero = self._zero_scalars[DTYPES[geometry.dtype]]  # made by init_layer
         return mx.full((rows, *geometry.row_shape(self.block_size)), zero)
 
+    def tensor_lists(self, layers: list[int]) -> list[list[mx.array]]:
+        """The K list and the V list of each of ``layers`` (what a copy window evaluates and weighs)."""
+        return [tensors for layer in layers for tensors in (self.keys[layer], self.values[layer])]
+
     def tensors_of(self, layers: list[int]) -> list[mx.array]:
-        """Every K and V tensor the storage holds for ``layers`` (what a copy window evaluates and weighs)."""
-        return [t for layer in layers for t in (*self.keys[layer], *self.values[layer])]
+        """Every K and V tensor the storage holds for ``layers``."""
+        return [t for tensors in self.tensor_lists(layers) for t in tensors]
 
     # ---- measured growth and copy-on-write -------------------------------------------------------------------
     def grow(self, capacities: dict[int, int]) -> None:
@@ -156,7 +160,7 @@ class RowStorage:
         if all(self.capacity_rows(layer) >= rows for layer, rows in capacities.items()):
             return
         layers = list(capacities)
-        self._window = window = CopyWindow(lambda: self.tensors_of(layers))
+        self._window = window = CopyWindow(lambda: self.tensor_lists(layers))
         try:
             for layer, rows in capacities.items():
                 self.ensure_rows(layer, rows)
@@ -175,7 +179,7 @@ class RowStorage:
         # the source index arrays exist before the window opens: the window charges the copies, not their indices
         sources = {src: mx.array([self._slab_for_row(src)[1]]) for layer in layers for src, _ in pairs[layer]}
         mx.eval(list(sources.values()))
-        window = CopyWindow(lambda: self.tensors_of(layers))
+        window = CopyWindow(lambda: self.tensor_lists(layers))
         for layer in layers:
             for src, dst in pairs[layer]:
                 self.copy_row(layer, src, dst, sources[src])

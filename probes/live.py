@@ -67,7 +67,6 @@ class WorkerProbes:
         self._keyframe_ops = 0
         self._keyframe_t: float | None = None
         self.keyframe_max_ops = 20000
-        self._last_stats: tuple[int, int] | None = None
         self._reported_drops = 0
         self.record_error: str | None = None
         self.stopped = False
@@ -80,6 +79,7 @@ class WorkerProbes:
         pool.add_op_listener(self._on_op)
         self.meta.setdefault("pool", _pool_config(pool))
         if self.sampler is not None:  # already started; otherwise start() takes it
+            self.sampler.attach_pool(pool)
             self._take_snapshot()
 
     def start(self) -> None:
@@ -97,6 +97,7 @@ class WorkerProbes:
         self.sender.send([dict(full_meta, kind="meta", t=self._t_start)])
         self.sampler = sampler
         if self._pool is not None:
+            sampler.attach_pool(self._pool)  # every sample reads the pool's byte counters, not the last snapshot
             self._take_snapshot()
         self._push(self.sampler.sample(self.step, self.tokens))
         self._thread = threading.Thread(target=self._run, name="slabscope-probes", daemon=True)
@@ -145,10 +146,6 @@ class WorkerProbes:
         snap = self._pool.snapshot()
         now = time.monotonic()
         self._next_snapshot = now + (1.0 / self.snapshot_hz if self.snapshot_hz > 0 else float("inf"))
-        stats = snap.get("stats", {})
-        self._last_stats = (int(stats.get("bytes_in_use", 0)), int(stats.get("bytes_reserved", 0)))
-        if self.sampler is not None:
-            self.sampler.pool_bytes = self._last_stats
         event = {"kind": "snapshot", "t": now, "step": self.step, "tokens": self.tokens, "snapshot": snap,
                  "keyframe": False}
         if (self._keyframe_t is None or now - self._keyframe_t >= self.keyframe_interval_s

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import time
+from types import SimpleNamespace
 
 import mlx.core as mx
 
@@ -32,13 +33,14 @@ def test_active_rises_by_the_allocated_bytes_and_cache_takes_it_back():
 
 def test_accounting_parts_sum_to_footprint_and_rss():
     sampler = MemorySampler(weight_bytes=1000)
-    sampler.pool_bytes = (300, 500)
+    sampler.attach_pool(SimpleNamespace(live_bytes=lambda: 300, reserved_bytes=lambda: 500, slab_count=lambda: 7))
     s = sampler.sample(0, 0)
     parts = accounting_parts(s)
     mlx_parts = sum(v for k, v in parts.items() if k != "RSS not explained by MLX")
     assert mlx_parts == s["footprint"]
     assert mlx_parts + parts["RSS not explained by MLX"] == s["rss"]
-    assert s["pool_live"] == 300 and s["pool_free"] == 200
+    assert s["pool_live"] == 300 and s["pool_free"] == 200 and s["pool_slabs"] == 7
+    assert s["other_active"] == s["active"] - 1000 - 500
 
 
 def test_full_queue_drops_oldest_batch_and_never_blocks():
@@ -75,3 +77,44 @@ def test_probes_sample_batch_count_drops_and_measure_their_cost(tmp_path):
     steps = [x["step"] for x in s.samples]
     assert steps == sorted(steps) and steps[-1] == 29
     assert s.meta["mlx_version"] and s.meta["device"] and s.meta["sample_hz"] == 100.0
+
+
+def _latest_sample_after(probes, count: int, timeout: float = 5.0) -> dict:
+    """The newest sample once the probe thread has taken ``count`` samples in all (waits for it)."""
+    deadline = time.monotonic() + timeout
+    while probes.sampler.num_samples < count:
+        assert time.monotonic() < deadline, "the probe thread took no sample"
+        time.sleep(0.002)
+    with probes._lock:
+        pending = list(probes._buffer)
+    return [e for e in probes.sender.sink + pending if e["kind"] == "sample"][-1]
+
+
+def test_sampled_pool_bytes_follow_the_pool_between_snapshots():
+    """Snapshots at 0.1 Hz (none due during the run), samples at 200 Hz: every sample taken after a step carries
+    that step's pool bytes. (Before, pool bytes were copied from the last snapshot: the accounting stack showed a
+    growing pool as "other MLX active" until the next one.)"""
+    from pool import PagedKVPool, PoolConfig
+
+    pool = PagedKVPool(PoolConfig(num_layers=2, block_size=4, slab_blocks=2))
+    probes = WorkerProbes(None, sample_hz=200.0, snapshot_hz=0.1, meta={"scenario": "t"})
+    probes.attach_pool(pool)
+    probes.start()
+    keys = mx.ones((8, 2, 4))
+    for step in range(1, 13):
+        if step % 4 == 0:
+            pool.release(step - 3)  # live bytes fall, reserved bytes stay
+        else:
+            pool.add_sequence(step)
+            pool.prepare_write(step, 0, 8)
+            for layer in range(2):
+                pool.write(layer, step, 0, keys, keys)
+        probes.tick(step, step)
+        stats = pool.stats()
+        sample = _latest_sample_after(probes, probes.sampler.num_samples + 2)
+        assert (sample["pool_live"], sample["pool_free"]) == (stats.bytes_in_use,
+                                                             stats.bytes_reserved - stats.bytes_in_use), step
+        assert sample["pool_slabs"] == sum(pool.storage.num_slabs(layer) for layer in range(2))
+        assert sample["other_active"] == sample["active"] - stats.bytes_reserved
+    assert probes._num_snapshots == 1  # only the one taken at start: the samples did not wait for snapshots
+    probes.stop()

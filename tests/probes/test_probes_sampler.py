@@ -7,6 +7,7 @@ import time
 from types import SimpleNamespace
 
 import mlx.core as mx
+import pytest
 
 from probes.live import WorkerProbes
 from probes.sampler import MemorySampler, accounting_parts
@@ -118,3 +119,22 @@ def test_sampled_pool_bytes_follow_the_pool_between_snapshots():
         assert sample["other_active"] == sample["active"] - stats.bytes_reserved
     assert probes._num_snapshots == 1  # only the one taken at start: the samples did not wait for snapshots
     probes.stop()
+
+
+def test_probe_cost_counts_the_workload_threads_time_inside_the_probes():
+    """cost_fraction = (probe-thread CPU + workload-thread time inside the probes) / wall. Here the workload thread
+    does nothing but call the probes, so its share dominates: a fraction that left it out would be near 0."""
+    probes = WorkerProbes(None, sample_hz=1.0, snapshot_hz=0.0, meta={"scenario": "t"})
+    probes.start()
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline:
+        for _ in range(200):
+            probes.emit({"kind": "log", "text": "x"})
+        probes.tick(1, 1)
+    overhead = probes.overhead()
+    probes.stop()
+    inside = overhead["workload_thread_s"] / overhead["wall_s"]
+    assert inside > 0.2  # emit/tick were most of the wall time
+    expected = (overhead["probe_thread_cpu_s"] + overhead["workload_thread_s"]) / overhead["wall_s"]
+    assert overhead["cost_fraction"] == pytest.approx(expected, rel=0.02)
+    assert overhead["cost_fraction"] >= inside * 0.98

@@ -10,6 +10,9 @@ import argparse
 import importlib
 import sys
 
+from app.commands.arg_types import OneLineParser
+from app.commands.errors import RunError, UsageError
+
 # name -> module under app.commands; order is the order shown in --help.
 COMMANDS: dict[str, str] = {
     "tui": "tui",
@@ -25,7 +28,7 @@ COMMANDS: dict[str, str] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="slabscope",
         description="Terminal dashboard and memory profiler for chunked-slab paged KV pools on MLX. "
         "With no command, opens the TUI on the default model and scenario.",
@@ -48,11 +51,20 @@ def main(argv: list[str] | None = None) -> int:
     # `slabscope --open X` means `slabscope tui --open X`: options before any command belong to the TUI.
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["tui", *argv]
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a usage error (already printed, one line) or --help: a return code for callers
+        return exc.code if isinstance(exc.code, int) else 2
     if not hasattr(args, "func"):
         parser.print_help()
         return 2
     try:
         return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"slabscope {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except RunError as exc:
+        print(f"slabscope {args.command}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130

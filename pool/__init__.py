@@ -7,7 +7,7 @@ docs/contracts.md (API) and docs/pool.md (design).
 from pool.block_table import BlockTable, PrefixHandle
 from pool.bookkeeping import BlockBook, WritePlan
 from pool.config import DESIGNS, MONOLITHIC_CHUNK_BLOCKS, PoolConfig
-from pool.errors import BudgetExceeded, PoolError
+from pool.errors import BudgetExceeded, PoolError, SizeLimitError
 from pool.fused_decision import FusedDecision, KernelCaps, register_kernel, unregister_kernel
 from pool.op_apply import SEQUENCE_OPS, apply_op
 from pool.pool import BlockContents, GatherResult, PagedKVPool
@@ -16,5 +16,6 @@ from pool.stats import PoolStats
 __all__ = [
     "BlockBook", "BlockContents", "BlockTable", "BudgetExceeded", "DESIGNS", "FusedDecision", "GatherResult",
     "KernelCaps", "MONOLITHIC_CHUNK_BLOCKS", "PagedKVPool", "PoolConfig", "PoolError", "PoolStats",
-    "PrefixHandle", "SEQUENCE_OPS", "WritePlan", "apply_op", "register_kernel", "unregister_kernel",
+    "PrefixHandle", "SEQUENCE_OPS", "SizeLimitError", "WritePlan", "apply_op", "register_kernel",
+    "unregister_kernel",
 ]

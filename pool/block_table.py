@@ -29,8 +29,11 @@ class PrefixHandle:
     """A parked prefix: blocks pinned by the pool after :meth:`PagedKVPool.detach` (or built from restored blocks).
 
     The handle itself is only a ticket; the pool holds the blocks until :meth:`PagedKVPool.release_handle`.
+    ``pool_id`` names the pool (book) that issued it: handle ids are small per-pool counters, so without it a
+    ticket from one pool would name an unrelated handle of another; every pool refuses tickets it did not issue.
     """
 
     handle_id: int
     num_tokens: int
     logical_start: int = 0
+    pool_id: str = ""

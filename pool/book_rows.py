@@ -14,13 +14,15 @@ Every public method validates completely before it mutates: on an exception noth
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
 from pool.block_table import BlockTable, PrefixHandle
-from pool.config import DESIGNS, capacity_for, chunk_rows
+from pool.config import DESIGNS, MAX_DIMENSION, capacity_for, chunk_rows
 from pool.errors import BudgetExceeded, PoolError
 from pool.free_rows import FreeRows
+from pool.limits import MemoryLimits, check_pool_capacity
 from pool.stats import BookCounters, PoolBytes
 
 OpListener = Callable[[dict], None]
@@ -77,6 +79,10 @@ class RowBook:
         self._next_block_id = 0
         self._next_handle_id = 0
         self._listeners: list[OpListener] = []
+        self.identity = uuid.uuid4().hex  # stamped on every PrefixHandle this book issues (see handle_tables)
+        # what the device can hold (set by the pool that executes this book; None: bookkeeping alone, e.g. a
+        # what-if replay modelling another machine, checks no memory)
+        self.limits: MemoryLimits | None = None
 
     # ---- listeners -------------------------------------------------------------------------------------------
     def add_op_listener(self, fn: OpListener) -> None:
@@ -91,8 +97,8 @@ class RowBook:
     # ---- configuration ---------------------------------------------------------------------------------------
     def set_slab_blocks(self, slab_blocks: int) -> None:
         """Change rows per slab; only before any row is minted (capacity is counted in slabs)."""
-        if not isinstance(slab_blocks, int) or isinstance(slab_blocks, bool) or slab_blocks < 1:
-            raise PoolError(f"slab_blocks must be a positive int, got {slab_blocks!r}")
+        if not isinstance(slab_blocks, int) or isinstance(slab_blocks, bool) or not 1 <= slab_blocks <= MAX_DIMENSION:
+            raise PoolError(f"slab_blocks must be an int in [1, {MAX_DIMENSION}], got {slab_blocks!r}")
         if any(layer.capacity for layer in self.layers):
             raise PoolError("set_slab_blocks is allowed only before the first write (storage already reserved)")
         self.slab_blocks = slab_blocks
@@ -127,11 +133,26 @@ class RowBook:
             raise PoolError(f"unknown sequence {seq_id!r}") from None
 
     def handle_tables(self, handle: PrefixHandle) -> list[BlockTable]:
-        handle_id = getattr(handle, "handle_id", handle)
+        """The tables a live handle of *this* book pins. PoolError for anything else: not a PrefixHandle, a
+        handle issued by another pool (ids are per-pool counters, so a foreign id may name an unrelated handle
+        here), or one already released."""
+        if not isinstance(handle, PrefixHandle):
+            raise PoolError(f"expected a PrefixHandle, got {type(handle).__name__} {handle!r}")
+        if handle.pool_id != self.identity:
+            raise PoolError(f"prefix handle {handle.handle_id} was issued by another pool "
+                            f"({handle.pool_id or 'none'}), not this one ({self.identity})")
         try:
-            return self.handles[handle_id]
+            return self.handles[handle.handle_id]
         except (KeyError, TypeError):
             raise PoolError(f"unknown or released prefix handle {handle!r}") from None
+
+    def prefix_handle(self, handle_id: int) -> PrefixHandle:
+        """The ticket for live handle ``handle_id`` of this book (what detach returned; rebuilt books use this)."""
+        try:
+            tables = self.handles[handle_id]
+        except (KeyError, TypeError):
+            raise PoolError(f"unknown or released prefix handle id {handle_id!r}") from None
+        return PrefixHandle(handle_id, tables[0].length, tables[0].logical_start, self.identity)
 
     def block_location(self, block_id: int) -> tuple[int, int]:
         """(layer, row) of a live block."""
@@ -160,6 +181,18 @@ class RowBook:
         if budget is not None and live + needed > budget:
             raise BudgetExceeded(f"layer {layer}: {live} live blocks + {needed} new would exceed "
                                  f"max_blocks_per_layer={budget}; release sequences or handles first")
+
+    def _check_room(self, needed: list[int]) -> None:
+        """SizeLimitError when ``needed[layer]`` more live blocks per layer would grow the reserved capacity past
+        ``limits`` (pool/limits.py). Checked before any mutation; no-op until the row geometry is known."""
+        if self.limits is None or not self.bytes_per_row:
+            return
+        capacities = []
+        for rows, count in zip(self.layers, needed):
+            minted = len(rows.row_block) + max(0, count - len(rows.free))
+            capacities.append(max(rows.capacity, capacity_for(self.design, self.slab_blocks, minted)))
+        if capacities != [rows.capacity for rows in self.layers]:
+            check_pool_capacity(self.design, self.slab_blocks, capacities, self.bytes_per_row, self.limits)
 
     def _new_block(self, layer: int) -> tuple[int, int]:
         """Create a block with refcount 1 on the lowest free row (or a newly minted one). Returns (id, row)."""

@@ -71,6 +71,7 @@ class BlockBook(RowBook):
         new_blocks = max(0, last + 1 - len(tables[0].rows))
         for layer in range(self.num_layers):
             self._check_budget(layer, len(cow_indices[layer]) + new_blocks)
+        self._check_room([len(cow) + new_blocks for cow in cow_indices])
         before = (self.counters.rows_minted, self.counters.rows_reused)
         cow_pairs = [self._copy_on_write(seq_id, layer, tables[layer], cow_indices[layer])
                      for layer in range(self.num_layers)]
@@ -178,7 +179,7 @@ class BlockBook(RowBook):
         for layer in range(self.num_layers):
             self.versions[layer] += 1  # row owners change (sequence -> handle)
         self._emit("detach", seq=seq_id, handle=handle_id)
-        return PrefixHandle(handle_id, tables[0].length, tables[0].logical_start)
+        return self.prefix_handle(handle_id)
 
     def adopt(self, handle: PrefixHandle, seq_id: int) -> None:
         """New sequence starting from the handle's blocks (shared; the handle keeps its references)."""
@@ -228,6 +229,7 @@ class BlockBook(RowBook):
         """A fresh block in one layer, referenced once by the caller. Returns (block id, row, growth)."""
         self.check_layer(layer)
         self._check_budget(layer, 1)
+        self._check_room([int(index == layer) for index in range(self.num_layers)])
         block_id, row = self._new_block(layer)
         self.loose.add(block_id)
         return block_id, row, self._reserve_capacity()
@@ -256,7 +258,7 @@ class BlockBook(RowBook):
         handle_id = self._next_handle_id
         self._next_handle_id += 1
         self.handles[handle_id] = tables
-        return PrefixHandle(handle_id, num_tokens, 0)
+        return self.prefix_handle(handle_id)
 
     # ---- figures ---------------------------------------------------------------------------------------------
     def live_rows(self, layer: int) -> int:

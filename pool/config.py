@@ -16,6 +16,7 @@ DESIGNS = ("slab", "monolithic")
 DEFAULT_BLOCK_SIZE = 32
 DEFAULT_SLAB_BLOCKS = 32
 MONOLITHIC_CHUNK_BLOCKS = 32  # the grow chunk of the design being replaced (origin: POOL_GROW_CHUNK_BLOCKS)
+MAX_DIMENSION = 2**31 - 1     # MLX shapes are int32: block_size and slab_blocks are tensor dimensions
 
 
 @dataclass
@@ -34,8 +35,8 @@ class PoolConfig:
             raise PoolError(f"unknown pool design {self.design!r}; choose one of {', '.join(DESIGNS)}")
         for name in ("num_layers", "block_size", "slab_blocks"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise PoolError(f"PoolConfig.{name} must be a positive int, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_DIMENSION:
+                raise PoolError(f"PoolConfig.{name} must be an int in [1, {MAX_DIMENSION}], got {value!r}")
         budget = self.max_blocks_per_layer
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 0):
             raise PoolError(f"PoolConfig.max_blocks_per_layer must be None or an int >= 0, got {budget!r}")

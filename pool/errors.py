@@ -10,3 +10,8 @@ class PoolError(Exception):
 
 class BudgetExceeded(PoolError):
     """An operation would need more live blocks in a layer than ``max_blocks_per_layer`` allows."""
+
+
+class SizeLimitError(PoolError):
+    """An allocation the device cannot hold (total memory, largest buffer, shape range); raised before allocating,
+    because MLX ends the process with SIGSEGV on a failed huge allocation instead of raising."""

@@ -13,9 +13,10 @@ from typing import Any, NamedTuple
 
 from pool.block_table import PrefixHandle
 from pool.bookkeeping import BlockBook, OpListener, WritePlan
-from pool.config import PoolConfig, blocks_for_tokens
+from pool.config import PoolConfig, blocks_for_tokens, capacity_for
 from pool.errors import PoolError
 from pool.fused_decision import DecisionCounters, FusedDecision, decide
+from pool.limits import MemoryLimits, check_pool_capacity
 from pool.stats import PoolStats
 from pool.token_slots import TokenSlots, check_current, resolve_token_slots
 
@@ -44,9 +45,12 @@ def _make_storage(config: PoolConfig):
 
 
 class PagedKVPool:
-    """Chunked-slab (or monolithic) paged KV pool; see docs/contracts.md section 1 and docs/pool.md."""
+    """Chunked-slab (or monolithic) paged KV pool; see docs/contracts.md section 1 and docs/pool.md.
 
-    def __init__(self, config: PoolConfig) -> None:
+    ``limits``: what the device can hold (pool/limits.py); None measures the default device at the first write
+    (pool/device_limits.py). Every allocation is checked against it before it happens."""
+
+    def __init__(self, config: PoolConfig, limits: MemoryLimits | None = None) -> None:
         config.validate()
         self.config = replace(config)  # own copy: set_slab_blocks updates it
         self.book = BlockBook(config.num_layers, config.block_size, config.design, config.slab_blocks,
@@ -57,6 +61,8 @@ class PagedKVPool:
         self.gather_runs_hist: list[Counter] = [Counter() for _ in range(config.num_layers)]
         self.decisions = DecisionCounters()
         self._snapshot_cache: dict[int, tuple] = {}
+        self.limits = limits
+        self.book.limits = limits
 
     # ---- configuration and sequences -------------------------------------------------------------------------
     def set_slab_blocks(self, slab_blocks: int) -> None:
@@ -159,15 +165,12 @@ class PagedKVPool:
         head_dim], sequence ``seq_ids[i]`` at ``starts[i]``. Stores the same bytes as B calls of ``write``; every
         check (geometry once, each sequence's prepared span) runs before the first store, so an error writes
         nothing."""
-        from pool.storage_base import geometry_of
+        from pool.storage_base import check_batch, geometry_of
 
         self.book.check_layer(layer)
-        if keys.ndim != 4 or keys.shape[0] != len(seq_ids) or len(starts) != len(seq_ids):
-            raise PoolError(f"write_batch: keys must be [{len(seq_ids)}, num_tokens, n_kv_heads, head_dim] for "
-                            f"{len(seq_ids)} sequences and starts; got keys {tuple(keys.shape)}, "
-                            f"{len(starts)} starts")
+        check_batch(seq_ids, starts, keys, values)
         per_seq = [(keys[i], values[i]) for i in range(len(seq_ids))]
-        geometry = geometry_of(*per_seq[0])  # one geometry: the slices share the batch's shape and dtype
+        geometry = geometry_of(*per_seq[0])  # one geometry: check_batch made K and V one shape and dtype
         self.storage.check_geometry(layer, geometry)
         num_tokens = int(keys.shape[1])
         rows = [self.book.rows_for_write(layer, seq_id, start, num_tokens) for seq_id, start in zip(seq_ids, starts)]
@@ -197,14 +200,37 @@ class PagedKVPool:
                                   {} if indices is None else indices)
 
     def _ensure_layer(self, layer: int, geometry) -> None:
+        """Give ``layer`` storage at its first write (geometry fixed from then on), after checking that the
+        capacity the bookkeeping reserved fits the device with this geometry (SizeLimitError, nothing changed)."""
         if self.storage.has_layer(layer):
             return
+        self._check_first_write(layer, geometry)
         self.storage.init_layer(layer, geometry)
         if self.book.geometry is None:
             self.book.set_geometry(geometry.dtype, geometry.n_kv_heads, geometry.head_dim,
                                    geometry.bytes_per_row(self.config.block_size))
         self.book.count_layer_bytes(layer, geometry.bytes_per_row(self.config.block_size))
         self._grow(layer)
+
+    def _check_first_write(self, layer: int, geometry, new_row: bool = False) -> None:
+        """SizeLimitError unless the booked capacity (plus, with ``new_row``, the row a restore is about to take
+        in ``layer``) fits the device with ``geometry`` in the layers that have no storage yet. Mutates nothing
+        but the lazily measured ``limits``."""
+        if self.limits is None:
+            from pool.device_limits import device_limits
+
+            self.limits = self.book.limits = device_limits()
+        bs = self.config.block_size
+        row_bytes = [self.storage.bytes_per_row(index) if self.storage.has_layer(index) else
+                     geometry.bytes_per_row(bs) for index in range(self.config.num_layers)]
+        capacities = [rows.capacity for rows in self.book.layers]
+        if new_row:
+            rows = self.book.layers[layer]
+            minted = len(rows.row_block) + (0 if len(rows.free) else 1)
+            capacities[layer] = max(rows.capacity, capacity_for(self.config.design, self.config.slab_blocks, minted))
+        check_pool_capacity(self.config.design, self.config.slab_blocks, capacities, row_bytes, self.limits,
+                            f"the KV pool with {geometry.dtype} [n_kv_heads={geometry.n_kv_heads}, "
+                            f"head_dim={geometry.head_dim}] rows")
 
     # ---- reads -----------------------------------------------------------------------------------------------
     def gather_visible(self, layer: int, seq_id: int) -> GatherResult:
@@ -254,6 +280,8 @@ class PagedKVPool:
         self.book.check_layer(layer)
         geometry = geometry_of(contents.keys, contents.values, "block contents", self.config.block_size)
         self.storage.check_geometry(layer, geometry)
+        if not self.storage.has_layer(layer):  # sized before the book moves, so a refusal changes nothing
+            self._check_first_write(layer, geometry, new_row=True)
         block_id, row, _ = self.book.acquire_block(layer)
         try:
             self._ensure_layer(layer, geometry)

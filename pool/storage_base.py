@@ -52,7 +52,29 @@ def geometry_of(keys, values, what: str = "keys/values", tokens: int | None = No
     if keys.shape[0] < 1 or (tokens is not None and keys.shape[0] != tokens):
         expected = "at least 1" if tokens is None else str(tokens)
         raise PoolError(f"{what} hold {keys.shape[0]} tokens; expected {expected}")
+    if keys.shape[1] < 1 or keys.shape[2] < 1:  # a zero dimension would fix a layer's geometry at 0 bytes per row
+        raise PoolError(f"{what} need n_kv_heads >= 1 and head_dim >= 1; got {tuple(keys.shape)}")
     return LayerGeometry(dtype_name(keys.dtype), int(keys.shape[1]), int(keys.shape[2]))
+
+
+def check_batch(seq_ids, starts, keys, values) -> None:
+    """PoolError unless ``keys`` and ``values`` are mx.arrays of one shape and dtype,
+    [len(seq_ids), num_tokens, n_kv_heads, head_dim], with one start per sequence. Every
+    dimension of both arrays is compared: MLX indexing does not bound-check, so a ``values`` with fewer sequences
+    than ``keys`` would otherwise store memory read past its end."""
+    if not isinstance(seq_ids, (list, tuple)) or not isinstance(starts, (list, tuple)):
+        raise PoolError(f"write_batch: seq_ids and starts must be lists, got {type(seq_ids).__name__}/"
+                        f"{type(starts).__name__}")
+    if not isinstance(keys, mx.array) or not isinstance(values, mx.array):
+        raise PoolError(f"write_batch: keys/values must be mx.array, got {type(keys).__name__}/"
+                        f"{type(values).__name__}")
+    batch = len(seq_ids)
+    if (batch < 1 or len(starts) != batch or keys.ndim != 4 or keys.shape[0] != batch
+            or values.shape != keys.shape or values.dtype != keys.dtype):
+        raise PoolError(f"write_batch: keys and values must both be [{batch}, num_tokens, n_kv_heads, head_dim] "
+                        f"of one dtype for {batch} sequences and {len(starts)} starts (at least one); got keys "
+                        f"{tuple(keys.shape)} {dtype_name(keys.dtype)}, values {tuple(values.shape)} "
+                        f"{dtype_name(values.dtype)}")
 
 
 def store_rows(tensors: list, index: int, start: int, rows: mx.array) -> None:

@@ -8,7 +8,7 @@ pool/bookkeeping.py); the round-trip test in tests/probes pins the coupling.
 
 from __future__ import annotations
 
-from pool import BlockBook, BlockTable, PrefixHandle
+from pool import BlockBook, BlockTable
 from pool.stats import BookCounters
 
 STATE_VERSION = 1
@@ -65,8 +65,7 @@ def book_from_state(state: dict, max_blocks_per_layer: int | None = None) -> tup
     book.counters = BookCounters(**state["counters"])
     book._next_block_id = int(state["next_block_id"])
     book._next_handle_id = int(state["next_handle_id"])
-    handles = {hid: PrefixHandle(hid, tables[0].length, tables[0].logical_start)
-               for hid, tables in book.handles.items()}
+    handles = {hid: book.prefix_handle(hid) for hid in book.handles}
     return book, handles
 
 

@@ -181,6 +181,25 @@ class WorkerProbes:
             self.recorder.close(summary, t=done["t"])
         return summary
 
+    def abort(self, text: str) -> None:
+        """End the session from *another* thread while the workload thread may be stuck (a rank whose peer died):
+        record an ``error`` event, stop the probe thread, flush, and close the recording with ``{"error": text}``.
+        Takes no pool snapshot (the workload thread may be mid-mutation). Idempotent with ``stop``."""
+        if self.stopped:
+            return
+        self.stopped = True
+        now = time.monotonic()
+        self._push({"kind": "error", "t": now, "step": self.step, "tokens": self.tokens, "text": text,
+                    "traceback": ""})
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+        summary = {"error": text, "probe_overhead": self.overhead()}
+        self._flush(final=True)
+        self.sender.send([{"kind": "done", "t": now, "step": self.step, "tokens": self.tokens, "summary": summary}])
+        if self.recorder is not None and self.record_error is None:
+            self.recorder.close(summary, t=now)
+
     # ---- probe thread ----------------------------------------------------------------------------------------
     def _run(self) -> None:
         period = 1.0 / self.sample_hz if self.sample_hz > 0 else float("inf")

@@ -1,9 +1,13 @@
-"""argparse value types shared by the sub-commands: bad sizes become usage errors (exit 2, one line), never a
-traceback from deep inside a worker."""
+"""argparse value types shared by the sub-commands: bad values become usage errors (exit 2, one line), never a
+traceback from deep inside a worker and never a value quietly taken as something else (``nan`` for a gate that
+then never fails, ``-1`` for a temperature, ``slab,slab`` for two runs writing one file)."""
 
 from __future__ import annotations
 
 import argparse
+import math
+
+BACKENDS = ("slab", "dense", "monolithic")  # app.workloads.spec.BACKENDS, kept import-light for the parsers
 
 
 def positive_int(text: str) -> int:
@@ -15,3 +19,42 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def finite_float(minimum: float | None = None, maximum: float | None = None, *, above: bool = False):
+    """A type for a finite float in ``[minimum, maximum]`` (``above``: strictly greater than ``minimum``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        if minimum is not None and (value <= minimum if above else value < minimum):
+            raise argparse.ArgumentTypeError(f"must be {'>' if above else '>='} {minimum:g}, got {text}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum:g}, got {text}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def backends_list(text: str) -> list[str]:
+    """``slab,dense[,monolithic]`` -> list, refusing an empty list, unknown names and a name given twice (each
+    backend writes one file named after it: a repeat would overwrite its own recording)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in BACKENDS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"backends must be a comma list of {', '.join(BACKENDS)}; got {text!r}")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"backend listed twice in {text!r}")
+    return names
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr (exit 2), pointing at ``--help`` instead of
+    printing the usage block. Sub-parsers made by ``add_subparsers`` inherit the class."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

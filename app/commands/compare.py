@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import sys
 
+from app.commands.arg_types import finite_float
+from app.commands.errors import UsageError
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("compare", help="compare recorded sessions per phase; gates exit non-zero when exceeded",
@@ -15,10 +18,14 @@ def add_parser(sub) -> None:
     p.add_argument("--baseline", default=None, help="label, backend or file of the baseline (default: dense if "
                    "present, else the first session)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
-    p.add_argument("--max-ratio", type=float, default=None, help="fail if a footprint ratio vs baseline exceeds R")
-    p.add_argument("--max-fragmentation", type=float, default=None, help="fail if fragmentation exceeds F")
-    p.add_argument("--max-mean-runs", type=float, default=None, help="fail if mean gather runs exceed N")
-    p.add_argument("--max-decline-rate", type=float, default=None, help="fail if the fused decline rate exceeds D")
+    gate = finite_float(0.0)  # NaN would compare false and never fail
+    p.add_argument("--max-ratio", type=gate, default=None, help="fail if a footprint ratio vs baseline exceeds R")
+    p.add_argument("--max-fragmentation", type=gate, default=None, help="fail if fragmentation exceeds F")
+    p.add_argument("--max-mean-runs", type=gate, default=None, help="fail if mean gather runs exceed N")
+    p.add_argument("--max-decline-rate", type=gate, default=None, help="fail if the fused decline rate exceeds D")
+    p.add_argument("--max-imbalance", type=gate, default=None, help="rank recordings: fail if a phase's max/min "
+                   "footprint across the ranks of a run exceeds R")
+    p.add_argument("--same-outputs", action="store_true", help="fail unless every run generated the same tokens")
     p.set_defaults(func=main)
 
 
@@ -49,16 +56,24 @@ def open_sessions(paths: list[str]):
     return sessions, None
 
 
+def _baseline_keys(session) -> list[str]:
+    return [str(key) for key in (session.meta.get("label"), session.meta.get("backend"), session.path)
+            if key is not None]
+
+
 def pick_baseline(sessions, wanted: str | None) -> int:
-    """Index of the baseline: matching --baseline (label/backend/path), else the dense session, else 0."""
-    for index, s in enumerate(sessions):
-        keys = {str(s.meta.get("label")), str(s.meta.get("backend")), s.path}
-        if wanted is not None and wanted in keys:
-            return index
-    if wanted is None:
+    """Index of the baseline: matching --baseline (label/backend/path), else the dense session, else 0.
+    UsageError when ``wanted`` matches none of the sessions (never a silent pick of another)."""
+    if wanted is not None:
         for index, s in enumerate(sessions):
-            if s.meta.get("backend") == "dense":
+            if wanted in _baseline_keys(s):
                 return index
+        names = sorted({key for s in sessions for key in _baseline_keys(s)})
+        raise UsageError(f"--baseline {wanted!r} matches no session (labels, backends and files: "
+                         f"{', '.join(names)})")
+    for index, s in enumerate(sessions):
+        if s.meta.get("backend") == "dense":
+            return index
     return 0
 
 
@@ -69,6 +84,10 @@ def main(args) -> int:
     if error:
         print(f"slabscope compare: {error}", file=sys.stderr)
         return 2
+    if args.same_outputs or any(s.meta.get("distributed") for s in sessions):  # rank recordings: runs merged
+        from app.commands.compare_ranks import main as compare_ranks
+
+        return compare_ranks(args, sessions)
     baseline = pick_baseline(sessions, args.baseline)
     rows = compare_sessions(sessions, baseline=baseline)
     gates = Gates(args.max_ratio, args.max_fragmentation, args.max_mean_runs, args.max_decline_rate)

@@ -9,7 +9,12 @@ from __future__ import annotations
 import sys
 import time
 
+from app.commands.arg_types import finite_float, positive_int
+from app.commands.errors import RunError, UsageError
+from app.models.registry import DTYPE_NAMES
+from app.workloads.limits import check_request_fits
 from app.workloads.spec import BACKENDS
+from pool.errors import PoolError
 
 
 def add_parser(sub) -> None:
@@ -17,15 +22,15 @@ def add_parser(sub) -> None:
     p.add_argument("--prompt", required=True, help="the user message")
     p.add_argument("--backend", choices=BACKENDS, default="slab")
     p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=0.0)
+    p.add_argument("--max-tokens", type=positive_int, default=128)
+    p.add_argument("--temperature", type=finite_float(0.0), default=0.0, help="0 (default): greedy")
+    p.add_argument("--top-p", type=finite_float(0.0, 1.0), default=0.0, help="nucleus mass in [0, 1] (0: off)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", default=None)
+    p.add_argument("--dtype", default=None, choices=DTYPE_NAMES)
     p.add_argument("--device", choices=("cpu", "gpu"), default=None)
     p.add_argument("--no-chat-template", action="store_true", help="feed the prompt text as is")
-    p.add_argument("--block-size", type=int, default=32)
-    p.add_argument("--slab-blocks", type=int, default=32)
+    p.add_argument("--block-size", type=positive_int, default=32)
+    p.add_argument("--slab-blocks", type=positive_int, default=32)
     p.set_defaults(func=main)
 
 
@@ -78,9 +83,17 @@ def generate(loaded, ids: list[int], *, backend: str, max_tokens: int, temperatu
     return out[:-1] if out and out[-1] in loaded.eos_token_ids else out
 
 
+def check_prompt_text(text: str) -> None:
+    """UsageError for a prompt that is not text: undecodable command-line bytes arrive as lone surrogates
+    (Python's surrogateescape) that no tokenizer can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(f"--prompt is not valid UTF-8 text (undecodable byte at character {exc.start})") from None
+
+
 def main(args) -> int:
-    if args.max_tokens < 1:
-        return _error("--max-tokens must be >= 1")
+    check_prompt_text(args.prompt)
     from app.models.blas import enable_openblas
     from app.models.registry import resolve_model_name
 
@@ -96,9 +109,18 @@ def main(args) -> int:
     except ValueError as exc:
         return _error(str(exc))
     ids = prompt_ids(loaded.tokenizer, args.prompt, not args.no_chat_template)
+    if not ids:
+        raise UsageError("--prompt encodes to no tokens (an empty prompt needs the chat template)")
+    try:
+        check_request_fits(len(ids), args.max_tokens, loaded.max_positions, loaded.name)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     t0 = time.perf_counter()
-    out = generate(loaded, ids, backend=args.backend, max_tokens=args.max_tokens, temperature=args.temperature,
-                   top_p=args.top_p, seed=args.seed, block_size=args.block_size, slab_blocks=args.slab_blocks)
+    try:
+        out = generate(loaded, ids, backend=args.backend, max_tokens=args.max_tokens, temperature=args.temperature,
+                       top_p=args.top_p, seed=args.seed, block_size=args.block_size, slab_blocks=args.slab_blocks)
+    except PoolError as exc:  # a slab the device cannot hold, a budget: one line
+        raise RunError(str(exc)) from None
     elapsed = time.perf_counter() - t0
     print(loaded.tokenizer.decode(out))
     print(f"[{args.backend} | {loaded.name} {loaded.dtype} | {len(ids)} prompt + {len(out)} generated tokens in "

@@ -11,6 +11,11 @@ import os
 import sys
 import time
 
+from app.commands.arg_types import backends_list, finite_float, positive_int
+from app.commands.errors import output_dir
+from app.models.registry import DTYPE_NAMES
+from app.workloads.limits import MAX_SAMPLE_HZ
+
 MIB = 1024 * 1024
 
 
@@ -19,19 +24,26 @@ def add_parser(sub) -> None:
                        description="Runs each backend in its own process, writes one session file per backend "
                        "into --out and prints the compare table. Exit status 1 if a backend failed.")
     p.add_argument("--scenario", default=None, help="scenario name or .toml path (default: the default scenario)")
-    p.add_argument("--backends", default="slab,dense,monolithic", help="comma-separated: slab,dense,monolithic")
+    p.add_argument("--backends", type=backends_list, default=["slab", "dense", "monolithic"],
+                   help="comma-separated, each once: slab,dense,monolithic (default all three)")
     p.add_argument("--out", required=True, help="directory for the session files")
     p.add_argument("--model", default="smollm2-135m", help="model name or mlx-lm directory")
     p.add_argument("--together", action="store_true", help="run the backends side by side (default: one by one)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario parameter")
-    p.add_argument("--block-size", type=int, default=None)
-    p.add_argument("--slab-blocks", type=int, default=None)
-    p.add_argument("--sample-hz", type=float, default=10.0, help="memory samples per second (default 10)")
-    p.add_argument("--snapshot-hz", type=float, default=2.0, help="pool snapshots per second (default 2)")
-    p.add_argument("--dtype", default=None)
+    p.add_argument("--block-size", type=positive_int, default=None)
+    p.add_argument("--slab-blocks", type=positive_int, default=None)
+    p.add_argument("--sample-hz", type=finite_float(0.0, MAX_SAMPLE_HZ), default=10.0,
+                   help="memory samples per second (default 10)")
+    p.add_argument("--snapshot-hz", type=finite_float(0.0, MAX_SAMPLE_HZ), default=2.0,
+                   help="pool snapshots per second (default 2)")
+    p.add_argument("--dtype", default=None, choices=DTYPE_NAMES)
     p.add_argument("--device", choices=("cpu", "gpu"), default=None)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds before a backend is cancelled")
+    p.add_argument("--timeout", type=finite_float(0.0, above=True), default=3600.0,
+                   help="seconds before a backend is cancelled")
+    from app.commands.record_ranks import add_arguments
+
+    add_arguments(p)
     p.set_defaults(func=main)
 
 
@@ -68,12 +80,15 @@ class _Progress:
 
 
 def _specs(args, backends: list[str]):
+    from app.models.registry import max_positions
+    from app.workloads.limits import check_fits_context
     from app.workloads.scenarios import DEFAULT_SCENARIO, load_scenario, parse_overrides
     from app.workloads.spec import RunSpec
 
     scenario = args.scenario or DEFAULT_SCENARIO
     overrides = parse_overrides(args.set)
-    load_scenario(scenario, overrides)  # validate before starting anything
+    loaded = load_scenario(scenario, overrides)  # validate before starting anything
+    check_fits_context(loaded, max_positions(args.model), args.model)
     stem = os.path.splitext(os.path.basename(scenario))[0]
     return [RunSpec(scenario=scenario, backend=b, model=args.model, block_size=args.block_size,
                     slab_blocks=args.slab_blocks, sample_hz=args.sample_hz, snapshot_hz=args.snapshot_hz,
@@ -109,13 +124,16 @@ def main(args) -> int:
     from app.workloads import WorkerHandle
     from app.workloads.scenarios import ScenarioError
 
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if getattr(args, "ranks", None) is not None:
+        from app.commands.record_ranks import main as record_ranks
+
+        return record_ranks(args)
     try:
-        specs = _specs(args, backends)
+        specs = _specs(args, args.backends)
     except (ScenarioError, ValueError) as exc:
         print(f"slabscope record: {exc}", file=sys.stderr)
         return 2
-    os.makedirs(args.out, exist_ok=True)
+    output_dir(args.out, "--out")
     out = sys.stderr
     handles = []
     groups = [specs] if args.together else [[s] for s in specs]

@@ -16,12 +16,18 @@ def add_parser(sub) -> None:
 
 def main(args) -> int:
     from app.commands.compare import open_sessions, pick_baseline
+    from app.commands.errors import RunError, output_dir
     from probes.report import write_report
 
     sessions, error = open_sessions(args.sessions)
     if error:
         print(f"slabscope report: {error}", file=sys.stderr)
         return 2
-    path = write_report(sessions, args.out, baseline=pick_baseline(sessions, args.baseline))
+    baseline = pick_baseline(sessions, args.baseline)
+    output_dir(args.out, "--out")
+    try:
+        path = write_report(sessions, args.out, baseline=baseline)
+    except OSError as exc:  # disk full, a file in the way inside --out
+        raise RunError(f"writing the report into {args.out!r} failed: {exc}") from None
     print(path)
     return 0

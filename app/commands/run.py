@@ -10,8 +10,13 @@ import json
 import sys
 import time
 
+from app.commands.arg_types import positive_int
+from app.commands.errors import output_file
+from app.models.registry import DTYPE_NAMES
+from app.workloads.limits import check_fits_context
 from app.workloads.scenarios import DEFAULT_SCENARIO, ScenarioError, list_scenarios, load_scenario, parse_overrides
 from app.workloads.spec import BACKENDS, RunSpec
+from pool.errors import PoolError
 
 MIB = 1024 * 1024
 
@@ -24,15 +29,19 @@ def add_parser(sub) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="slab", help="KV storage (default slab)")
     p.add_argument("--model", default="smollm2-135m", help="model name or mlx-lm directory (default smollm2-135m)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout (progress on stderr)")
-    p.add_argument("--block-size", type=int, default=None, help="tokens per block (default: scenario's, else 32)")
-    p.add_argument("--slab-blocks", type=int, default=None, help="blocks per slab (default: scenario's, else 32)")
-    p.add_argument("--prefill-chunk", type=int, default=None, help="prefill chunk in tokens (default 256)")
+    p.add_argument("--block-size", type=positive_int, default=None,
+                   help="tokens per block (default: scenario's, else 32)")
+    p.add_argument("--slab-blocks", type=positive_int, default=None,
+                   help="blocks per slab (default: scenario's, else 32)")
+    p.add_argument("--prefill-chunk", type=positive_int, default=None, help="prefill chunk in tokens (default 256)")
     p.add_argument("--set", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
                    help="override scenario parameters (e.g. --set n=8 prompt_tokens=4096)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", default=None, help="float32 (CPU default) | bfloat16 (GPU default) | float16")
+    p.add_argument("--dtype", default=None, choices=DTYPE_NAMES,
+                   help="float32 (CPU default) | bfloat16 (GPU default) | float16")
     p.add_argument("--device", choices=("cpu", "gpu"), default=None)
-    p.add_argument("--budget", type=int, default=None, metavar="BLOCKS", help="pool budget: max blocks per layer")
+    p.add_argument("--budget", type=positive_int, default=None, metavar="BLOCKS",
+                   help="pool budget: max blocks per layer")
     p.add_argument("--prefix-cache", dest="prefix_cache", action="store_true", default=None,
                    help="share full prompt blocks across requests (default: the scenario's choice)")
     p.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false")
@@ -47,12 +56,15 @@ def _error(text: str) -> int:
 
 
 def build_spec(args) -> RunSpec:
-    """A validated RunSpec from the arguments (scenario and model names checked; nothing loaded)."""
-    from app.models.registry import resolve_model_name
+    """A validated RunSpec from the arguments (scenario, model name, the scenario against the model's positions and
+    the --record path checked; nothing loaded)."""
+    from app.models.registry import max_positions
 
     overrides = parse_overrides(args.set)
-    load_scenario(args.scenario, overrides)
-    resolve_model_name(args.model)
+    scenario = load_scenario(args.scenario, overrides)
+    check_fits_context(scenario, max_positions(args.model), args.model)
+    if args.record is not None:
+        output_file(args.record, "--record")
     return RunSpec(scenario=args.scenario, backend=args.backend, model=args.model, block_size=args.block_size,
                    slab_blocks=args.slab_blocks, prefill_chunk=args.prefill_chunk, seed=args.seed,
                    dtype=args.dtype, device=args.device, overrides=overrides,
@@ -75,8 +87,9 @@ def main(args) -> int:
     else:
         try:
             summary = _run_here(spec, progress)
-        except (RuntimeError, ValueError) as exc:  # budget too small, pool errors: one line, not a traceback
-            print(f"slabscope run: {type(exc).__name__}: {exc}", file=sys.stderr)
+        except (RuntimeError, ValueError, OSError, PoolError) as exc:  # budget, device room: one line
+            known = isinstance(exc, (ValueError, PoolError))  # their messages say what is wrong by themselves
+            print(f"slabscope run: {'' if known else type(exc).__name__ + ': '}{exc}", file=sys.stderr)
             return 1
     if summary is None or "error" in summary:
         return 1

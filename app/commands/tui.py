@@ -10,36 +10,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-BACKENDS = ("slab", "dense", "monolithic")
+from app.commands.arg_types import BACKENDS, backends_list, finite_float, positive_int
+from app.commands.errors import UsageError
 
-
-def backends_arg(text: str) -> list[str]:
-    """``slab,dense[,monolithic]`` -> list, rejecting unknown or repeated names."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in BACKENDS]
-    if bad or not names:
-        raise argparse.ArgumentTypeError(f"backends must be a comma list of {', '.join(BACKENDS)}; got {text!r}")
-    if len(set(names)) != len(names):
-        raise argparse.ArgumentTypeError(f"backend listed twice in {text!r}")
-    return names
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
+__all__ = ["BACKENDS", "add_arguments", "add_parser", "build_options", "check_recording", "check_scenario", "main"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The dashboard's options (shared by ``tui`` and ``web``)."""
     p.add_argument("--scenario", default=None, help="scenario to run live (default: the workloads' default)")
     p.add_argument("--model", default="smollm2-135m", help="model name, synthetic:NAME or mlx-lm directory")
-    p.add_argument("--backends", type=backends_arg, default=["slab", "dense"],
+    p.add_argument("--backends", type=backends_list, default=["slab", "dense"],
                    help="comma list of slab,dense,monolithic, each in its own worker (default slab,dense)")
     p.add_argument("--block-size", type=positive_int, default=None, help="tokens per block (default: scenario's)")
     p.add_argument("--slab-blocks", type=positive_int, default=None, help="blocks per slab (default: scenario's)")
-    p.add_argument("--gate", type=float, default=1.15, help="slab/dense footprint ratio gate line (default 1.15)")
+    p.add_argument("--gate", type=finite_float(0.0, above=True), default=1.15,
+                   help="slab/dense footprint ratio gate line (default 1.15)")
     p.add_argument("--open", action="append", default=[], metavar="RECORDING",
                    help="open a recorded session instead of running live (repeat to compare side by side)")
     p.add_argument("--recordings", default=None, metavar="DIR",
@@ -54,11 +40,13 @@ def add_parser(sub) -> None:
 
 
 def build_options(args: argparse.Namespace):
-    """AppOptions from parsed arguments (validates --open paths)."""
+    """AppOptions from parsed arguments (validates --open paths, and the scenario a live run would start)."""
     from app.tui.app import AppOptions
     from app.tui import sources
 
     scenario = args.scenario or sources.default_scenario()
+    if args.scenario is not None or not args.open:  # a live run would start it
+        check_scenario(scenario, args.model)
     opts = AppOptions(scenario=scenario, model=args.model, backends=list(args.backends), block_size=args.block_size,
                       slab_blocks=args.slab_blocks, gate=args.gate, autostart=not args.no_start,
                       open_paths=[Path(p) for p in args.open])
@@ -74,6 +62,19 @@ def build_options(args: argparse.Namespace):
     if args.gate <= 0:
         raise SystemExit("slabscope: --gate must be > 0")
     return opts
+
+
+def check_scenario(scenario: str, model: str) -> None:
+    """UsageError (exit 2, before the TUI starts) for an unknown or invalid scenario, an unknown model, or a
+    scenario longer than the model's positions (mlx-free: names and TOML files only)."""
+    from app.models.registry import max_positions
+    from app.workloads.limits import check_fits_context
+    from app.workloads.scenarios import load_scenario
+
+    try:
+        check_fits_context(load_scenario(scenario), max_positions(model), model)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def check_recording(path: Path) -> None:

@@ -6,6 +6,8 @@ dtype and device *before* touching anything, so a bad request raises and leaves 
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ SYNTHETIC_PREFIX = "synthetic:"
 _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
            "float16": "float16", "fp16": "float16"}
 _DEVICES = ("cpu", "gpu")
+DTYPE_NAMES = tuple(_DTYPES)  # what --dtype accepts
 
 
 @dataclass
@@ -38,6 +41,7 @@ class LoadedModel:
     vocab_size: int
     weight_bytes: int          # bytes of all loaded parameters as stored (quantized tensors count packed)
     info: dict[str, Any] = field(default_factory=dict)  # kind, source, quantization, blas, load_s, ...
+    max_positions: int | None = None  # the model's positions (max_position_embeddings); None when it names none
 
     @property
     def eos_token_ids(self) -> set[int]:
@@ -67,12 +71,48 @@ def resolve_model_name(name: str) -> tuple[str, str]:
                              f"{', '.join(SYNTHETIC_PREFIX + n for n in SYNTHETIC_CONFIGS)}")
         return "synthetic", name
     if os.path.isdir(name):
-        if not os.path.isfile(os.path.join(name, "config.json")):
-            raise ValueError(f"{name!r} is a directory but not an mlx-lm model (no config.json)")
+        _local_config(name)
         return "local", os.path.abspath(name)
     if os.path.sep in name or name.startswith("."):
         raise ValueError(f"model directory {name!r} does not exist")
     raise ValueError(f"unknown model {name!r}; choose one of: {_choices_text()}")
+
+
+def _local_config(path: str) -> dict:
+    """The parsed config.json of a local mlx-lm model directory, checked for what loading needs before anything
+    loads: a JSON object with a ``model_type`` and ``model*.safetensors`` weights (ValueError, one line)."""
+    config_path = os.path.join(path, "config.json")
+    if not os.path.isfile(config_path):
+        raise ValueError(f"{path!r} is a directory but not an mlx-lm model (no config.json)")
+    try:
+        with open(config_path, "rb") as fh:
+            config = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{config_path!r} is not readable JSON: {exc}") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str) or not config["model_type"]:
+        raise ValueError(f"{config_path!r} names no model_type; not an mlx-lm model config")
+    if not glob.glob(os.path.join(glob.escape(path), "model*.safetensors")):
+        raise ValueError(f"{path!r} has no model*.safetensors weights")
+    return config
+
+
+def max_positions(name: str) -> int | None:
+    """The model's positions (``max_position_embeddings`` / GGUF ``llama.context_length``) read without loading it
+    or importing mlx, or None when the model does not say. ValueError for a name ``resolve_model_name`` refuses."""
+    kind, canonical = resolve_model_name(name)
+    if kind == "synthetic":
+        value = SYNTHETIC_CONFIGS[canonical.removeprefix(SYNTHETIC_PREFIX)].get("max_position_embeddings")
+    elif kind == "local":
+        value = _local_config(canonical).get("max_position_embeddings")
+    else:
+        from .gguf_header import read_gguf_value
+        from .gguf_smollm2 import locate_gguf
+
+        try:
+            value = read_gguf_value(locate_gguf(), "llama.context_length")
+        except (OSError, ValueError):
+            return None  # the loader reports a missing or broken file with its own words
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _resolve_dtype_device(kind: str, dtype: str | None, device: str | None) -> tuple[str, str]:
@@ -117,7 +157,10 @@ def _load_local(path: str, dtype, keep_quantized: bool):
     """mlx-lm's own loader; a quantized checkpoint is dequantized unless ``keep_quantized``; floats cast to dtype."""
     from mlx_lm.utils import dequantize_model, load
 
-    model, tokenizer, config = load(path, return_config=True)
+    try:
+        model, tokenizer, config = load(path, return_config=True)
+    except Exception as exc:  # noqa: BLE001 - a user's directory: whatever mlx-lm trips on is one line
+        raise ValueError(f"could not load the mlx-lm model in {path!r}: {type(exc).__name__}: {exc}") from None
     quant = config.get("quantization")
     if quant and not keep_quantized:
         model = dequantize_model(model)
@@ -167,6 +210,7 @@ def load_model(name: str = DEFAULT_MODEL, *, dtype: str | None = None, device: s
         mx.set_default_device(previous_device)  # a failed load leaves the process as it found it
         raise
     info.update({"kind": kind, "blas": describe_device_blas(), "load_s": round(time.perf_counter() - start, 3)})
+    positions = getattr(model.args, "max_position_embeddings", None)
     return LoadedModel(model=model, tokenizer=tokenizer, name=canonical, family=str(model.args.model_type),
                        dtype=dtype_name, device=device_name, weight_bytes=parameter_bytes(model), info=info,
-                       **_geometry(model))
+                       max_positions=int(positions) if positions else None, **_geometry(model))

@@ -13,6 +13,7 @@ import time
 from typing import Callable
 
 from app.workloads.footprint import FootprintTracker
+from app.workloads.outputs import outputs_summary
 from app.workloads.scenarios import Scenario, load_scenario
 from app.workloads.session import WorkloadSession, build_session
 from app.workloads.spec import RunSpec
@@ -145,6 +146,7 @@ class _Runner:
             "decode_tok_s": _rate(decode, sum(s["decode_s"] for s in self.phase_stats.values())),
             "requests_finished": len(self.session.scheduler.finished),
             "phases": phases, "footprint": self.footprint.summary(),
+            "outputs": outputs_summary(self.session.scheduler.finished, self.session.scheduler.running),
             **self.session.pool_summary(),
         }
 

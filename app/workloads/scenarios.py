@@ -12,7 +12,10 @@ of ``[[phases]]`` run one after the other, each marked by start/end events:
   far plus ``prompt_tokens`` new user tokens, and each turn resumes from the previous turn's kept K/V
   (``app.workloads.conversations``).
 
-Phase values may name a parameter as ``"$name"``. Pure Python (tomllib): the TUI lists scenarios without mlx.
+Phase values may name a parameter as ``"$name"``. Every value is checked where it is read: counts are whole numbers
+(``1.5``, ``true`` and ``1e12`` are refused, never truncated) within the named bounds of ``app.workloads.limits``,
+so a scenario that would run for days or exhaust memory is one ``ScenarioError``/``WorkloadLimitError`` line before
+any work starts. Pure Python (tomllib): the TUI lists scenarios without mlx.
 """
 
 from __future__ import annotations
@@ -21,13 +24,18 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.workloads.limits import (MAX_CONCURRENCY, MAX_PHASE_REQUESTS, MAX_PHASES, MAX_REQUEST_TOKENS, ScenarioError,
+                                  check_count, check_phase_prompt_tokens, check_seconds)
+
+__all__ = ["DEFAULT_SCENARIO", "PHASE_KINDS", "Phase", "Scenario", "ScenarioError", "list_scenarios", "load_scenario",
+           "parse_overrides"]
+
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "assets" / "scenarios"
 DEFAULT_SCENARIO = "churn"
 PHASE_KINDS = ("idle", "requests", "conversation")
-
-
-class ScenarioError(ValueError):
-    """A scenario that does not exist or does not make sense; the message is one line for the user."""
+PHASE_KEYS = {"idle": {"name", "kind", "seconds"},
+              "requests": {"name", "kind", "count", "concurrency", "prompt_tokens", "gen_tokens", "shared_prefix"},
+              "conversation": {"name", "kind", "turns", "concurrency", "prompt_tokens", "gen_tokens"}}
 
 
 @dataclass(frozen=True)
@@ -82,21 +90,46 @@ def parse_overrides(items: list[str] | None) -> dict:
 
 def load_scenario(name: str, overrides: dict | None = None, directory: Path = SCENARIO_DIR) -> Scenario:
     """Read ``<directory>/<name>.toml`` (or ``name`` itself if it is a path ending in .toml), apply ``overrides`` to its params and resolve its phases."""
+    if not isinstance(name, str) or not name:
+        raise ScenarioError(f"unknown scenario {name!r} (known: {_known(directory)})")
     path = Path(name) if name.endswith(".toml") else directory / f"{name}.toml"
-    if not name or (not name.endswith(".toml") and "/" in name) or not path.is_file():
-        known = ", ".join(n for n, _ in list_scenarios(directory))
-        raise ScenarioError(f"unknown scenario {name!r} (known: {known})")
-    with path.open("rb") as fh:
-        data = tomllib.load(fh)
-    params = dict(data.get("params", {}))
+    if (not name.endswith(".toml") and "/" in name) or not path.is_file():
+        raise ScenarioError(f"unknown scenario {name!r} (known: {_known(directory)})")
+    data = _read_toml(path, name)
+    params = _table(data, "params", name)
     for key, value in (overrides or {}).items():
         if key not in params:
             raise ScenarioError(f"scenario {name!r} has no parameter {key!r} (has: {', '.join(params)})")
         params[key] = value
-    phases = tuple(_phase(name, raw, params) for raw in data.get("phases", []))
+    raw_phases = data.get("phases", [])
+    if not isinstance(raw_phases, list) or not all(isinstance(raw, dict) for raw in raw_phases):
+        raise ScenarioError(f"scenario {name!r}: phases must be [[phases]] tables")
+    if len(raw_phases) > MAX_PHASES:
+        raise ScenarioError(f"scenario {name!r}: {len(raw_phases):,} phases exceed the limit {MAX_PHASES:,}")
+    phases = tuple(_phase(name, raw, params) for raw in raw_phases)
     if not phases:
         raise ScenarioError(f"scenario {name!r} defines no phases")
-    return Scenario(path.stem, str(data.get("description", "")), params, dict(data.get("pool", {})), phases)
+    return Scenario(path.stem, str(data.get("description", "")), params, _table(data, "pool", name), phases)
+
+
+def _known(directory: Path) -> str:
+    return ", ".join(n for n, _ in list_scenarios(directory))
+
+
+def _read_toml(path: Path, name: str) -> dict:
+    """The file's TOML table; a file that cannot be read or parsed is one ScenarioError line."""
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ScenarioError(f"scenario {name!r} is not a readable TOML file: {exc}") from None
+
+
+def _table(data: dict, key: str, name: str) -> dict:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ScenarioError(f"scenario {name!r}: [{key}] must be a table, got {value!r}")
+    return dict(value)
 
 
 def _resolve(value, params: dict, where: str):
@@ -109,33 +142,40 @@ def _resolve(value, params: dict, where: str):
     return value
 
 
-def _int_range(value, where: str, minimum: int) -> tuple[int, int]:
-    lo, hi = (value, value) if not isinstance(value, list) else (value[0], value[-1])
-    if not isinstance(lo, int) or not isinstance(hi, int) or lo < minimum or hi < lo:
-        raise ScenarioError(f"{where}: expected an int >= {minimum} or [min, max], got {value!r}")
-    return lo, hi
+def _int_range(value, where: str, name: str) -> tuple[int, int]:
+    """A token count: an int or a [min, max] pair of ints, each in [1, MAX_REQUEST_TOKENS], min <= max."""
+    if isinstance(value, list):
+        if len(value) != 2:
+            raise ScenarioError(f"{where}: {name} must be an int or [min, max], got {value!r}")
+        lo, hi = (check_count(v, name, where, 1, MAX_REQUEST_TOKENS) for v in value)
+        if hi < lo:
+            raise ScenarioError(f"{where}: {name} [min, max] has min > max: {value!r}")
+        return lo, hi
+    count = check_count(value, name, where, 1, MAX_REQUEST_TOKENS)
+    return count, count
 
 
 def _phase(scenario: str, raw: dict, params: dict) -> Phase:
-    name = str(raw.get("name", ""))
+    name = raw.get("name", "")
     where = f"scenario {scenario!r} phase {name!r}"
     kind = raw.get("kind", "requests")
-    if kind not in PHASE_KINDS or not name:
+    if kind not in PHASE_KINDS or not isinstance(name, str) or not name:
         raise ScenarioError(f"{where}: needs a name and kind in {PHASE_KINDS}")
+    unknown = sorted(set(raw) - PHASE_KEYS[kind] - {"description"})
+    if unknown:
+        raise ScenarioError(f"{where}: unknown key(s) {', '.join(unknown)} for a {kind} phase "
+                            f"(known: {', '.join(sorted(PHASE_KEYS[kind]))})")
     get = {k: _resolve(v, params, where) for k, v in raw.items()}
     if kind == "idle":
-        seconds = float(get.get("seconds", 0))
-        if seconds < 0:
-            raise ScenarioError(f"{where}: seconds must be >= 0")
-        return Phase(name, kind, seconds=seconds)
-    count = int(get.get("count", 0))
-    turns = int(get.get("turns", 0))
-    concurrency = int(get.get("concurrency", 1))
-    if kind == "requests" and count < 1 or kind == "conversation" and turns < 1 or concurrency < 1:
-        raise ScenarioError(f"{where}: count/turns and concurrency must be >= 1")
-    shared = int(get.get("shared_prefix", 0))
-    if shared < 0:
-        raise ScenarioError(f"{where}: shared_prefix must be >= 0")
-    return Phase(name, kind, count=count, turns=turns, concurrency=concurrency, shared_prefix=shared,
-                 prompt_tokens=_int_range(get.get("prompt_tokens", 1), f"{where} prompt_tokens", 1),
-                 gen_tokens=_int_range(get.get("gen_tokens", 1), f"{where} gen_tokens", 1))
+        return Phase(name, kind, seconds=check_seconds(get.get("seconds", 0), where))
+    concurrency = check_count(get.get("concurrency", 1), "concurrency", where, 1, MAX_CONCURRENCY)
+    prompt = _int_range(get.get("prompt_tokens", 1), where, "prompt_tokens")
+    gen = _int_range(get.get("gen_tokens", 1), where, "gen_tokens")
+    if kind == "conversation":
+        turns = check_count(get.get("turns"), "turns", where, 1, MAX_PHASE_REQUESTS)
+        return Phase(name, kind, turns=turns, concurrency=concurrency, prompt_tokens=prompt, gen_tokens=gen)
+    count = check_count(get.get("count"), "count", where, 1, MAX_PHASE_REQUESTS)
+    shared = check_count(get.get("shared_prefix", 0), "shared_prefix", where, 0, MAX_REQUEST_TOKENS)
+    check_phase_prompt_tokens(count, shared, prompt[1], where)
+    return Phase(name, kind, count=count, concurrency=concurrency, shared_prefix=shared, prompt_tokens=prompt,
+                 gen_tokens=gen)

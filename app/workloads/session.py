@@ -14,6 +14,7 @@ from dataclasses import asdict
 
 from app.workloads.backends import DenseBackend, PagedBackend
 from app.workloads.engine import Engine, make_sampler
+from app.workloads.limits import check_fits_context
 from app.workloads.prompts import TokenSource, make_source, phase_requests
 from app.workloads.scenarios import Phase, Scenario
 from app.workloads.scheduler import Scheduler
@@ -126,14 +127,20 @@ def make_backend(spec: RunSpec, loaded, pool_params: dict, *, kernel_route=None,
     if spec.backend == "dense":
         return DenseBackend(loaded.num_layers)
     from pool.config import PoolConfig
+    from pool.device_limits import device_limits
+    from pool.limits import check_first_allocation
     from pool.pool import PagedKVPool
     from pool.prefix_cache import PrefixCache
+    from pool.storage_base import DTYPES
 
     from app.workloads.fused_attention import DecodeDecisions
 
+    limits = device_limits()  # a slab the device cannot hold is refused here, before anything runs
+    check_first_allocation(loaded.num_layers, spec.backend, pool_params["block_size"], pool_params["slab_blocks"],
+                           loaded.n_kv_heads, loaded.head_dim, DTYPES[loaded.dtype].size, limits)
     pool = PagedKVPool(PoolConfig(num_layers=loaded.num_layers, block_size=pool_params["block_size"],
                                   slab_blocks=pool_params["slab_blocks"], design=spec.backend,
-                                  max_blocks_per_layer=spec.max_blocks_per_layer))
+                                  max_blocks_per_layer=spec.max_blocks_per_layer), limits=limits)
     prefix = PrefixCache(pool, pool_params["block_size"]) if pool_params.get("prefix_cache") else None
     align = math.lcm(pool_params["block_size"], pool_params.get("prefill_chunk", pool_params["block_size"]))
     decisions = DecodeDecisions(pool, dtype=loaded.dtype, head_dim=loaded.head_dim,
@@ -151,6 +158,7 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
         from app.models import load_model
 
         loaded = load_model(spec.model, dtype=spec.dtype, device=spec.device, seed=spec.seed)
+    check_fits_context(scenario, loaded.max_positions, loaded.name)
     import mlx.core as mx
 
     mx.random.seed(spec.seed)
@@ -160,7 +168,14 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
 
         kernel_route = (kernel_route or KernelRoute()).start()
         sdpa_module = install_paged_sdpa(loaded.model)
-    backend = make_backend(spec, loaded, pool_params, kernel_route=kernel_route, routable=sdpa_module is not None)
+    try:
+        backend = make_backend(spec, loaded, pool_params, kernel_route=kernel_route,
+                               routable=sdpa_module is not None)
+    except BaseException:  # e.g. a slab the device cannot hold: leave the model as it was
+        from app.workloads.fused_attention import uninstall_paged_sdpa
+
+        uninstall_paged_sdpa(sdpa_module)
+        raise
     scheduler = Scheduler(prefill_chunk=pool_params["prefill_chunk"], admit_fn=backend.admit,
                           release_fn=backend.release)
     engine = Engine(loaded.model, backend, scheduler, sampler=make_sampler(temperature, top_p),

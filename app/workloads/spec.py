@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from app.workloads.limits import check_rate
+
 BACKENDS = ("slab", "monolithic", "dense")
 
 
@@ -38,13 +40,17 @@ class RunSpec:
             raise ValueError(f"unknown backend {self.backend!r} (choose one of {', '.join(BACKENDS)})")
         for name in ("block_size", "slab_blocks", "prefill_chunk", "max_blocks_per_layer"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
+            if value is not None and not _positive_int(value):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.snapshot_hz < 0 or self.sample_hz < 0:
-            raise ValueError("snapshot_hz and sample_hz must be >= 0")
+        check_rate(self.snapshot_hz, "snapshot_hz")
+        check_rate(self.sample_hz, "sample_hz")
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 DEFAULT_BLOCK_SIZE = 32
@@ -58,11 +64,13 @@ def resolved_pool_params(spec: RunSpec, scenario_pool: dict) -> dict:
         value = getattr(spec, name)
         if value is None:
             value = scenario_pool.get(name, default)
-        if not isinstance(value, int) or value < 1:
+        if not _positive_int(value):
             raise ValueError(f"{name} must be a positive int, got {value!r}")
         return value
 
-    prefix = spec.prefix_cache if spec.prefix_cache is not None else bool(scenario_pool.get("prefix_cache", False))
+    prefix = spec.prefix_cache if spec.prefix_cache is not None else scenario_pool.get("prefix_cache", False)
+    if not isinstance(prefix, bool):
+        raise ValueError(f"prefix_cache must be true or false, got {prefix!r}")
     return {"block_size": pick("block_size", DEFAULT_BLOCK_SIZE),
             "slab_blocks": pick("slab_blocks", DEFAULT_SLAB_BLOCKS),
             "prefill_chunk": pick("prefill_chunk", DEFAULT_PREFILL_CHUNK),

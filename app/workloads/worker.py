@@ -3,13 +3,17 @@
 Parent side (``WorkerHandle``, no mlx import): ``start()``, ``poll()`` (never blocks), ``cancel()`` (returns
 within a second: a stop event first, then terminate/kill), ``alive``, ``exitcode``, ``error``. Events arrive
 over a multiprocessing queue as batches (lists of event dicts, docs/contracts.md section 2); ``poll`` flattens
-them. A worker that dies without saying why (SIGKILL from the OOM killer, a segfault) is reported as an
-``error`` event synthesised by the parent, so nothing ever waits on a dead process.
+them. A worker that dies without saying why (a SIGKILL, a segfault) is reported as an ``error`` event
+synthesised by the parent, so nothing ever waits on a dead process: what is known first (the signal; memory at the
+last sample against the machine's limit), then, only from those figures, whether out of memory is likely.
 
 Child side (``_worker_main``): stdout/stderr go to a log file (a stray print would corrupt the TUI), the BLAS
 thread count is set, OpenBLAS is loaded before mlx, then the workload runs with the probes (``probes.live``)
-when importable, else with a direct forwarder. Exceptions become an ``error`` event with the traceback text,
-followed by ``done``.
+when importable, else with a direct forwarder. Exceptions become an ``error`` event with the traceback text
+(none for a user's error, such as a limit: its message says it all), followed by ``done``. A parent that dies is
+noticed within a second (``app.workloads.parent_watch``): the worker records an error event, stops the run and
+exits, so neither it nor multiprocessing's resource tracker (which exits once no process holds its pipe) outlives
+the parent by more than a few seconds.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from app.workloads.spec import RunSpec
 
 QUEUE_BATCHES = 4096
 CANCEL_GRACE_S = 0.5
+OOM_LIKELY_FRACTION = 0.8   # RSS at the last sample within this fraction of the memory limit: OOM is the likely cause
+OOM_LOW_AVAILABLE = 0.05    # ... or system memory available below this fraction of the total
 
 
 def default_log_path(spec: RunSpec) -> str:
@@ -47,6 +53,7 @@ class WorkerHandle:
         self._queue = None
         self._stop = None
         self._reported_exit = False
+        self.last_sample: dict | None = None  # the latest memory sample received (what a death report cites)
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> "WorkerHandle":
@@ -57,7 +64,8 @@ class WorkerHandle:
         ctx = mp.get_context("spawn")
         self._queue = ctx.Queue(maxsize=QUEUE_BATCHES)
         self._stop = ctx.Event()
-        self._process = ctx.Process(target=_worker_main, args=(self.spec, self._queue, self._stop, self.log_path),
+        self._process = ctx.Process(target=_worker_main,
+                                    args=(self.spec, self._queue, self._stop, self.log_path, os.getpid()),
                                     name=f"slabscope-{self.spec.backend}", daemon=True)
         self._process.start()
         return self
@@ -131,7 +139,9 @@ class WorkerHandle:
 
     def _observe(self, event: dict) -> None:
         kind = event.get("kind")
-        if kind == "error" and self.error is None:
+        if kind == "sample":
+            self.last_sample = event
+        elif kind == "error" and self.error is None:
             self.error = str(event.get("text", "worker error"))
         elif kind == "done":
             self.done = True
@@ -147,7 +157,7 @@ class WorkerHandle:
                 name = "unknown signal"
             text = f"killed by signal {sig} ({name})"
             if sig == signal.SIGKILL and not (self._stop is not None and self._stop.is_set()):
-                text = f"killed by signal {sig} (likely out of memory)"
+                text += f" from outside the worker; {describe_memory_at_death(self.last_sample)}"
             elif self._stop is not None and self._stop.is_set():
                 text += " after cancel"
         else:
@@ -157,6 +167,24 @@ class WorkerHandle:
             self.error = text
         return {"kind": "error", "t": time.monotonic(), "step": -1, "tokens": -1, "text": text,
                 "traceback": tail, "origin": "parent"}
+
+
+def describe_memory_at_death(sample: dict | None, now: float | None = None) -> str:
+    """What is known about memory when a worker was SIGKILLed (its last sample against the machine's limit), then
+    the guess those figures support: the kernel's out-of-memory killer sends SIGKILL, but so does anyone else."""
+    from pool.device_limits import host_memory
+    from pool.limits import format_bytes
+
+    if not sample:
+        return "no memory sample arrived before it died, so whether it ran out of memory is unknown"
+    host = host_memory()
+    rss, available = int(sample.get("rss", 0)), int(sample.get("sys_available", 0))
+    age = max(0.0, (time.monotonic() if now is None else now) - float(sample.get("t", 0.0)))
+    known = (f"last memory sample {age:.1f} s before: RSS {format_bytes(rss)} = {rss / host.limit_bytes:.0%} of "
+             f"the {host.source}, {format_bytes(available)} of system memory available")
+    if rss >= OOM_LIKELY_FRACTION * host.limit_bytes or available < OOM_LOW_AVAILABLE * host.total_bytes:
+        return known + "; likely out of memory (the kernel's OOM killer sends SIGKILL)"
+    return known + "; memory was far from the limit then, so a kill by another process is more likely than OOM"
 
 
 def _log_tail(path: str, max_chars: int = 2000) -> str:
@@ -182,7 +210,7 @@ def _redirect_output(log_path: str) -> None:
     redirect_output(log_path)
 
 
-def _worker_main(spec: RunSpec, out_queue, stop_event, log_path: str) -> None:
+def _worker_main(spec: RunSpec, out_queue, stop_event, log_path: str, parent_pid: int | None = None) -> None:
     """Entry point of the spawned process (see the module docstring)."""
     _redirect_output(log_path)
     if spec.blas_threads:
@@ -193,11 +221,37 @@ def _worker_main(spec: RunSpec, out_queue, stop_event, log_path: str) -> None:
     from app.workloads.worker_sink import make_sink
 
     sink = make_sink(out_queue, spec)
+    if parent_pid is not None:
+        _watch_parent(parent_pid, out_queue, stop_event, sink)
     try:
         from app.workloads.runner import run_workload
 
         run_workload(spec, sink.emit, sink.tick, stop_event, attach=sink.attach, before_close=sink.finish)
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent as text
         text = f"{type(exc).__name__}: {exc}"
-        sink.emit({"kind": "error", "text": text, "traceback": traceback.format_exc()})
+        trace = "" if isinstance(exc, _user_errors()) else traceback.format_exc()
+        sink.emit({"kind": "error", "text": text, "traceback": trace})
         sink.finish({"error": text})
+
+
+def _user_errors() -> tuple[type, ...]:
+    """Errors whose message is the whole story (a bad scenario, a limit, a model that cannot load)."""
+    from pool.errors import BudgetExceeded, SizeLimitError
+
+    from app.workloads.limits import ScenarioError
+
+    return ScenarioError, SizeLimitError, BudgetExceeded
+
+
+def _watch_parent(parent_pid: int, out_queue, stop_event, sink) -> None:
+    """Start the parent watch: an orphaned worker records why it stops, then stops (see parent_watch.py)."""
+    from app.workloads.parent_watch import ParentWatch
+
+    def on_orphaned(text: str) -> None:
+        out_queue.cancel_join_thread()  # nobody reads any more: exiting must not wait to flush the queue
+        try:  # recorded before the stop, so the run's last flush carries it
+            sink.emit({"kind": "error", "text": text, "traceback": "", "origin": "worker"})
+        finally:
+            stop_event.set()
+
+    ParentWatch(parent_pid, on_orphaned).start()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -30,8 +32,19 @@ def busy_pool(request, tiny_pool):
     return pool
 
 
-def _bad_calls(pool):
+def _foreign_handle(tiny_pool, design):
+    """Handle 0 of another pool of the same configuration: its id collides with busy_pool's own handle 0."""
+    other = tiny_pool(design, num_layers=2)
+    other.add_sequence(3)
+    other.prepare_write(3, 0, 4)
+    handle = other.detach(3)
+    assert handle.handle_id == 0
+    return handle
+
+
+def _bad_calls(pool, foreign):
     keys, values = make_kv(2, seed=7)
+    batch_k, batch_v = mx.stack([keys, keys]), mx.stack([values, values])
     return [
         (lambda: pool.write(0, 1, 0, keys.astype(mx.float16), values.astype(mx.float16)), "stores float32"),
         (lambda: pool.write(0, 1, 0, *make_kv(2, n_kv_heads=3)), "n_kv_heads=2"),
@@ -57,9 +70,22 @@ def _bad_calls(pool):
         (lambda: pool.trim(1, 12), "outside sequence 1"),
         (lambda: pool.release(42), "unknown sequence 42"),
         (lambda: pool.detach(42), "unknown sequence 42"),
-        (lambda: pool.adopt(PrefixHandle(99, 4), 9), "unknown or released prefix handle"),
+        (lambda: pool.adopt(replace(pool.handle, handle_id=99), 9), "unknown or released prefix handle"),
         (lambda: pool.adopt(pool.handle, 1), "already exists"),
-        (lambda: pool.release_handle(PrefixHandle(99, 4)), "unknown or released prefix handle"),
+        (lambda: pool.release_handle(replace(pool.handle, handle_id=99)), "unknown or released prefix handle"),
+        (lambda: pool.adopt(PrefixHandle(0, 4), 9), "issued by another pool"),
+        (lambda: pool.adopt(foreign, 9), "issued by another pool"),
+        (lambda: pool.release_handle(foreign), "issued by another pool"),
+        (lambda: pool.release_handle(0), "expected a PrefixHandle"),
+        (lambda: pool.write_batch(0, [1, 3], [0, 0], batch_k, values[None]), "must both be"),
+        (lambda: pool.write_batch(0, [1, 3], [0, 0], batch_k, batch_v[:, :1]), "must both be"),
+        (lambda: pool.write_batch(0, [1, 3], [0, 0], batch_k, batch_v.astype(mx.float16)), "one dtype"),
+        (lambda: pool.write_batch(0, [1, 3], [0], batch_k, batch_v), "2 sequences and 1 starts"),
+        (lambda: pool.write_batch(0, [], [], batch_k[:0], batch_v[:0]), "at least one"),
+        (lambda: pool.write_batch(0, [1, 3], [0, 0], np.zeros((2, 2, 2, 4)), batch_v), "must be mx.array"),
+        (lambda: pool.write_batch(0, [1, 42], [8, 0], batch_k, batch_v), "unknown sequence 42"),
+        (lambda: pool.write(0, 1, 0, keys[:, :0], values[:, :0]), "n_kv_heads >= 1"),
+        (lambda: pool.write(0, 1, 0, keys[:, :, :0], values[:, :, :0]), "head_dim >= 1"),
         (lambda: pool.read_block(10_000), "unknown or freed block 10000"),
         (lambda: pool.release_block(pool.block_ids(0, 1)[0]), "not held by the caller"),
         (lambda: pool.restore_block(0, BlockContents(0, keys, values)), "hold 2 tokens; expected 4"),
@@ -72,8 +98,8 @@ def _bad_calls(pool):
     ]
 
 
-def test_every_bad_call_raises_and_changes_nothing(busy_pool):
-    for call, message in _bad_calls(busy_pool):
+def test_every_bad_call_raises_and_changes_nothing(busy_pool, tiny_pool):
+    for call, message in _bad_calls(busy_pool, _foreign_handle(tiny_pool, busy_pool.config.design)):
         before = full_state(busy_pool)
         with pytest.raises(PoolError, match=message):
             call()
@@ -94,3 +120,21 @@ def test_bad_config_is_rejected():
                             ({"max_blocks_per_layer": -1}, "max_blocks_per_layer")):
         with pytest.raises(PoolError, match=message):
             PagedKVPool(PoolConfig(num_layers=2, **kwargs))
+
+
+@pytest.mark.parametrize("design", ["slab", "monolithic"])
+def test_a_first_write_with_a_zero_dimension_fixes_no_geometry(tiny_pool, design):
+    """A first write fixes the layer's geometry: with n_kv_heads or head_dim 0 it would fix 0 bytes per row."""
+    pool = tiny_pool(design)
+    pool.add_sequence(0)
+    pool.prepare_write(0, 0, 3)
+    keys, values = make_kv(3)
+    for bad_k, bad_v in ((keys[:, :0], values[:, :0]), (keys[:, :, :0], values[:, :, :0])):
+        before = full_state(pool)
+        with pytest.raises(PoolError, match="need n_kv_heads >= 1 and head_dim >= 1"):
+            pool.write(0, 0, 0, bad_k, bad_v)
+        with pytest.raises(PoolError, match="need n_kv_heads >= 1 and head_dim >= 1"):
+            pool.write_batch(0, [0], [0], bad_k[None], bad_v[None])
+        assert full_state(pool) == before and not pool.storage.has_layer(0) and pool.book.geometry is None
+    pool.write(0, 0, 0, keys, values)
+    assert pool.book.bytes_per_row == 2 * 4 * 2 * 4 * 4

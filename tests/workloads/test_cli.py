@@ -23,7 +23,7 @@ def test_run_list_shows_every_scenario(capsys):
     (["run", "--model", "nope"], "unknown model 'nope'"),
     (["run", "--set", "bogus=1"], "no parameter 'bogus'"),
     (["generate", "--prompt", "hi", "--model", "nope"], "unknown model 'nope'"),
-    (["generate", "--prompt", "hi", "--max-tokens", "0"], "--max-tokens must be >= 1"),
+    (["generate", "--prompt", "hi", "--max-tokens", "0"], "argument --max-tokens: must be >= 1, got 0"),
 ])
 def test_bad_names_exit_2_with_one_clear_line(argv, message, capsys):
     assert main(argv) == 2

@@ -52,9 +52,9 @@ def test_overrides_apply_and_are_checked():
     assert s.params["n"] == 3 and s.phases[0].count == 3 and s.phases[0].concurrency == 2
     with pytest.raises(ScenarioError, match="no parameter 'bogus'"):
         load_scenario("churn", {"bogus": 1})
-    with pytest.raises(ScenarioError, match="count/turns and concurrency must be >= 1"):
+    with pytest.raises(ScenarioError, match="count must be >= 1, got 0"):
         load_scenario("churn", {"n": 0})
-    with pytest.raises(ScenarioError, match=r"expected an int >= 1 or \[min, max\]"):
+    with pytest.raises(ScenarioError, match=r"prompt_tokens \[min, max\] has min > max"):
         load_scenario("churn", {"prompt_min": 900})  # min > max
     with pytest.raises(ScenarioError, match="key=value"):
         parse_overrides(["n"])
@@ -73,3 +73,18 @@ def test_scenario_loading_and_the_run_parser_import_no_mlx():
             "app.commands.run.add_parser(sub); app.commands.generate.add_parser(sub)\n"
             "app.workloads.load_scenario('churn'); sys.exit('mlx' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_the_session_refuses_sequences_longer_than_the_models_positions(tiny_llama):
+    """Checked again against the loaded model (a RunSpec built without the CLI): nothing runs."""
+    from app.workloads.limits import WorkloadLimitError
+
+    with pytest.raises(WorkloadLimitError, match="up to 5,032 tokens .* exceed synthetic:tiny-llama's 4,096 positions"):
+        run_backend(tiny_llama, "distinct_burst", "slab", overrides={"n": 1, "prompt_tokens": 5000})
+
+
+def test_the_session_refuses_a_slab_the_device_cannot_hold(tiny_llama):
+    from pool.errors import SizeLimitError
+
+    with pytest.raises(SizeLimitError, match="the pool's first slab"):
+        run_backend(tiny_llama, "distinct_burst", "slab", overrides={"n": 1}, slab_blocks=10**9)

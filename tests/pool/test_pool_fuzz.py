@@ -1,0 +1,26 @@
+"""The pool facade fuzz (tests/pool/pool_fuzz.py) at CI size; ``make fuzz`` runs it SLABSCOPE_FUZZ_SCALE times
+longer and prints the outcome counts by class."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pool_fuzz import run_fuzz
+
+SCALE = int(os.environ.get("SLABSCOPE_FUZZ_SCALE", "1"))
+STEPS = 300 * SCALE
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("design", ["slab", "monolithic"])
+def test_random_valid_and_invalid_calls(design, seed):
+    counts = run_fuzz(seed, design, STEPS)
+    invalid_kinds = [k for k in counts if k.startswith("invalid:")]
+    limited = sum(n for k, n in counts.items() if k.startswith("limit:"))
+    print(f"\npool fuzz {design} seed {seed}: {counts['cases']} cases: {counts['identical']} identical to the "
+          f"dense reference, {counts['clear error']} clear errors with the state unchanged ({len(invalid_kinds)} "
+          f"kinds of invalid call; {limited} valid calls refused by the budget or the memory limit)")
+    assert counts["identical"] + counts["clear error"] >= STEPS
+    assert counts["identical"] > STEPS // 4 and counts["clear error"] > STEPS // 4

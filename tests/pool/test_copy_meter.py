@@ -145,3 +145,24 @@ def test_byte_counters_follow_every_operation(design):
     pool.book.bytes_now.live += 1
     with pytest.raises(PoolError, match="byte counters == recount"):
         pool.check_integrity()
+
+
+def test_allocated_during_charges_results_and_transients_of_the_work():
+    from pool.copy_meter import allocated_during
+
+    a = mx.ones((64, 64))  # 16 KiB
+    index = mx.arange(64)
+    mx.eval(a, index)
+    (joined,), allocated = allocated_during(lambda: [mx.concatenate([a, a])], [a])
+    assert allocated == joined.nbytes == 2 * 64 * 64 * 4
+    # a staged take (16 KiB, freed once the result exists) plus the result (32 KiB)
+    (joined,), allocated = allocated_during(lambda: [mx.concatenate([mx.take(a, index, axis=0)] * 2)], [a])
+    assert allocated == 3 * 64 * 64 * 4 and joined.nbytes == 2 * 64 * 64 * 4
+
+
+def test_reset_peak_memory_starts_the_corrected_peak_from_zero():
+    from pool.copy_meter import reset_peak_memory
+
+    mx.eval(mx.ones((256, 256)))
+    reset_peak_memory()
+    assert peak_memory() == mx.get_peak_memory() == 0

@@ -25,8 +25,13 @@ def test_bench_growth_json_per_design(capsys):
     assert set(results) == {"slab", "monolithic"}
     for design, figures in results.items():
         assert set(bench_growth.REQUIRED_KEYS) <= set(figures)
+        assert figures["gather_bytes_copied_model"] == figures["live_bytes"]  # every sequence, every layer once
         assert figures["live_bytes"] == 2 * 30 * 2 * 4 * 8 * 2  # 2 layers x 30 blocks x K+V x 4 tok x 8 x fp16
         assert figures["max_active_plus_cache_bytes"] >= figures["live_bytes"]
+    # slab: each gather joins its slab runs into a copy of exactly the K/V it returns; monolithic with one KV
+    # head: the one run, viewed [H, rows, block, D], is already contiguous, so the gather returns a view (0 bytes)
+    assert results["slab"]["gather_bytes_copied"] == results["slab"]["live_bytes"]
+    assert results["monolithic"]["gather_bytes_copied"] == 0
     slab = results["slab"]
     assert slab["bytes_copied"] == slab["bytes_copied_model"] == 0 and slab["growth_events"] == 2 * 8  # 8 slabs
     assert results["monolithic"]["growth_events"] == 2  # 30 rows fit one 32-row chunk

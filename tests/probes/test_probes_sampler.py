@@ -10,7 +10,7 @@ import mlx.core as mx
 import pytest
 
 from probes.live import WorkerProbes
-from probes.sampler import MemorySampler, accounting_parts
+from probes.sampler import SAMPLE_FIELDS as SAMPLER_FIELDS, MemorySampler, accounting_parts
 from probes.transport import BatchSender
 
 
@@ -138,3 +138,72 @@ def test_probe_cost_counts_the_workload_threads_time_inside_the_probes():
     expected = (overhead["probe_thread_cpu_s"] + overhead["workload_thread_s"]) / overhead["wall_s"]
     assert overhead["cost_fraction"] == pytest.approx(expected, rel=0.02)
     assert overhead["cost_fraction"] >= inside * 0.98
+
+
+class _Readings:
+    """Stands in for mlx.core, psutil and the process: fixed, known memory readings."""
+
+    active, cache, peak, rss, available = 5000, 700, 6000, 9000, 123456
+
+    def get_active_memory(self):
+        return self.active
+
+    def get_cache_memory(self):
+        return self.cache
+
+    def memory_info(self):
+        return SimpleNamespace(rss=self.rss)
+
+    def virtual_memory(self):
+        return SimpleNamespace(available=self.available)
+
+
+def _known_sampler(monkeypatch, discrete: bool, weight_bytes: int = 1000):
+    import probes.sampler as sampler_module
+
+    readings = _Readings()
+    sampler = MemorySampler(weight_bytes) if weight_bytes is not None else MemorySampler()
+    sampler._mx, sampler._psutil, sampler._proc = readings, readings, readings
+    sampler._peak_memory = lambda: readings.peak
+    sampler.discrete = discrete
+    clock = iter([10.0, 10.0000123, 20.0, 20.0000456])  # perf_counter at the start and end of each sample
+    monkeypatch.setattr(sampler_module.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(sampler_module.time, "monotonic", lambda: 77.5)
+    return sampler, readings
+
+
+def test_every_sample_field_from_known_readings(monkeypatch):
+    sampler, readings = _known_sampler(monkeypatch, discrete=False)
+    sampler.attach_pool(SimpleNamespace(live_bytes=lambda: 300, reserved_bytes=lambda: 500, slab_count=lambda: 7))
+    first = sampler.sample(3, 41)
+    assert first == {
+        "kind": "sample", "t": 77.5, "step": 3, "tokens": 41, "active": 5000, "cache": 700, "footprint": 5700,
+        "peak": 6000, "footprint_max": 5700, "rss": 9000, "rss_max": 9000, "sys_available": 123456,
+        "weights": 1000, "pool_live": 300, "pool_free": 200, "pool_slabs": 7, "other_active": 5000 - 1000 - 500,
+        "rss_other": 9000 - 5700, "cost_us": 12.3}
+    assert set(first) == {"kind", *SAMPLER_FIELDS}
+    readings.active, readings.cache, readings.rss = 100, 50, 8000  # everything fell: the maxima stay
+    second = sampler.sample(4, 42)
+    assert (second["footprint_max"], second["rss_max"], second["cost_us"]) == (5700, 9000, 45.6)
+    assert sampler.num_samples == 2 and sampler.total_cost_s == pytest.approx(0.0000123 + 0.0000456)
+
+
+def test_discrete_gpu_and_no_pool_samples(monkeypatch):
+    """Discrete CUDA: MLX's memory is not in RSS, so RSS not explained by MLX is all of it. No pool (dense): the
+    pool fields are 0. No weights given: 0."""
+    sampler, _ = _known_sampler(monkeypatch, discrete=True, weight_bytes=None)
+    s = sampler.sample(0, 0)
+    assert s["rss_other"] == 9000 and s["weights"] == 0
+    assert (s["pool_live"], s["pool_free"], s["pool_slabs"]) == (0, 0, 0) and s["other_active"] == 5000
+
+
+def test_accounting_parts_of_a_sample_missing_fields_are_zero():
+    assert set(accounting_parts({}).values()) == {0}
+
+
+def test_the_sampler_asks_the_device_memory_model(monkeypatch):
+    import probes.meta
+
+    for model, discrete in (("discrete", True), ("unified", False)):
+        monkeypatch.setattr(probes.meta, "device_memory_model", lambda m=model: m)
+        assert MemorySampler().discrete is discrete

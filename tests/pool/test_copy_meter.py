@@ -166,3 +166,31 @@ def test_reset_peak_memory_starts_the_corrected_peak_from_zero():
     mx.eval(mx.ones((256, 256)))
     reset_peak_memory()
     assert peak_memory() == mx.get_peak_memory() == 0
+
+
+def test_a_result_served_from_a_larger_cached_buffer_is_charged_its_own_bytes():
+    from pool.copy_meter import allocated_during
+
+    half = mx.ones((32, 64))
+    mx.eval(half)
+    spare = mx.ones((64 * 64 + 1024,))  # 20 KiB, freed into MLX's cache: the 16 KiB result will reuse it
+    mx.eval(spare)
+    del spare
+    before = mx.get_active_memory()
+    (joined,), allocated = allocated_during(lambda: [mx.concatenate([half, half])], [half])
+    assert mx.get_active_memory() - before == 64 * 64 * 4 + 1024 * 4  # the allocator holds 20 KiB for it
+    assert allocated == joined.nbytes == 64 * 64 * 4
+
+
+def test_memory_freed_inside_a_window_is_not_mistaken_for_a_copy():
+    """An unrelated 64 KiB buffer freed during a growth that stages a 16 KiB transient: the charge is capped at
+    peak - before - growth (0 here), since the transient may have reused the freed memory."""
+    a = mx.ones((64, 64))
+    unrelated = mx.ones((4 * 64, 64))
+    index = mx.arange(64)
+    mx.eval(a, unrelated, index)
+    tensors = [a]
+    window = CopyWindow(lambda: [tensors])
+    del unrelated
+    tensors.append(mx.concatenate([mx.take(a, index, axis=0)] * 2))  # 32 KiB of new capacity, staged through a take
+    assert window.checkpoint() == 0

@@ -18,6 +18,7 @@ def test_free_run_stats_counts_holes_and_tail():
     assert free_run_stats([0, 2, 4], 6, 6) == (3, 3, 1)
     assert free_run_stats([0, 1], 5, 8) == (5, 2, 3)         # {0,1} does not touch the tail {5,6,7}
     assert free_run_stats([3], 5, 8) == (4, 2, 3)            # a lone freed row before a separate tail
+    assert free_run_stats([0, 2], 5, 8) == (5, 3, 3)         # two closed holes, then the tail
 
 
 def test_a_row_freed_twice_is_refused_and_the_heap_is_checked():

@@ -166,7 +166,7 @@ def _known_sampler(monkeypatch, discrete: bool, weight_bytes: int = 1000):
     sampler._mx, sampler._psutil, sampler._proc = readings, readings, readings
     sampler._peak_memory = lambda: readings.peak
     sampler.discrete = discrete
-    clock = iter([10.0, 10.0000123, 20.0, 20.0000456])  # perf_counter at the start and end of each sample
+    clock = iter([10.0, 10.00001234, 20.0, 20.0000456])  # perf_counter at the start and end of each sample
     monkeypatch.setattr(sampler_module.time, "perf_counter", lambda: next(clock))
     monkeypatch.setattr(sampler_module.time, "monotonic", lambda: 77.5)
     return sampler, readings
@@ -185,7 +185,7 @@ def test_every_sample_field_from_known_readings(monkeypatch):
     readings.active, readings.cache, readings.rss = 100, 50, 8000  # everything fell: the maxima stay
     second = sampler.sample(4, 42)
     assert (second["footprint_max"], second["rss_max"], second["cost_us"]) == (5700, 9000, 45.6)
-    assert sampler.num_samples == 2 and sampler.total_cost_s == pytest.approx(0.0000123 + 0.0000456)
+    assert sampler.num_samples == 2 and sampler.total_cost_s == pytest.approx(0.00001234 + 0.0000456)
 
 
 def test_discrete_gpu_and_no_pool_samples(monkeypatch):
@@ -193,7 +193,7 @@ def test_discrete_gpu_and_no_pool_samples(monkeypatch):
     pool fields are 0. No weights given: 0."""
     sampler, _ = _known_sampler(monkeypatch, discrete=True, weight_bytes=None)
     s = sampler.sample(0, 0)
-    assert s["rss_other"] == 9000 and s["weights"] == 0
+    assert s["rss_other"] == 9000 and s["weights"] == 0 and s["cost_us"] == 12.3
     assert (s["pool_live"], s["pool_free"], s["pool_slabs"]) == (0, 0, 0) and s["other_active"] == 5000
 
 
@@ -207,3 +207,10 @@ def test_the_sampler_asks_the_device_memory_model(monkeypatch):
     for model, discrete in (("discrete", True), ("unified", False)):
         monkeypatch.setattr(probes.meta, "device_memory_model", lambda m=model: m)
         assert MemorySampler().discrete is discrete
+
+
+def test_maxima_start_from_zero(monkeypatch):
+    sampler, readings = _known_sampler(monkeypatch, discrete=False)
+    readings.active = readings.cache = readings.rss = 0  # an empty reading: the maxima are 0, not a seed value
+    s = sampler.sample(0, 0)
+    assert (s["footprint_max"], s["rss_max"]) == (0, 0)

@@ -69,3 +69,24 @@ def test_success_and_cancel_close_exactly_once(tiny_llama, tmp_path, closes):
     stop.set()
     assert _run(tiny_llama, scenario, "monolithic", stop=stop)["cancelled"] is True
     assert closes == ["slab", "monolithic"] and _sdpa_is_stock(tiny_llama)
+
+
+def test_the_summary_peak_survives_the_copy_meters_resets():
+    """Every pool growth resets MLX's peak counter to measure its copies; the footprint summary's "MLX peak" reads
+    the corrected peak, so it is never below an active reading taken before the reset."""
+    import mlx.core as mx
+
+    from app.workloads.footprint import FootprintTracker
+    from pool import PagedKVPool, PoolConfig
+
+    tracker = FootprintTracker()
+    big = mx.ones((1024, 1024))
+    mx.eval(big)
+    tracker.sample()
+    del big
+    pool = PagedKVPool(PoolConfig(num_layers=1, block_size=2, slab_blocks=2))
+    pool.add_sequence(0)
+    pool.prepare_write(0, 0, 4)
+    pool.write(0, 0, 0, mx.ones((4, 1, 4)), mx.ones((4, 1, 4)))  # a measured growth: MLX's counter is reset
+    summary = tracker.summary()
+    assert mx.get_peak_memory() < summary["max_active_bytes"] <= summary["mlx_peak_bytes"]

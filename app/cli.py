@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "report": "report",
     "whatif": "whatif",
     "bench": "bench",
+    "warmup": "warmup",
     "web": "web",
 }
 

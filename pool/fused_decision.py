@@ -11,6 +11,8 @@ checked in a fixed order, first match wins:
 5. batch outside the kernel's [min_batch, max_batch] -> gather.
 6. the layer has more than one slab and the kernel reads a single pool buffer (``multi_slab=False``) -> gather.
 7. context below the kernel's measured break-even (``min_context``) -> gather.
+8. the kernel variant for this slab count is not built yet (``readiness``, a probe the caller passes: the CUDA
+   kernels compile in the background, ``pool/kernels/cuda_builds.py``) -> gather ("kernel for N slabs compiling").
 Otherwise fused. This module imports mlx only inside :func:`detect_backend`.
 """
 
@@ -19,8 +21,10 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 ENV_VAR = "SLABSCOPE_PAGED_ATTENTION_NATIVE"
+Readiness = Callable[[int], "str | None"]  # num_slabs -> None (kernel ready) or the reason it is not
 REASON_NO_KERNEL = "no fused kernel for this backend"
 
 
@@ -74,8 +78,9 @@ def detect_backend() -> str:
 
 def decide(*, num_slabs: int, dtype: str, head_dim: int, batch_size: int, context_len: int | None = None,
            backend: str | None = None, caps: KernelCaps | None = None,
-           environ: dict | None = None) -> FusedDecision:
-    """The decision for one layer. ``backend``/``caps``/``environ`` default to the live ones (tests inject)."""
+           environ: dict | None = None, readiness: Readiness | None = None) -> FusedDecision:
+    """The decision for one layer. ``backend``/``caps``/``environ`` default to the live ones (tests inject).
+    ``readiness(num_slabs)``: None when the kernel for that many slabs can launch now, else why not."""
     env = os.environ if environ is None else environ
     if env.get(ENV_VAR, "").strip() == "0":
         return FusedDecision(False, f"disabled by {ENV_VAR}=0")
@@ -92,6 +97,9 @@ def decide(*, num_slabs: int, dtype: str, head_dim: int, batch_size: int, contex
         return FusedDecision(False, f"layer has {num_slabs} slabs; the {backend} kernel reads one pool buffer")
     if context_len is not None and context_len < caps.min_context:
         return FusedDecision(False, f"context {context_len} below measured break-even {caps.min_context}")
+    pending = readiness(num_slabs) if readiness is not None else None
+    if pending:
+        return FusedDecision(False, pending)
     return FusedDecision(True, f"fused {backend} kernel ({num_slabs} slab{'s' if num_slabs != 1 else ''})")
 
 

@@ -300,13 +300,19 @@ class PagedKVPool:
 
     # ---- observation -----------------------------------------------------------------------------------------
     def fused_decision(self, layer: int, *, dtype: str, head_dim: int, batch_size: int,
-                       context_len: int | None = None) -> FusedDecision:
-        """Fused paged-decode kernel or gather for this layer, and why (pool/fused_decision.py); counted."""
+                       context_len: int | None = None, readiness=None) -> FusedDecision:
+        """Fused paged-decode kernel or gather for this layer, and why (pool/fused_decision.py); counted.
+        ``readiness(num_slabs)``: the kernel builds' probe (None: ready), see ``fused_decision.decide``."""
         self.book.check_layer(layer)
         decision = decide(num_slabs=self.storage.num_buffers(layer), dtype=dtype, head_dim=head_dim,
-                          batch_size=batch_size, context_len=context_len)
+                          batch_size=batch_size, context_len=context_len, readiness=readiness)
         self.decisions.record(layer, decision)
         return decision
+
+    def num_buffers(self, layer: int) -> int:
+        """Storage tensors a kernel reads for ``layer``: its slabs (slab design), 1 (monolithic), 0 before the
+        layer's first write. Reads only."""
+        return self.storage.num_buffers(layer) if self.storage.has_layer(layer) else 0
 
     def stats(self) -> PoolStats:
         layers = self.book.layers

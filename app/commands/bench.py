@@ -10,11 +10,13 @@ BENCH_KINDS = {
     "decode": "paged decode: gather+SDPA vs fused kernel vs contiguous SDPA over a batch x context grid",
     "probes": "the probes' own cost on workload throughput (on vs off)",
     "snapshot": "cost of a pool snapshot on a large pool",
+    "throughput": "backends and mlx-lm's BatchGenerator on the same prompts: warm and fresh-process, median and range",
+    "model": "load time, prefill and decode speed of one model with stock mlx-lm caches",
 }
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks that print figures (growth, decode, probes, snapshot)")
+    p = sub.add_parser("bench", help="benchmarks that print figures (growth, decode, probes, snapshot, throughput, model)")
     kinds = p.add_subparsers(dest="bench_kind", metavar="KIND")
     for kind, help_text in BENCH_KINDS.items():
         try:

@@ -11,7 +11,7 @@ import os
 import sys
 import time
 
-from app.commands.arg_types import backends_list, finite_float, positive_int
+from app.commands.arg_types import add_mlx_cache_arguments, backends_list, finite_float, positive_int
 from app.commands.errors import output_dir
 from app.models.registry import DTYPE_NAMES
 from app.workloads.limits import MAX_SAMPLE_HZ
@@ -44,6 +44,7 @@ def add_parser(sub) -> None:
     from app.commands.record_ranks import add_arguments
 
     add_arguments(p)
+    add_mlx_cache_arguments(p, who="every backend alike")
     p.set_defaults(func=main)
 
 
@@ -94,7 +95,8 @@ def _specs(args, backends: list[str]):
                     slab_blocks=args.slab_blocks, sample_hz=args.sample_hz, snapshot_hz=args.snapshot_hz,
                     dtype=args.dtype, device=args.device, seed=args.seed, overrides=overrides,
                     record_path=os.path.join(args.out, f"{stem}-{b}.slabrec"),
-                    blas_threads=1 if args.together else None) for b in backends]
+                    blas_threads=1 if args.together else None, cache_limit=args.cache_limit,
+                    prefill_trim=args.prefill_trim) for b in backends]
 
 
 def _run(handles_and_progress, timeout: float) -> None:

@@ -15,6 +15,7 @@ from app.commands.errors import output_file
 from app.models.registry import DTYPE_NAMES
 from app.workloads.limits import check_fits_context
 from app.workloads.scenarios import DEFAULT_SCENARIO, ScenarioError, list_scenarios, load_scenario, parse_overrides
+from app.commands.arg_types import add_mlx_cache_arguments
 from app.workloads.spec import BACKENDS, RunSpec
 from pool.errors import PoolError
 
@@ -45,6 +46,7 @@ def add_parser(sub) -> None:
     p.add_argument("--prefix-cache", dest="prefix_cache", action="store_true", default=None,
                    help="share full prompt blocks across requests (default: the scenario's choice)")
     p.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false")
+    add_mlx_cache_arguments(p, who="this run")
     p.add_argument("--record", default=None, metavar="PATH", help="record the session to PATH (probes format)")
     p.add_argument("--worker", action="store_true", help="run in a spawned worker process (as the TUI does)")
     p.set_defaults(func=main)
@@ -69,7 +71,7 @@ def build_spec(args) -> RunSpec:
                    slab_blocks=args.slab_blocks, prefill_chunk=args.prefill_chunk, seed=args.seed,
                    dtype=args.dtype, device=args.device, overrides=overrides,
                    prefix_cache=args.prefix_cache, max_blocks_per_layer=args.budget,
-                   record_path=args.record)
+                   record_path=args.record, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim)
 
 
 def main(args) -> int:
@@ -200,6 +202,10 @@ def print_summary(summary: dict, meta: dict, out) -> None:
     if turns and turns["resumed_turns"]:
         w(f"conversations: {turns['resumed_turns']} turns resumed from kept K/V ({turns['resumed_tokens']} tokens "
           "not recomputed)")
+    trim = summary.get("cache_trim")
+    if trim and trim["fraction"] is not None:
+        w(f"MLX cache: trimmed {trim['trims']} times between prefill chunks ({trim['trimmed_bytes'] / MIB:.1f} MiB "
+          f"released; budget {trim['fraction']:.2f} x (weights + cached K/V))")
     probes = summary.get("probe_overhead")
     if probes:
         w(f"probes: {probes['samples']} memory samples ({probes['sample_cost_us_mean']:.0f} us each), "

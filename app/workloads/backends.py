@@ -59,7 +59,16 @@ class PagedBackend:
                                               align_tokens=self.align_tokens)
             seq.num_cached = seq.num_shared = shared
         self._running[seq.seq_id] = seq
+        self._prefetch_projected()
         return True
+
+    def _prefetch_projected(self) -> None:
+        """Queue the fused kernels for the slab count the running sequences will reach at their final lengths
+        (kernels compile in the background while they prefill, so decode finds them built)."""
+        if self.kernel is None or self.pool.config.design != "slab":
+            return
+        blocks = sum(self._final_blocks(s) for s in self._running.values())
+        self.kernel.prefetch(-(-blocks // self.pool.config.slab_blocks), projected=True)
 
     def _final_blocks(self, seq: Sequence) -> int:
         return -(-(len(seq.request.prompt) + seq.request.max_new_tokens) // self.pool.config.block_size)
@@ -83,7 +92,10 @@ class PagedBackend:
         self.conversations.keep_or_release(seq)
 
     def prefill_caches(self, seq: Sequence, start: int, num_tokens: int) -> list:
-        return PagedStep(self.pool, [seq.seq_id], [start], num_tokens, batched=False).caches()
+        step = PagedStep(self.pool, [seq.seq_id], [start], num_tokens, batched=False)
+        if self.kernel is not None:  # the pool may just have appended a slab: build the next kernels meanwhile
+            self.kernel.prefetch(self.pool.num_buffers(0))
+        return step.caches()
 
     def decode_caches(self, seqs: tuple[Sequence, ...], starts: list[int] | None = None) -> list:
         """Prepare one decode step and take the per-layer fused decisions (after prepare_write: the slab count

@@ -51,8 +51,9 @@ class Engine:
     awaited after it, so a prefill step's wall time is its host work plus the wait for the chunk before it.
     """
 
-    def __init__(self, model, backend, scheduler: Scheduler, *, sampler=None, logits_hook=None):
+    def __init__(self, model, backend, scheduler: Scheduler, *, sampler=None, logits_hook=None, cache_trim=None):
         self.model = model
+        self.cache_trim = cache_trim  # CacheTrim: releases MLX's cache before a prefill chunk when over budget
         self.backend = backend
         self.scheduler = scheduler
         self.sampler = sampler or make_sampler()
@@ -87,6 +88,14 @@ class Engine:
         inputs = mx.array(plan.seq.tokens[plan.start:plan.start + plan.num_tokens])[None]
         # the trunk alone: its hidden states feed nothing but the cache writes
         out = self._trunk(inputs, cache=caches) if self._trunk is not None else self.model(inputs, cache=caches)
+        trim = self.cache_trim
+        if trim is not None and trim.due(sum(s.num_cached for s in self.scheduler.running)):
+            # the previous chunks' attention temporaries (a new size each chunk) piled up in MLX's cache: drain the
+            # chunk in flight, then trim with nothing running (see app/workloads/cache_trim.py)
+            if self._prefill_inflight is not None:
+                mx.eval(self._prefill_inflight)
+                self._prefill_inflight = None
+            trim.trim()
         # Pipelined like decode: start this chunk, then wait for the previous one, so the host builds chunk n+1
         # while the device runs chunk n (at most two chunks in flight; nothing on the host reads their results).
         mx.async_eval(out, *_cache_state(caches))

@@ -14,6 +14,7 @@ count is the one the kernel will read. This module imports mlx only through the 
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass, field
 from typing import Callable
@@ -48,19 +49,57 @@ class KernelRoute:
     registered: list = field(default_factory=list)
     # run takes ``plan=``/``meta=`` (a launch plan built once per step, see step_plans.py); None: only the default
     accepts_plan: bool | None = None
+    # Kernel variants built off the decode path (pool.kernels.cuda_builds.KernelBuilds: ``pending_reason`` and
+    # ``prefetch``); None: the kernel needs no build step we control. Tests pass builds with emulated readiness.
+    builds: object | None = None
+    build_note: str | None = None  # why the kernel is built in the decode step instead (MLX's JIT fallback)
+    geometry: object | None = None  # the run's kernel geometry (``bind``); None: nothing to build for this run
 
     def __post_init__(self) -> None:
         if self.accepts_plan is None:
             self.accepts_plan = self.run is _fused_decode
 
     def start(self) -> "KernelRoute":
-        """Register the kernels and fix the backend name the kernel is called with; returns self."""
+        """Register the kernels and fix the backend name the kernel is called with; returns self. The real CUDA
+        route takes this process's kernel builds (or the reason it falls back to MLX's JIT)."""
         self.registered = list(self.register() or [])
         if self.backend is None:
             from pool.fused_decision import detect_backend
 
             self.backend = detect_backend()
+        if self.builds is None and self.backend == "cuda" and self.run is _fused_decode:
+            from pool.kernels.cuda_builds import fallback_reason, process_builds
+
+            self.builds = process_builds()
+            self.build_note = fallback_reason()
         return self
+
+    def bind(self, *, dtype: str, head_dim: int, n_q_heads: int, n_kv_heads: int, block_size: int) -> None:
+        """Fix the run's kernel geometry (``readiness``/``prefetch`` need it); the builds say what they can build
+        (None for a geometry the kernel does not support: the decision rule declines that for its own reason)."""
+        self.geometry = None if self.builds is None else self.builds.geometry_for(
+            dtype=dtype, head_dim=head_dim, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, block_size=block_size)
+
+    def readiness(self) -> Callable[[int], str | None] | None:
+        """The fused decision's readiness probe for this run (num_slabs -> None or "kernel for N slabs
+        compiling"); None when nothing needs building."""
+        if self.builds is None or self.geometry is None:
+            return None
+        return functools.partial(self.builds.pending_reason, self.geometry)
+
+    def prefetch(self, num_slabs: int, *, projected: bool = False) -> None:
+        """Queue the kernels for ``num_slabs`` and ``num_slabs + 1`` slabs in the background (the pool may be
+        about to append one; ``projected``: a count the running sequences will reach); returns at once."""
+        if self.builds is not None and self.geometry is not None and num_slabs > 0:
+            self.builds.prefetch(self.geometry, num_slabs, reached=not projected)
+
+    def meta(self) -> dict:
+        """How this run's kernels are built: NVRTC + disk cache figures, or the fallback and its reason."""
+        if self.builds is not None and hasattr(self.builds, "stats"):
+            return self.builds.stats()
+        if self.build_note:
+            return {"mode": "mlx-jit", "reason": self.build_note}
+        return {"mode": "none"}
 
 
 # ------------------------------------------------------------------------------------------------ paged SDPA
@@ -122,9 +161,10 @@ class DecodeDecisions:
     ``fused`` event whenever a layer's (use_fused, reason) changes. ``dtype``/``head_dim``: the K/V geometry
     (the pool's once written, else the model's)."""
 
-    def __init__(self, pool, *, dtype: str, head_dim: int, routable: bool):
+    def __init__(self, pool, *, dtype: str, head_dim: int, routable: bool, readiness=None):
         self.pool = pool
         self.dtype, self.head_dim, self.routable = dtype, head_dim, routable
+        self.readiness = readiness  # KernelRoute.readiness(): "kernel for N slabs compiling" until built
         self.last: dict[int, tuple[bool, str]] = {}
         self.events: list[dict] = []
 
@@ -135,7 +175,7 @@ class DecodeDecisions:
         out = []
         for layer in range(self.pool.config.num_layers):
             decision = self.pool.fused_decision(layer, dtype=dtype, head_dim=head_dim, batch_size=batch_size,
-                                                context_len=context_len)
+                                                context_len=context_len, readiness=self.readiness)
             use, reason = decision.use_fused, decision.reason
             if use and not self.routable:
                 use, reason = False, NOT_ROUTABLE

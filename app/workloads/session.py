@@ -65,6 +65,8 @@ class WorkloadSession:
         if self.backend.prefix_cache is not None:
             out["prefix_cache"] = self.backend.prefix_cache.counters()
         out["conversations"] = self.backend.conversations.counters()
+        if self.engine.cache_trim is not None:
+            out["cache_trim"] = self.engine.cache_trim.summary()
         return out
 
     def meta(self) -> dict:
@@ -90,13 +92,17 @@ class WorkloadSession:
                      "max_blocks_per_layer": self.spec.max_blocks_per_layer},
             "spec": self.spec.to_dict(),
             "fused_decode": self._fused_meta(),
+            "mlx_cache": {"limit_bytes": self.spec.cache_limit, "limit": "MLX default" if self.spec.cache_limit is None
+                          else f"{self.spec.cache_limit} bytes (mx.set_cache_limit)",
+                          "prefill_trim_fraction": self.spec.prefill_trim},
         }
 
     def _fused_meta(self) -> dict | None:
         kernel = getattr(self.backend, "kernel", None)
         if kernel is None:
             return None
-        return {"backend": kernel.backend, "registered": list(kernel.registered), "sdpa_module": self.sdpa_module}
+        return {"backend": kernel.backend, "registered": list(kernel.registered), "sdpa_module": self.sdpa_module,
+                "build": kernel.meta() if hasattr(kernel, "meta") else {"mode": "none"}}
 
     def close(self) -> None:
         """Release every running sequence, kept conversation and cached prefix; restore mlx-lm's SDPA."""
@@ -143,9 +149,18 @@ def make_backend(spec: RunSpec, loaded, pool_params: dict, *, kernel_route=None,
                                   max_blocks_per_layer=spec.max_blocks_per_layer), limits=limits)
     prefix = PrefixCache(pool, pool_params["block_size"]) if pool_params.get("prefix_cache") else None
     align = math.lcm(pool_params["block_size"], pool_params.get("prefill_chunk", pool_params["block_size"]))
+    if kernel_route is not None:
+        kernel_route.bind(dtype=loaded.dtype, head_dim=loaded.head_dim, n_q_heads=_query_heads(loaded),
+                          n_kv_heads=loaded.n_kv_heads, block_size=pool_params["block_size"])
     decisions = DecodeDecisions(pool, dtype=loaded.dtype, head_dim=loaded.head_dim,
-                                routable=routable and kernel_route is not None)
+                                routable=routable and kernel_route is not None,
+                                readiness=kernel_route.readiness() if kernel_route is not None else None)
     return PagedBackend(pool, prefix_cache=prefix, align_tokens=align, decisions=decisions, kernel=kernel_route)
+
+
+def _query_heads(loaded) -> int:
+    args = getattr(loaded.model, "args", None)
+    return int(getattr(args, "num_attention_heads", loaded.n_kv_heads))
 
 
 def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook=None,
@@ -162,6 +177,8 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
     import mlx.core as mx
 
     mx.random.seed(spec.seed)
+    if spec.cache_limit is not None:  # process-wide; every backend's worker applies it the same way
+        mx.set_cache_limit(spec.cache_limit)
     sdpa_module = None
     if spec.backend != "dense":
         from app.workloads.fused_attention import KernelRoute, install_paged_sdpa
@@ -178,8 +195,12 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
         raise
     scheduler = Scheduler(prefill_chunk=pool_params["prefill_chunk"], admit_fn=backend.admit,
                           release_fn=backend.release)
+    from app.workloads.cache_trim import CacheTrim, kv_bytes_per_token
+
+    trim = CacheTrim(weight_bytes=loaded.weight_bytes, bytes_per_token=kv_bytes_per_token(loaded),
+                     fraction=spec.prefill_trim)
     engine = Engine(loaded.model, backend, scheduler, sampler=make_sampler(temperature, top_p),
-                    logits_hook=logits_hook)
+                    logits_hook=logits_hook, cache_trim=trim)
     session = WorkloadSession(spec, scenario, loaded, backend, scheduler, engine, make_source(loaded, spec.seed),
                               pool_params)
     session.sdpa_module = sdpa_module

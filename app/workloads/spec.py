@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 from app.workloads.limits import check_rate
@@ -34,7 +35,9 @@ class RunSpec:
     prefix_cache: bool | None = None  # None: the scenario's [pool] prefix_cache (default off)
     max_blocks_per_layer: int | None = None
     blas_threads: int | None = None  # OPENBLAS_NUM_THREADS in a worker process (1 when two run side by side)
-
+    cache_limit: int | None = None  # MLX's buffer-cache limit in bytes (mx.set_cache_limit); None: MLX's default
+    prefill_trim: float | None = 0.05  # trim MLX's cache between prefill chunks above this fraction of (weights
+                                       # + cached K/V) (app/workloads/cache_trim.py); None: never
     def __post_init__(self):
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r} (choose one of {', '.join(BACKENDS)})")
@@ -44,6 +47,11 @@ class RunSpec:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         check_rate(self.snapshot_hz, "snapshot_hz")
         check_rate(self.sample_hz, "sample_hz")
+        if self.cache_limit is not None and (not isinstance(self.cache_limit, int) or self.cache_limit < 0):
+            raise ValueError(f"cache_limit must be a byte count >= 0, got {self.cache_limit!r}")
+        if self.prefill_trim is not None and not (isinstance(self.prefill_trim, (int, float))
+                                                  and math.isfinite(self.prefill_trim) and self.prefill_trim >= 0):
+            raise ValueError(f"prefill_trim must be a fraction >= 0 or None, got {self.prefill_trim!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,5 +1,11 @@
-"""Fused paged-attention decode for MLX on CUDA (``mx.fast.cuda_kernel``): one query token per sequence, K/V read
-straight from every slab through the block table, no gather copy.
+"""Fused paged-attention decode for MLX on CUDA: one query token per sequence, K/V read straight from every slab
+through the block table, no gather copy.
+
+Two builds of the same kernel body: normally each variant is compiled by us with NVRTC into a persistent cubin
+cache, off the decode path (``cuda_variants.py``, ``cuda_builds.py``), and launched with
+``mx.fast.precompiled_cuda_kernel``; when NVRTC cannot be loaded (or ``SLABSCOPE_CUDA_BUILD=mlx``) it falls back to
+``mx.fast.cuda_kernel``, whose JIT compiles every variant in the first decode step that needs it, in every
+process (MLX never writes custom kernels to its disk cache: ~2 s per variant on an H200).
 
 Design (docs/gpu.md has the full write-up and the measurements):
 
@@ -15,8 +21,8 @@ Design (docs/gpu.md has the full write-up and the measurements):
   shared memory. Long contexts are split into chunks (``pool.kernels.plan.choose_splits``) whose partial states a
   second small kernel merges; with one split the first kernel writes the output directly.
 
-Kernel names carry a hash of their source: MLX caches compiled PTX on disk by kernel name, so an edited kernel
-never reuses a stale binary. This module imports mlx only inside functions.
+Kernel names carry a hash of their source, so an edited kernel never reuses a stale binary in either build. This
+module imports mlx only inside functions.
 """
 
 from __future__ import annotations
@@ -33,16 +39,14 @@ THREADS = 128                 # 4 warps per block
 UNROLL = 8                    # warp steps whose loads are issued before any is consumed (tuned: docs/gpu.md)
 UNROLL_ENV = "SLABSCOPE_CUDA_UNROLL"  # tuning knob for `bench decode` variant runs; unset in normal use
 
-HEADER = r"""
+# Shared by both builds: constants and the 16-byte unpack (T's ``ssp_to_float`` comes from the build's prelude).
+COMMON_HEADER = r"""
 #define SSP_NEG_INF __int_as_float(0xff800000)
 #define SSP_NEG_BIG (-1.0e30f)
 #define SSP_LOG2E 1.4426950408889634f
+"""
 
-__device__ __forceinline__ float ssp_to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float ssp_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ void ssp_store(__half* p, float x) { *p = __float2half_rn(x); }
-__device__ __forceinline__ void ssp_store(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
-
+UNPACK = r"""
 // 8 half-precision values packed in 16 bytes -> 8 floats.
 template <typename T>
 __device__ __forceinline__ void ssp_unpack8(const uint4& raw, float* out) {
@@ -53,6 +57,16 @@ __device__ __forceinline__ void ssp_unpack8(const uint4& raw, float* out) {
   }
 }
 """
+
+# MLX's cuda_kernel build (the fallback): MLX's device headers define __half / __nv_bfloat16 and their conversions.
+MLX_CONVERSIONS = r"""
+__device__ __forceinline__ float ssp_to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float ssp_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ void ssp_store(__half* p, float x) { *p = __float2half_rn(x); }
+__device__ __forceinline__ void ssp_store(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
+"""
+
+HEADER = COMMON_HEADER + MLX_CONVERSIONS + UNPACK
 
 # Pass 1. Template constants: T, HEAD_DIM, GROUP, N_KV, BLOCK_SIZE, UNROLL, NUM_SLABS.
 # {slab_setup} fills the shared pointer tables; {epilogue} writes the output (direct) or the split's partials.
@@ -272,7 +286,7 @@ MERGE_SOURCE = r"""
   const int h = blockIdx.y;
   const int b = blockIdx.z;
   const int hq = gridDim.y;
-  const int num_splits = part_ml_shape[2];
+  const int num_splits = {num_splits};
   const long long first = ((long long)b * hq + h) * num_splits;
   float m_all = SSP_NEG_BIG;
   for (int s = 0; s < num_splits; ++s) {
@@ -304,7 +318,7 @@ def pass1_source(num_slabs: int, direct: bool) -> str:
             .replace("{epilogue}", DIRECT_EPILOGUE if direct else SPLIT_EPILOGUE))
 
 
-_KERNELS = PagedDecodeKernels("cuda_kernel", HEADER, pass1_source, MERGE_SOURCE)
+_KERNELS = PagedDecodeKernels("cuda_kernel", HEADER, pass1_source, MERGE_SOURCE.replace("{num_splits}", "part_ml_shape[2]"))
 pass1_kernel = _KERNELS.pass1
 merge_kernel = _KERNELS.merge
 
@@ -369,22 +383,49 @@ def paged_decode_cuda(queries, k_slabs: Sequence, v_slabs: Sequence, plan: Decod
     q3 = queries.reshape(plan.batch, n_q, head_dim)
     meta_array = mx.array(plan.meta) if meta is None else meta
     unroll = unroll_for(block_size, head_dim)
-    template = [("T", queries.dtype), ("HEAD_DIM", head_dim), ("GROUP", n_q // n_kv), ("N_KV", n_kv),
-                ("BLOCK_SIZE", block_size), ("UNROLL", unroll), ("NUM_SLABS", bucket)]
     inputs = [q3, meta_array, *k_slabs, *pad_k, *v_slabs, *pad_v]
     grid = (THREADS * plan.num_splits, n_kv, plan.batch)
     direct = plan.num_splits == 1
     if direct:
-        (out,) = pass1_kernel(bucket, True)(
-            inputs=inputs, template=template, grid=grid, threadgroup=(THREADS, 1, 1),
-            output_shapes=[(plan.batch, n_q, head_dim)], output_dtypes=[queries.dtype])
+        out_shapes, out_dtypes = [(plan.batch, n_q, head_dim)], [queries.dtype]
     else:
-        part_acc, part_ml = pass1_kernel(bucket, False)(
-            inputs=inputs, template=template, grid=grid, threadgroup=(THREADS, 1, 1),
-            output_shapes=[(plan.batch, n_q, plan.num_splits, head_dim), (plan.batch, n_q, plan.num_splits, 2)],
-            output_dtypes=[mx.float32, mx.float32])
+        out_shapes = [(plan.batch, n_q, plan.num_splits, head_dim), (plan.batch, n_q, plan.num_splits, 2)]
+        out_dtypes = [mx.float32, mx.float32]
+    merge_grid = (head_dim, n_q, plan.batch)
+    from pool.kernels.cuda_builds import process_builds
+
+    builds = process_builds()
+    if builds is None:  # MLX's cuda_kernel JIT (no NVRTC of our own): the fallback build
+        template = [("T", queries.dtype), ("HEAD_DIM", head_dim), ("GROUP", n_q // n_kv), ("N_KV", n_kv),
+                    ("BLOCK_SIZE", block_size), ("UNROLL", unroll), ("NUM_SLABS", bucket)]
+        outs = pass1_kernel(bucket, direct)(inputs=inputs, template=template, grid=grid, threadgroup=(THREADS, 1, 1),
+                                            output_shapes=out_shapes, output_dtypes=out_dtypes)
+        if direct:
+            return outs[0].reshape(queries.shape)
         (out,) = merge_kernel()(
-            inputs=[part_acc, part_ml], template=[("T", queries.dtype), ("HEAD_DIM", head_dim)],
-            grid=(head_dim, n_q, plan.batch), threadgroup=(head_dim, 1, 1),
-            output_shapes=[(plan.batch, n_q, head_dim)], output_dtypes=[queries.dtype])
+            inputs=list(outs), template=[("T", queries.dtype), ("HEAD_DIM", head_dim)], grid=merge_grid,
+            threadgroup=(head_dim, 1, 1), output_shapes=[(plan.batch, n_q, head_dim)], output_dtypes=[queries.dtype])
+        return out.reshape(queries.shape)
+    geometry = kernel_geometry(_dtype_name(queries.dtype), head_dim, n_q, n_kv, block_size)
+    direct_variant, split_variant, merge_variant = geometry.variants(bucket)
+    name, binary = builds.binary(direct_variant if direct else split_variant)
+    outs = mx.fast.precompiled_cuda_kernel(name=name, compiled_source=binary, inputs=inputs, output_shapes=out_shapes,
+                                           output_dtypes=out_dtypes, scalars=[], grid=grid,
+                                           threadgroup=(THREADS, 1, 1), ensure_row_contiguous=True)
+    if direct:
+        return outs[0].reshape(queries.shape)
+    name, binary = builds.binary(merge_variant)
+    (out,) = mx.fast.precompiled_cuda_kernel(name=name, compiled_source=binary, inputs=list(outs),
+                                             output_shapes=[(plan.batch, n_q, head_dim)],
+                                             output_dtypes=[queries.dtype], scalars=[plan.num_splits],
+                                             grid=merge_grid, threadgroup=(head_dim, 1, 1),
+                                             ensure_row_contiguous=True)
     return out.reshape(queries.shape)
+
+
+def kernel_geometry(dtype: str, head_dim: int, n_q_heads: int, n_kv_heads: int, block_size: int):
+    """The ``cuda_variants.KernelGeometry`` of a layer (UNROLL as ``unroll_for`` picks it)."""
+    from pool.kernels.cuda_variants import KernelGeometry
+
+    return KernelGeometry(dtype=dtype, head_dim=head_dim, group=n_q_heads // n_kv_heads, n_kv=n_kv_heads,
+                          block_size=block_size, unroll=unroll_for(block_size, head_dim))

@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from emulate import emulate  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+DEVICE_SCRIPTS = os.path.join(REPO, "app", "bench", "device")
 
 
 def test_plan_meta_layout_is_exact():
@@ -221,8 +222,10 @@ def test_bench_decode_refuses_cpu_with_reason(capsys):
 
 
 def test_result_tools_render_and_pick(tmp_path):
-    """The session scripts' helpers: variant pick (geometric mean over B >= 4) and the docs' table rendering."""
+    """The device scripts' helpers: variant pick (geometric mean over B >= 4) and the docs' table rendering."""
     import json
+
+    sys.path.insert(0, DEVICE_SCRIPTS)
 
     import pick_variant
     import render_tables

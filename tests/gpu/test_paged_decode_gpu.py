@@ -139,3 +139,72 @@ def test_fused_respects_logical_start():
     err = _errors(fused, ref32)
     _report({"case": "logical_start", "backend": BACKEND, "rel_err_vs_fp32": err})
     assert np.isfinite(err) and err <= TOLERANCE["bfloat16"]
+
+
+CUDA_ONLY = pytest.mark.skipif(BACKEND != "cuda", reason="the NVRTC-built kernel is the CUDA backend's")
+
+
+@CUDA_ONLY
+@pytest.mark.parametrize("lengths, dtype, n_q, n_kv, head_dim", [
+    ([4096, 1000, 77, 2500], "bfloat16", 16, 8, 128),   # several splits: first pass + merge
+    ([200, 31], "float16", 8, 2, 64),                   # one split: the direct pass
+])
+def test_nvrtc_build_equals_mlx_cuda_kernel_build_bit_for_bit(lengths, dtype, n_q, n_kv, head_dim, monkeypatch):
+    """Same kernel body, two builds (ours: standalone source, NVRTC, precompiled launch; MLX's cuda_kernel JIT
+    with its own headers): the outputs are identical, bit for bit."""
+    from pool.kernels.cuda_builds import BUILD_ENV, process_builds
+    from pool.kernels.paged_decode import fused_decode, plan_for_pool
+    from pool.kernels.workbench import fill_pool, random_queries
+
+    assert process_builds() is not None, "NVRTC not found on the GPU machine"
+    pool, ids = fill_pool(lengths, n_kv_heads=n_kv, head_dim=head_dim, dtype=dtype, layout="fragmented",
+                          slab_blocks=8)
+    queries = random_queries(len(lengths), n_q, head_dim, dtype)
+    plan = plan_for_pool(pool, 0, ids, scale=head_dim ** -0.5)
+    ours = fused_decode(pool, 0, ids, queries, scale=head_dim ** -0.5, backend="cuda", plan=plan)
+    mx.eval(ours)
+    monkeypatch.setenv(BUILD_ENV, "mlx")
+    theirs = fused_decode(pool, 0, ids, queries, scale=head_dim ** -0.5, backend="cuda", plan=plan)
+    mx.eval(theirs)
+    assert mx.array_equal(ours, theirs), f"max diff {mx.max(mx.abs(ours.astype(mx.float32) - theirs)).item()}"
+
+
+@CUDA_ONLY
+def test_live_decode_gathers_while_its_kernel_compiles_then_fuses(tmp_path, monkeypatch):
+    """A fresh kernel cache and a compiler held until the first decode step asked: that step gathers with the
+    reason "kernel for N slabs compiling"; the kernel then builds in the background and later steps are fused."""
+    import threading
+
+    import pool.kernels.cuda_builds as cb
+    from app.models import load_model
+    from app.workloads.fused_attention import KernelRoute
+    from app.workloads.runner import run_workload
+    from app.workloads.spec import RunSpec
+    from pool.kernels.kernel_cache import KernelCache
+    from pool.kernels.nvrtc import load_nvrtc
+
+    nvrtc, gate = load_nvrtc(), threading.Event()
+
+    def held(text, sm):
+        assert gate.wait(60)
+        return nvrtc.compile(text, sm=sm, options=cb.OPTIONS)
+
+    builds = cb.KernelBuilds(cb.device_sm(), cache=KernelCache(str(tmp_path)), compiler=held, nvrtc=nvrtc)
+    ask = builds.pending_reason
+
+    def pending_then_open(geometry, num_slabs):
+        reason = ask(geometry, num_slabs)
+        gate.set()  # the first question was answered "compiling"; let the builds run from now on
+        return reason
+
+    builds.pending_reason = pending_then_open
+    monkeypatch.setitem(cb._PROCESS, "builds", builds)  # the launch path uses the same builds
+    loaded = load_model("synthetic:qwen3-0.6b", dtype="bfloat16", device="gpu")
+    spec = RunSpec(scenario="distinct_burst", backend="slab", model=loaded.name, dtype="bfloat16", device="gpu",
+                   overrides={"n": 4, "prompt_tokens": 1024, "gen_tokens": 128})
+    events: list = []
+    summary = run_workload(spec, events.append, loaded=loaded, kernel_route=KernelRoute(builds=builds))
+    layer0 = [e for e in events if e["kind"] == "fused" and e["layer"] == 0]
+    assert not layer0[0]["use_fused"] and layer0[0]["reason"].endswith("slabs compiling")
+    assert layer0[-1]["use_fused"], layer0
+    assert summary["fused_decode"]["fused"] > 0 and summary["fused_decode"]["build"]["compiled"] >= 3

@@ -164,6 +164,7 @@ def _known_sampler(monkeypatch, discrete: bool, weight_bytes: int = 1000):
     readings = _Readings()
     sampler = MemorySampler(weight_bytes) if weight_bytes is not None else MemorySampler()
     sampler._mx, sampler._psutil, sampler._proc = readings, readings, readings
+    sampler._rss = lambda: readings.rss
     sampler._peak_memory = lambda: readings.peak
     sampler.discrete = discrete
     clock = iter([10.0, 10.00001234, 20.0, 20.0000456])  # perf_counter at the start and end of each sample

@@ -1,6 +1,6 @@
 """28 layers x 64 slabs (32 rows each): every view renders it; the slab grid falls back to one character per slab
 at 80 columns; the inspector shows all 64 slabs of a layer. (Refresh cost is measured by
-tests/tui/bench_refresh.py, a benchmark that prints figures, not asserted here.)"""
+tests/tui/test_refresh_cost.py, which prints figures and asserts no speed.)"""
 
 from __future__ import annotations
 

@@ -173,3 +173,57 @@ def test_a_model_module_without_the_name_is_not_routable():
         pass
 
     assert install_paged_sdpa(Opaque()) is None
+
+
+class EmulatedBuilds:
+    """Kernel builds whose readiness the test controls (no compiler): every slab count is "compiling" until
+    ``ready_after`` readiness questions have been asked, then ready. Records prefetches and questions."""
+
+    def __init__(self, ready_after: int):
+        self.ready_after = ready_after
+        self.asked: list[int] = []
+        self.prefetched: list[int] = []
+
+    def geometry_for(self, **geometry):
+        return tuple(sorted(geometry.items()))
+
+    def pending_reason(self, geometry, num_slabs):
+        self.asked.append(num_slabs)
+        return None if len(self.asked) > self.ready_after else f"kernel for {num_slabs} slabs compiling"
+
+    def prefetch(self, geometry, num_slabs, reached=True):
+        self.prefetched.append((num_slabs, reached))
+
+    def stats(self):
+        return {"mode": "emulated", "asked": len(self.asked)}
+
+
+def test_decode_gathers_with_the_compiling_reason_until_the_kernel_is_built(tiny_llama, fake_metal, tmp_path,
+                                                                           monkeypatch):
+    """Readiness emulated on CPU: while the slab-count variant builds, the decision is gather with the reason
+    "kernel for N slabs compiling" (an event per layer, counted by reason); once built, fused. Prefill asked the
+    builds to prefetch the kernels of the slab counts the pool grew through; the logits equal the all-gather run."""
+    make_route, calls = fake_metal
+    scenario = write_scenario(tmp_path, BURST)
+    layers = tiny_llama.num_layers
+    builds = EmulatedBuilds(ready_after=2 * layers)  # two decode steps' worth of questions (one per layer)
+    route = make_route()
+    route.builds = builds
+    summary, events, logits = run_backend(tiny_llama, scenario, "slab", kernel_route=route, **POOL)
+    decode = _decode_steps(events)
+    fused = [e for e in events if e["kind"] == "fused" and e["layer"] == 0]
+    assert not fused[0]["use_fused"] and fused[0]["reason"].startswith("kernel for ")
+    assert fused[0]["reason"].endswith(" slabs compiling")
+    assert fused[-1]["use_fused"] and fused[-1]["reason"].startswith("fused metal kernel (")
+    reasons = summary["fused_decode"]["reasons"]
+    compiling = sum(n for r, n in reasons.items() if r.endswith("slabs compiling"))
+    assert compiling == 2 * layers and summary["pool"]["counters"]["gather_decisions"] == 2 * layers
+    assert len(calls) == (len(decode) - 2) * layers  # the kernel ran only once it was built
+    assert summary["fused_decode"]["build"] == {"mode": "emulated", "asked": len(builds.asked)}
+    reached = [n for n, actual in builds.prefetched if actual]
+    projected = [n for n, actual in builds.prefetched if not actual]
+    assert reached and max(reached) >= 2 and all(n > 0 for n in reached)  # prefill prefetched as the pool grew
+    assert projected and max(projected) >= max(reached)  # admission prefetched the final slab count
+    monkeypatch.setenv("SLABSCOPE_PAGED_ATTENTION_NATIVE", "0")
+    _, _, gather_logits = run_backend(tiny_llama, scenario, "slab", kernel_route=make_route(), **POOL)
+    assert_same_logits(logits, gather_logits, "compiling-then-fused vs all-gather")

@@ -1,0 +1,100 @@
+"""The GPU figures of issue 13 from recordings (``slabscope record`` output), one line per backend, plus JSON:
+
+* throughput: the run's tok/s (summary) and its ratio to dense;
+* decode steps: first decode step, first *fused* decode step (and its index), median decode step, first fused /
+  median; the decline reasons counted (e.g. "kernel for 33 slabs compiling");
+* footprint: max(active + cache) over the samples vs the ideal (weight bytes + the K/V bytes of every cached token
+  at the end of the burst: n x (prompt + gen - 1) tokens x 2 x layers x kv_heads x head_dim x dtype size);
+* probe cost (the probes' own measure), cache trims, kernel-build figures (compiled / from disk, NVRTC seconds).
+
+    PYTHONPATH=. python3 app/bench/device/issue13_report.py DIR [--json OUT.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
+
+MIB = 2**20
+ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def ideal_bytes(meta: dict) -> int | None:
+    """Weights + K/V of every token cached at the end of a one-phase burst (None for other scenarios)."""
+    model, params = meta.get("model", {}), meta.get("scenario", {}).get("params", {})
+    if not {"n", "prompt_tokens", "gen_tokens"} <= set(params):
+        return None
+    per_token = 2 * model["num_layers"] * model["n_kv_heads"] * model["head_dim"] * ITEMSIZE[model["dtype"]]
+    tokens = int(params["n"]) * (int(params["prompt_tokens"]) + int(params["gen_tokens"]) - 1)
+    return int(model["weight_bytes"]) + tokens * per_token
+
+
+def figures(path: str) -> dict:
+    from probes.replay import Session
+
+    session = Session.open(path)
+    meta, summary = session.meta, session.summary or {}
+    events = session.events
+    decode = [e for e in events if e.get("kind") == "step" and e.get("type") == "decode"]
+    fused_steps = {e["step"] for e in events if e.get("kind") == "gather" and e.get("fused_layers")}
+    steps_ms = [e["wall_s"] * 1e3 for e in decode]
+    first_fused = next(((i, e["wall_s"] * 1e3) for i, e in enumerate(decode) if e["step"] in fused_steps), None)
+    footprint = max((s.get("footprint", 0) for s in session.samples), default=0)
+    ideal = ideal_bytes(meta)
+    run = summary.get("summary", summary)
+    fused = run.get("fused_decode") or {}
+    median = statistics.median(steps_ms) if steps_ms else None
+    return {
+        "backend": meta.get("backend"), "path": path, "tok_s": run.get("tok_s"),
+        "decode_steps": len(steps_ms), "first_decode_step_ms": steps_ms[0] if steps_ms else None,
+        "median_decode_step_ms": median,
+        "first_fused_step_index": first_fused[0] if first_fused else None,
+        "first_fused_step_ms": first_fused[1] if first_fused else None,
+        "first_fused_over_median": first_fused[1] / median if first_fused and median else None,
+        "declines": {r: n for r, n in (fused.get("reasons") or {}).items() if not r.startswith("fused")},
+        "kernel_build": fused.get("build"),
+        "footprint_bytes": footprint, "ideal_bytes": ideal,
+        "footprint_over_ideal": footprint / ideal if ideal else None,
+        "probe_cost_fraction": (run.get("probe_overhead") or {}).get("cost_fraction"),
+        "cache_trim": run.get("cache_trim"),
+    }
+
+
+def _f(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directory")
+    parser.add_argument("--json", default=None, help="also write the figures to this file")
+    args = parser.parse_args()
+    paths = sorted(os.path.join(args.directory, n) for n in os.listdir(args.directory) if n.endswith(".slabrec"))
+    rows = [figures(p) for p in paths]
+    dense = next((r for r in rows if r["backend"] == "dense"), None)
+    for r in rows:
+        ratio = r["tok_s"] / dense["tok_s"] if dense and r["tok_s"] and dense["tok_s"] else None
+        r["tok_s_over_dense"] = ratio
+        print(f"{r['backend']:<10} tok/s {_f(r['tok_s'], ',.0f')} ({_f(ratio, '.2f')}x dense) | decode steps "
+              f"{r['decode_steps']}: first {_f(r['first_decode_step_ms'], '.1f')} ms, first fused "
+              f"#{r['first_fused_step_index']} {_f(r['first_fused_step_ms'], '.1f')} ms, median "
+              f"{_f(r['median_decode_step_ms'], '.1f')} ms (first fused / median "
+              f"{_f(r['first_fused_over_median'], '.2f')}) | max(active+cache) {r['footprint_bytes'] / MIB:,.0f} MiB"
+              f" = {_f(r['footprint_over_ideal'], '.3f')}x (weights + live KV "
+              f"{_f(r['ideal_bytes'] and r['ideal_bytes'] / MIB, ',.0f')} MiB) | probes "
+              f"{_f(r['probe_cost_fraction'] and 100 * r['probe_cost_fraction'], '.2f')}% | trims "
+              f"{(r['cache_trim'] or {}).get('trims')} | declines {r['declines'] or '-'} | build "
+              f"{r['kernel_build'] or '-'}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

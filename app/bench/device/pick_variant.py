@@ -1,0 +1,37 @@
+"""Pick the fastest kernel variant from `bench decode` runs (one JSON per variant, see session_b_kernel.sh).
+
+Score: geometric mean of the fused time over the cells with batch >= 4 (where the decision rule uses the kernel
+most); lower wins. Prints one JSON object: every variant's knobs, score and rows, and the winner's knobs.
+
+    python app/bench/device/pick_variant.py run1.json run2.json ...
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+
+def score(rows: list[dict]) -> float:
+    times = [r["fused_us"] for r in rows if r["batch"] >= 4] or [r["fused_us"] for r in rows]
+    return math.exp(sum(math.log(t) for t in times) / len(times))
+
+
+def main(paths: list[str]) -> int:
+    variants = {}
+    for path in paths:
+        with open(path) as f:
+            run = json.load(f)
+        knobs = run["kernel"]
+        name = f"unroll{knobs['unroll']}_target{knobs['target_blocks']}"
+        variants[name] = {"kernel": knobs, "score_us": score(run["rows"]), "rows": run["rows"]}
+    winner = min(variants, key=lambda n: variants[n]["score_us"])
+    print(json.dumps({"winner": variants[winner]["kernel"], "winner_name": winner,
+                      "scores_us": {n: round(v["score_us"], 1) for n, v in variants.items()},
+                      "variants": variants}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

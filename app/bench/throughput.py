@@ -1,0 +1,270 @@
+"""``slabscope bench throughput``: slabscope's backends and mlx-lm's ``BatchGenerator`` on the same prompts, in one
+process (warm) and each in a fresh process (what a user's first run sees).
+
+Warm: the model is loaded once; a warm-up round runs every engine once (it pays MLX's and our kernel builds and is
+reported apart), then ``rounds`` interleaved rounds run every engine once each, the order rotating every round so
+no engine always runs first or last. Fresh: each engine runs ``fresh_rounds`` times in a newly spawned process of its
+own (model loaded there, nothing cached in memory). Figures per run: wall tok/s (prompt + generated tokens over the
+run's wall time), prefill tok/s, median decode step (ms) and first decode step (ms); per engine the median and
+range (min-max) over runs. The verdict compares engines pairwise on wall tok/s and median decode step and names
+a winner only when their ranges do not overlap (timing on shared machines varies by up to 30% between runs).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+
+ENGINES = ("dense", "slab", "monolithic", "mlx_lm")
+DEFAULT_ENGINES = ("dense", "slab", "mlx_lm")
+METRICS = {  # name -> (label, higher is better)
+    "tok_s": ("wall tok/s", True),
+    "prefill_tok_s": ("prefill tok/s", True),
+    "decode_step_ms": ("decode step ms (median)", False),
+    "first_decode_step_ms": ("first decode step ms", False),
+}
+VERDICT_METRICS = ("tok_s", "decode_step_ms")
+MIN_RUNS_FOR_VERDICT = 5  # fewer runs than this per engine: no winner is named whatever the ranges
+
+
+@dataclass
+class BenchConfig:
+    """Everything a run of the bench depends on (picklable: fresh-process children receive it)."""
+
+    scenario: str = "distinct_burst"
+    overrides: dict = field(default_factory=dict)
+    model: str = "synthetic:qwen3-0.6b"
+    dtype: str | None = None
+    device: str | None = None
+    engines: tuple = DEFAULT_ENGINES
+    rounds: int = 5
+    fresh_rounds: int = 1
+    seed: int = 0
+    cache_limit: int | None = None   # MLX cache limit in bytes, applied to every engine alike
+    prefill_trim: float | None = 0.05  # slabscope engines' cache trim between prefill chunks (cache_trim.py)
+
+    def __post_init__(self) -> None:
+        unknown = [e for e in self.engines if e not in ENGINES]
+        if unknown or not self.engines:
+            raise ValueError(f"unknown engine(s) {unknown or self.engines}; choose from {', '.join(ENGINES)}")
+        if self.rounds < 1 or self.fresh_rounds < 0:
+            raise ValueError("rounds must be >= 1 and fresh_rounds >= 0")
+
+
+def run_engine(engine: str, config: BenchConfig, loaded, requests) -> dict:
+    """One run of ``engine`` on ``loaded`` over the scenario; the four figures (and the footprint)."""
+    import mlx.core as mx
+
+    previous = mx.set_cache_limit(config.cache_limit) if config.cache_limit is not None else None
+    try:
+        if engine == "mlx_lm":
+            from app.bench.mlxlm_baseline import run_batchgenerator
+
+            run = run_batchgenerator(loaded, requests, seed=config.seed)
+            steps = run["decode_step_s"]
+            return _figures(run["tok_s"], run["prefill_tok_s"], steps, run["first_decode_step_s"],
+                            run["max_footprint_bytes"])
+        return _slabscope_run(engine, config, loaded)
+    finally:
+        if previous is not None:
+            mx.set_cache_limit(previous)
+
+
+def _figures(tok_s, prefill_tok_s, steps: list[float], first: float | None, footprint: int) -> dict:
+    return {"tok_s": tok_s, "prefill_tok_s": prefill_tok_s,
+            "decode_step_ms": statistics.median(steps) * 1e3 if steps else None,
+            "first_decode_step_ms": first * 1e3 if first is not None else None, "footprint_bytes": footprint}
+
+
+def _slabscope_run(backend: str, config: BenchConfig, loaded) -> dict:
+    from app.workloads.runner import run_workload
+    from app.workloads.spec import RunSpec
+
+    spec = RunSpec(scenario=config.scenario, backend=backend, model=config.model, dtype=config.dtype,
+                   device=config.device, overrides=dict(config.overrides), seed=config.seed,
+                   cache_limit=config.cache_limit, prefill_trim=config.prefill_trim)
+    events: list = []
+    summary = run_workload(spec, events.append, loaded=loaded)
+    decode = [e["wall_s"] for e in events if e.get("kind") == "step" and e.get("type") == "decode"]
+    tokens = summary["prefill_tokens"] + summary["decode_tokens"]
+    prefill_s = sum(p["prefill_s"] for p in summary["phases"].values())
+    out = _figures(tokens / summary["wall_s"] if summary["wall_s"] else None,
+                   summary["prefill_tokens"] / prefill_s if prefill_s else None, decode,
+                   decode[0] if decode else None, summary["footprint"]["max_footprint_bytes"])
+    fused = summary.get("fused_decode") or {}
+    if fused:
+        out["fused_layer_steps"], out["gather_layer_steps"] = fused.get("fused"), fused.get("gather")
+        out["declines"] = {r: n for r, n in (fused.get("reasons") or {}).items() if not r.startswith("fused")}
+    return out
+
+
+def load(config: BenchConfig):
+    """(loaded model, the scenario's requests) for ``config``."""
+    from app.bench.mlxlm_baseline import scenario_requests
+    from app.models import load_model
+
+    loaded = load_model(config.model, dtype=config.dtype, device=config.device, seed=config.seed)
+    return loaded, scenario_requests(config.scenario, config.overrides, loaded, config.seed)
+
+
+def warm_runs(config: BenchConfig, progress=None) -> tuple[dict, dict]:
+    """(warm-up round {engine: figures}, rounds {engine: [figures per round]}) in this process."""
+    loaded, requests = load(config)
+    say = progress or (lambda text: None)
+    warmup = {}
+    for engine in config.engines:
+        warmup[engine] = run_engine(engine, config, loaded, requests)
+        say(f"warm-up {engine}: {_line(warmup[engine])}")
+    rounds: dict = {engine: [] for engine in config.engines}
+    engines = list(config.engines)
+    for index in range(config.rounds):
+        shift = index % len(engines)
+        for engine in engines[shift:] + engines[:shift]:
+            rounds[engine].append(run_engine(engine, config, loaded, requests))
+            say(f"round {index + 1} {engine}: {_line(rounds[engine][-1])}")
+    return warmup, rounds
+
+
+def _fresh_child(engine: str, config: BenchConfig, queue) -> None:
+    try:
+        from app.models.blas import enable_openblas
+
+        enable_openblas()
+        start = time.perf_counter()
+        loaded, requests = load(config)
+        load_s = time.perf_counter() - start
+        queue.put({"ok": run_engine(engine, config, loaded, requests) | {"load_s": load_s}})
+    except BaseException as exc:  # noqa: BLE001 - reported by the parent
+        queue.put({"error": f"{type(exc).__name__}: {exc}"})
+
+
+def fresh_runs(config: BenchConfig, progress=None, timeout_s: float = 900.0) -> dict:
+    """{engine: [figures per fresh process]}: each run in a newly spawned process (nothing cached in memory)."""
+    say = progress or (lambda text: None)
+    ctx = mp.get_context("spawn")
+    out: dict = {engine: [] for engine in config.engines}
+    for index in range(config.fresh_rounds):
+        for engine in config.engines:
+            queue = ctx.Queue()
+            child = ctx.Process(target=_fresh_child, args=(engine, config, queue), daemon=True)
+            child.start()
+            try:
+                result = queue.get(timeout=timeout_s)
+            except Exception:  # noqa: BLE001 - the child died or hung
+                result = {"error": f"no result within {timeout_s:.0f} s (exit code {child.exitcode})"}
+            child.join(10)
+            if child.is_alive():
+                child.kill()
+            if "error" in result:
+                raise RuntimeError(f"fresh {engine} run failed: {result['error']}")
+            out[engine].append(result["ok"])
+            say(f"fresh {index + 1} {engine}: {_line(result['ok'])}")
+    return out
+
+
+def summarize(runs: list[dict]) -> dict:
+    """{metric: {"median", "min", "max", "n"}} over runs (metrics a run lacks are skipped)."""
+    out = {}
+    for metric in METRICS:
+        values = [r[metric] for r in runs if r.get(metric) is not None]
+        if values:
+            out[metric] = {"median": statistics.median(values), "min": min(values), "max": max(values),
+                           "n": len(values)}
+    return out
+
+
+def verdicts(stats: dict) -> list[dict]:
+    """Pairwise verdicts on VERDICT_METRICS: a winner only when both engines have MIN_RUNS_FOR_VERDICT runs and
+    their ranges do not overlap."""
+    out = []
+    engines = list(stats)
+    for i, a in enumerate(engines):
+        for b in engines[i + 1:]:
+            for metric in VERDICT_METRICS:
+                if metric not in stats[a] or metric not in stats[b]:
+                    continue
+                sa, sb = stats[a][metric], stats[b][metric]
+                ratio = sa["median"] / sb["median"] if sb["median"] else None
+                overlap = sa["min"] <= sb["max"] and sb["min"] <= sa["max"]
+                few = min(sa["n"], sb["n"]) < MIN_RUNS_FOR_VERDICT
+                if overlap or few:
+                    winner = None
+                else:
+                    higher = METRICS[metric][1]
+                    a_better = sa["median"] > sb["median"] if higher else sa["median"] < sb["median"]
+                    winner = a if a_better else b
+                out.append({"metric": metric, "a": a, "b": b, "ratio_a_over_b": ratio, "winner": winner,
+                            "text": _verdict_text(metric, a, b, ratio, winner,
+                                                  min(sa["n"], sb["n"]) if few else None)})
+    return out
+
+
+def _verdict_text(metric: str, a: str, b: str, ratio, winner, few_runs: int | None = None) -> str:
+    label = METRICS[metric][0]
+    ratio_text = f"{ratio:.2f}x" if ratio is not None else "n/a"
+    if few_runs is not None:
+        return (f"{label}: {a} / {b} = {ratio_text} (medians); only {few_runs} run(s), fewer than "
+                f"{MIN_RUNS_FOR_VERDICT}: no winner")
+    if winner is None:
+        return f"{label}: {a} / {b} = {ratio_text} (medians); ranges overlap: no winner"
+    return f"{label}: {a} / {b} = {ratio_text} (medians); ranges do not overlap: {winner} wins"
+
+
+def run_bench(config: BenchConfig, progress=None) -> dict:
+    """The whole bench: warm-up round, interleaved warm rounds, fresh-process runs, stats and verdicts."""
+    import mlx.core as mx
+
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    warmup, rounds = warm_runs(config, progress)
+    fresh = fresh_runs(config, progress) if config.fresh_rounds else {}
+    warm_stats = {engine: summarize(runs) for engine, runs in rounds.items()}
+    fresh_stats = {engine: summarize(runs) for engine, runs in fresh.items()}
+    return {"started": started, "device": str(mx.default_device()), "mlx": mx.__version__,
+            "config": {**config.__dict__, "engines": list(config.engines)},
+            "machine_note": os.environ.get("SLABSCOPE_BENCH_NOTE", ""),
+            "warmup_round": warmup, "rounds": rounds, "fresh": fresh,
+            "warm": warm_stats, "fresh_stats": fresh_stats,
+            "verdicts": {"warm": verdicts(warm_stats), "fresh": verdicts(fresh_stats)}}
+
+
+def _fmt(value, metric: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if metric.endswith("tok_s") else f"{value:.2f}"
+
+
+def _line(figures: dict) -> str:
+    return ", ".join(f"{METRICS[m][0]} {_fmt(figures.get(m), m)}" for m in METRICS)
+
+
+def format_report(result: dict) -> str:
+    """The human-readable tables (warm, fresh) and the verdicts."""
+    config = result["config"]
+    lines = [f"bench throughput: {config['scenario']} {config['overrides']} on {config['model']} "
+             f"({result['device']}, MLX {result['mlx']}); {config['rounds']} warm rounds after a warm-up round, "
+             f"{config['fresh_rounds']} fresh process(es) per engine"
+             + (f"; MLX cache limit {config['cache_limit']} B" if config.get("cache_limit") is not None else "")]
+    for title, stats in (("warm (one process, median [min-max])", result["warm"]),
+                         ("fresh process (median [min-max])", result["fresh_stats"])):
+        if not stats:
+            continue
+        lines += ["", title, f"{'engine':<10} " + " ".join(f"{METRICS[m][0]:>28}" for m in METRICS)]
+        for engine, per_metric in stats.items():
+            cells = []
+            for metric in METRICS:
+                s = per_metric.get(metric)
+                cells.append(f"{'-':>28}" if s is None else
+                             f"{_fmt(s['median'], metric) + ' [' + _fmt(s['min'], metric) + '-' + _fmt(s['max'], metric) + ']':>28}")
+            lines.append(f"{engine:<10} " + " ".join(cells))
+    for kind in ("warm", "fresh"):
+        if result["verdicts"].get(kind):
+            lines += ["", f"verdicts ({kind}):"] + [f"  {v['text']}" for v in result["verdicts"][kind]]
+    return "\n".join(lines)
+
+
+def to_json(result: dict) -> str:
+    return json.dumps(result, default=str)

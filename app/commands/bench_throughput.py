@@ -1,0 +1,51 @@
+"""``slabscope bench throughput``: the backends and mlx-lm's BatchGenerator on the same prompts, warm (one
+process, interleaved rounds after a warm-up round) and fresh (a new process per engine), median and range per
+engine, and a verdict that names no winner when ranges overlap (``app/bench/throughput.py``).
+
+    slabscope bench throughput --set n=8 --set prompt_tokens=4096 --set gen_tokens=32 \\
+        --model synthetic:qwen3-0.6b --dtype bfloat16 --device gpu          # the H200 footprint workload
+    slabscope bench throughput --model smollm2-135m --set n=2 --set prompt_tokens=64 --set gen_tokens=8   # CPU
+"""
+
+from __future__ import annotations
+
+import sys
+
+from app.commands.arg_types import add_mlx_cache_arguments, positive_int
+
+
+def add_arguments(p) -> None:
+    from app.bench.throughput import DEFAULT_ENGINES, ENGINES
+
+    p.add_argument("--scenario", default="distinct_burst")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="scenario overrides")
+    p.add_argument("--model", default="synthetic:qwen3-0.6b")
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--device", choices=("cpu", "gpu"), default=None)
+    p.add_argument("--engines", default=",".join(DEFAULT_ENGINES),
+                   help=f"comma-separated subset of {','.join(ENGINES)} (default {','.join(DEFAULT_ENGINES)})")
+    p.add_argument("--rounds", type=positive_int, default=5, help="interleaved warm rounds after the warm-up (>= 5 "
+                   "for a verdict worth reading; default 5)")
+    p.add_argument("--fresh-rounds", type=int, default=1, help="fresh-process runs per engine (0: none; default 1)")
+    add_mlx_cache_arguments(p, who="every engine alike (the trim: slabscope's engines)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print one JSON object (progress still on stderr)")
+
+
+def main(args) -> int:
+    from app.bench.throughput import BenchConfig, format_report, run_bench, to_json
+    from app.workloads.scenarios import ScenarioError, load_scenario, parse_overrides
+
+    try:
+        overrides = parse_overrides(args.set)
+        load_scenario(args.scenario, overrides)
+        config = BenchConfig(scenario=args.scenario, overrides=overrides, model=args.model, dtype=args.dtype,
+                             device=args.device, engines=tuple(e.strip() for e in args.engines.split(",") if e.strip()),
+                             rounds=args.rounds, fresh_rounds=args.fresh_rounds, seed=args.seed,
+                             cache_limit=args.cache_limit, prefill_trim=args.prefill_trim)
+    except (ScenarioError, ValueError) as exc:
+        print(f"slabscope bench throughput: {exc}", file=sys.stderr)
+        return 2
+    result = run_bench(config, progress=lambda text: print(text, file=sys.stderr, flush=True))
+    print(to_json(result) if args.json else format_report(result))
+    return 0

@@ -12,14 +12,15 @@ from pool.errors import BudgetExceeded, PoolError, SizeLimitError
 from pool.fused_decision import FusedDecision, KernelCaps, register_kernel, unregister_kernel
 from pool.layer_view import LayerView
 from pool.op_apply import SEQUENCE_OPS, apply_op
-from pool.ops import AnyOp, DerivedOp, Op, SequenceOp
+from pool.ops import AnyOp, Copied, DerivedOp, Op, SequenceOp
 from pool.pool import BlockContents, GatherResult, PagedKVPool
 from pool.snapshot import build_snapshot
 from pool.snapshot_types import LayerSnapshot, ObservedFigures, Owner, PoolSnapshot, RowState, row_state
 from pool.stats import PoolCounters, PoolStats
 
 __all__ = [
-    "AnyOp", "BlockBook", "BlockContents", "BlockTable", "BookState", "BudgetExceeded", "DESIGNS", "DerivedOp",
+    "AnyOp", "BlockBook", "BlockContents", "BlockTable", "BookState", "BudgetExceeded", "Copied", "DESIGNS",
+    "DerivedOp",
     "FusedDecision", "GatherResult", "KernelCaps", "LayerGeometry", "LayerSnapshot", "LayerView",
     "MONOLITHIC_CHUNK_BLOCKS", "ObservedFigures", "Op", "Owner", "PagedKVPool", "PoolConfig", "PoolCounters",
     "PoolError", "PoolGeometry", "PoolSnapshot", "PoolStats", "PrefixHandle", "RowState", "SEQUENCE_OPS",

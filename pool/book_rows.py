@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pool.block_table import BlockTable, PrefixHandle
-from pool.config import DESIGNS, MAX_DIMENSION, LayerGeometry, capacity_for
+from pool.config import DESIGNS, MAX_DIMENSION, LayerGeometry, capacity_for, chunk_rows
 from pool.errors import BudgetExceeded, PoolError
 from pool.free_rows import FreeRows
 from pool.limits import MemoryLimits, check_pool_capacity
-from pool.ops import Grow, Op, RowsFreed, SetSlabBlocks, SlabAppend, StorageInit
-from pool.stats import BookCounters, PoolStats
+from pool.ops import Copied, Grow, Op, RowsFreed, SetSlabBlocks, SlabAppend, StorageInit
+from pool.stats import BookCounters, PoolBytes, PoolStats
 
 OpListener = Callable[[Op], None]
 
@@ -73,6 +73,8 @@ class RowBook:
         self.handles: dict[int, list[BlockTable]] = {}
         self.loose: set[int] = set()  # blocks referenced by a caller (restore path), one reference each
         self.counters = BookCounters()
+        self.bytes_now = PoolBytes()  # live/reserved bytes and slabs, updated at every row/capacity change
+        self.row_bytes = [0] * num_layers  # K+V bytes per row of each layer with storage (0: not counted yet)
         self.geometry: LayerGeometry | None = None  # fixed by the first write (storage_init)
         self.versions = [0] * num_layers  # bumped on every row/refcount change of a layer (snapshot cache key)
         self._next_block_id = 0
@@ -110,6 +112,20 @@ class RowBook:
         self.bytes_per_row = bytes_per_row
         self._emit(StorageInit, dtype=dtype, n_kv_heads=n_kv_heads, head_dim=head_dim,
                    bytes_per_row=bytes_per_row)
+
+    def count_layer_bytes(self, layer: int, row_bytes: int) -> None:
+        """Start counting ``layer`` in :attr:`bytes_now`: its storage exists now, ``row_bytes`` K+V bytes per row
+        (its rows and capacity so far are added). Called once per layer, at its first write."""
+        rows, now = self.layers[layer], self.bytes_now
+        self.row_bytes[layer] = row_bytes
+        now.live += rows.num_live * row_bytes
+        now.reserved += rows.capacity * row_bytes
+        now.slabs += rows.capacity // chunk_rows(self.design, self.slab_blocks)
+
+    def note_measured_copies(self, growth_bytes: int, cow_bytes: int) -> None:
+        """Record what storage measured one operation copying (pool/copy_meter.py) as a ``copied`` op, so a
+        recording can rebuild the measured counters at any instant. The bookkeeping itself models nothing here."""
+        self._emit(Copied, bytes=growth_bytes, cow_bytes=cow_bytes)
 
     # ---- lookups ---------------------------------------------------------------------------------------------
     def tables(self, seq_id: int) -> list[BlockTable]:
@@ -207,6 +223,7 @@ class RowBook:
             self.counters.rows_minted += 1
         self.blocks[block_id] = (layer, row)
         self.counters.blocks_created += 1
+        self.bytes_now.live += self.row_bytes[layer]
         self.versions[layer] += 1
         return block_id, row
 
@@ -229,6 +246,7 @@ class RowBook:
                 layer_rows.free.push(row)
                 freed.append(row)
         self.counters.rows_freed += len(freed)
+        self.bytes_now.live -= len(freed) * self.row_bytes[layer]
         self.versions[layer] += 1
         return freed
 
@@ -250,6 +268,9 @@ class RowBook:
             needed = capacity_for(self.design, self.slab_blocks, len(layer.row_block))
             if needed > layer.capacity:
                 growth.append((index, layer.capacity, needed))
+                if self.row_bytes[index]:
+                    self.bytes_now.reserved += (needed - layer.capacity) * self.row_bytes[index]
+                    self.bytes_now.slabs += (needed - layer.capacity) // chunk_rows(self.design, self.slab_blocks)
                 layer.capacity = needed
         if growth:
             self._model_growth(growth)

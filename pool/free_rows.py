@@ -37,10 +37,6 @@ class FreeRows:
         self._members.discard(row)
         return row
 
-    def peek_lowest(self, count: int) -> list[int]:
-        """The ``count`` lowest free rows without taking them (used to plan before mutating)."""
-        return heapq.nsmallest(count, self._heap)
-
     def sorted_rows(self) -> list[int]:
         return sorted(self._members)
 

@@ -10,7 +10,9 @@ Two families:
 * **Sequence level** (``SequenceOp``): what a caller asked for. Re-executing them in order on a fresh book with the
   same geometry reproduces the pool's bookkeeping exactly.
 * **Derived** (``DerivedOp``): consequences the book computed (rows minted, copy-on-write, growth, rows freed,
-  the storage geometry). Recorded for the UI and for checking replays; a replaying book recomputes them.
+  the storage geometry) or storage measured (``copied``: the bytes the allocator saw a growth or copy-on-write
+  copy). Recorded for the UI and for checking replays; a replaying book recomputes the computed ones, and a
+  rebuild adds the measured ones to the keyframe's measured counters.
 
 Adding an op: subclass ``SequenceOp`` or ``DerivedOp`` with a new tag (the tag is the name in the op log), emit it
 from the book, and handle it in ``apply_op`` (sequence-level ops only). ``OP_TYPES`` finds it by itself.
@@ -137,6 +139,14 @@ class StorageInit(DerivedOp, tag="storage_init"):
     n_kv_heads: int
     head_dim: int
     bytes_per_row: int
+
+
+class Copied(DerivedOp, tag="copied"):
+    """What storage *measured* one operation copying (pool/copy_meter.py): ``bytes`` by growth, ``cow_bytes`` by
+    copy-on-write. A replay has no storage to measure: it adds these to rebuild the measured counters exactly."""
+
+    bytes: int
+    cow_bytes: int
 
 
 def _leaves(cls: type) -> list[type]:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from pool.block_table import PrefixHandle
 from pool.bookkeeping import BlockBook, OpListener, WritePlan
-from pool.config import PoolConfig, blocks_for_tokens, capacity_for
+from pool.config import PoolConfig, blocks_for_tokens, capacity_for, chunk_rows
 from pool.errors import PoolError
 from pool.fused_decision import DecisionCounters, FusedDecision, decide
 from pool.layer_view import LayerView
@@ -132,12 +132,25 @@ class PagedKVPool:
             return  # storage already holds the book's capacity (kept equal after every operation)
         # layers with nothing written yet get storage at their first write
         layers = [layer for layer in range(self.config.num_layers) if self.storage.has_layer(layer)]
-        for layer in layers:
-            self.storage.ensure_rows(layer, self.book.layers[layer].capacity)
-        self.storage.materialize()  # every layer's new slabs in one evaluation, before the copies read them
-        for layer in layers:
-            for src, dst in plan.cow_pairs[layer]:
-                self.storage.copy_row(layer, src, dst)
+        # every layer's new slabs in one evaluation, before the copies read them; both steps measured
+        self._measured(lambda: (self.storage.grow({layer: self.book.layers[layer].capacity for layer in layers}),
+                                self.storage.copy_rows({layer: plan.cow_pairs[layer] for layer in layers})))
+
+    def _grow(self, layer: int) -> None:
+        """Storage catches up with one layer's booked capacity (measured)."""
+        self._measured(lambda: self.storage.grow({layer: self.book.layers[layer].capacity}))
+
+    def _measured(self, storage_work) -> None:
+        """Run ``storage_work`` (growth and/or copy-on-write); what the allocator says it copied becomes a
+        ``copied`` op, so recordings rebuild the measured counters exactly."""
+        before = self.storage.bytes_copied, self.storage.cow_bytes_copied
+        try:
+            storage_work()
+        finally:
+            growth = self.storage.bytes_copied - before[0]
+            cow = self.storage.cow_bytes_copied - before[1]
+            if growth or cow:
+                self.book.note_measured_copies(growth, cow)
 
     def write(self, layer: int, seq_id: int, start: int, keys, values) -> None:
         """Store K/V ([num_tokens, n_kv_heads, head_dim]) at positions [start, start+num_tokens) of a prepared
@@ -200,8 +213,8 @@ class PagedKVPool:
         if self.book.geometry is None:
             self.book.set_geometry(geometry.dtype, geometry.n_kv_heads, geometry.head_dim,
                                    geometry.bytes_per_row(self.config.block_size))
-        self.storage.ensure_rows(layer, self.book.layers[layer].capacity)
-        self.storage.materialize()
+        self.book.count_layer_bytes(layer, geometry.bytes_per_row(self.config.block_size))
+        self._grow(layer)
 
     def _check_first_write(self, layer: int, geometry, new_row: bool = False) -> None:
         """SizeLimitError unless the booked capacity (plus, with ``new_row``, the row a restore is about to take
@@ -276,8 +289,7 @@ class PagedKVPool:
         block_id, row, _ = self.book.acquire_block(layer)
         try:
             self._ensure_layer(layer, geometry)
-            self.storage.ensure_rows(layer, self.book.layers[layer].capacity)
-            self.storage.materialize()
+            self._grow(layer)
             self.storage.write_row(layer, row, contents.keys, contents.values)
         except BaseException:
             self.book.release_block(block_id)
@@ -315,14 +327,31 @@ class PagedKVPool:
                          bytes_reserved=self.storage.bytes_reserved(), bytes_in_use=in_use,
                          num_sequences=len(self.book.seqs), num_handles=len(self.book.handles))
 
+    def live_bytes(self) -> int:
+        """K+V bytes of live blocks now: a counter the bookkeeping keeps current (cheap; any thread may read it)."""
+        return self.book.bytes_now.live
+
+    def reserved_bytes(self) -> int:
+        """K+V bytes of reserved capacity now (counter, like :meth:`live_bytes`)."""
+        return self.book.bytes_now.reserved
+
+    def slab_count(self) -> int:
+        """Slabs (monolithic: 32-block grow chunks) holding that capacity, summed over layers (counter)."""
+        return self.book.bytes_now.slabs
+
     def counters(self) -> PoolCounters:
-        """Growth as measured by storage, the bookkeeping's copy-on-write and row counts, reads and decisions."""
+        """Growth as measured by storage, the bookkeeping's copy-on-write and row counts, reads and decisions.
+        ``bytes_copied``/``cow_bytes_copied`` are measured from MLX's allocator (pool/copy_meter.py); the
+        ``*_model`` figures are the bookkeeping's arithmetic beside them."""
         book = self.book.counters
         return PoolCounters(
             slab_appends=self.storage.slab_appends, grow_events=self.storage.grow_events,
-            bytes_copied=self.storage.bytes_copied, cow_copies=book.cow_copies, rows_minted=book.rows_minted,
-            rows_reused=book.rows_reused, gathers=self.gathers, gather_runs_total=self.gather_runs_total,
-            fused_decisions=self.decisions.fused, gather_decisions=self.decisions.gather)
+            bytes_copied=self.storage.bytes_copied, bytes_copied_model=book.bytes_copied,
+            cow_bytes_copied=self.storage.cow_bytes_copied,
+            cow_bytes_copied_model=book.cow_copies * self.book.bytes_per_row, cow_copies=book.cow_copies,
+            rows_minted=book.rows_minted, rows_reused=book.rows_reused, gathers=self.gathers,
+            gather_runs_total=self.gather_runs_total, fused_decisions=self.decisions.fused,
+            gather_decisions=self.decisions.gather)
 
     def snapshot(self) -> PoolSnapshot:
         """The pool now (docs/contracts.md; pool/snapshot.py has its cost and the fragmentation index). Mutates only
@@ -378,7 +407,8 @@ class PagedKVPool:
 
     def check_integrity(self) -> None:
         """Bookkeeping invariants plus storage agreement: every layer with storage holds exactly the capacity the
-        bookkeeping reserved, and the slab design never copied a byte."""
+        bookkeeping reserved, the live byte counters equal a recount, and the slab design's growth copied
+        nothing (measured)."""
         self.book.check_integrity()
         for layer in range(self.config.num_layers):
             if not self.storage.has_layer(layer):
@@ -387,7 +417,21 @@ class PagedKVPool:
             if real != booked:
                 raise PoolError(f"integrity: storage capacity == booked capacity: layer {layer} has {real} rows, "
                                 f"bookkeeping reserved {booked}")
-        if self.config.design == "slab" and self.storage.bytes_copied:
-            raise PoolError(f"integrity: slab growth copies nothing: {self.storage.bytes_copied} bytes copied")
+        self._check_byte_counters()
+        # measured, so a tolerance for allocator rounding (0 on CPU); a re-copy of the existing slabs trips it
+        if self.config.design == "slab" and self.storage.bytes_copied > self.storage.bytes_reserved() // 100:
+            raise PoolError(f"integrity: slab growth copies nothing: {self.storage.bytes_copied} bytes copied "
+                            f"(measured; over 1% of {self.storage.bytes_reserved()} bytes reserved)")
         if self.gather_runs_total != sum(r * n for hist in self.gather_runs_hist for r, n in hist.items()):
             raise PoolError("integrity: gather run histogram sums to gather_runs_total")
+
+    def _check_byte_counters(self) -> None:
+        """The counters the sampler reads (live_bytes, reserved_bytes, slab_count) equal a recount."""
+        stats = self.stats()
+        per_chunk = chunk_rows(self.config.design, self.config.slab_blocks)
+        slabs = sum(self.storage.capacity_rows(layer) // per_chunk for layer in range(self.config.num_layers)
+                    if self.storage.has_layer(layer))
+        counted = (self.live_bytes(), self.reserved_bytes(), self.slab_count())
+        if counted != (stats.bytes_in_use, stats.bytes_reserved, slabs):
+            raise PoolError(f"integrity: byte counters == recount: live/reserved/slabs {counted}, recount "
+                            f"{(stats.bytes_in_use, stats.bytes_reserved, slabs)}")

@@ -36,14 +36,22 @@ class PoolStats(msgspec.Struct, frozen=True):
 class PoolCounters(msgspec.Struct, frozen=True):
     """What the pool did since it was built, summed over layers.
 
-    slab_appends / grow_events / bytes_copied: growth (measured by storage in a live pool; modelled by the book in
-    a replay); cow_copies, rows_minted, rows_reused: bookkeeping; gathers, gather_runs_total: reads;
-    fused_decisions / gather_decisions: fused paged-decode decisions by outcome.
+    slab_appends / grow_events: growth events counted by storage in a live pool (modelled by the book in a
+    replay). bytes_copied / cow_bytes_copied: bytes copied by growth / copy-on-write, *measured* from MLX's
+    allocator (pool/copy_meter.py; a replay rebuilds them from the recording's ``copied`` ops, a what-if has
+    none); bytes_copied_model / cow_bytes_copied_model: the bookkeeping's arithmetic beside them (old rows x
+    bytes per row per grow-by-copy; copy-on-write copies x bytes per row). All but ``bytes_copied`` are None where
+    copies were not measured (a recording made before they were, a synthetic session): it is the model there.
+    cow_copies, rows_minted, rows_reused: bookkeeping; gathers, gather_runs_total: reads; fused_decisions /
+    gather_decisions: fused paged-decode decisions by outcome.
     """
 
     slab_appends: int = 0
     grow_events: int = 0
     bytes_copied: int = 0
+    bytes_copied_model: int | None = None  # None (with the next two): copies not measured when recorded
+    cow_bytes_copied: int | None = None
+    cow_bytes_copied_model: int | None = None
     cow_copies: int = 0
     rows_minted: int = 0
     rows_reused: int = 0
@@ -72,3 +80,15 @@ class BookCounters:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class PoolBytes:
+    """The pool's bytes *now*, kept current by the bookkeeping at every row and capacity change, so the memory
+    sampler can read them at any instant (plain ints: another thread reads them without a lock; a read between
+    two updates of one operation is at most that operation stale). Only layers that have storage count (a layer
+    gets storage, and its K+V bytes per row, at its first write), as in :meth:`pool.PagedKVPool.stats`."""
+
+    live: int = 0      # rows of live blocks x K+V bytes per row (= PoolStats.bytes_in_use)
+    reserved: int = 0  # reserved capacity x K+V bytes per row (= PoolStats.bytes_reserved)
+    slabs: int = 0     # slabs (slab design) or 32-block grow chunks (monolithic) of that capacity, over layers

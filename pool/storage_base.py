@@ -13,6 +13,7 @@ from typing import Callable
 import mlx.core as mx
 
 from pool.config import LayerGeometry
+from pool.copy_meter import CopyWindow
 from pool.errors import PoolError
 from pool.gather_runs import contiguous_range, split_runs
 
@@ -92,8 +93,11 @@ class RowStorage:
         self.geometry: list[LayerGeometry | None] = [None] * num_layers
         self.slab_appends = 0
         self.grow_events = 0
-        self.bytes_copied = 0
+        self.bytes_copied = 0      # measured by the allocator during growth (pool/copy_meter.py), not modelled
+        self.cow_bytes_copied = 0  # measured likewise during copy-on-write
         self.after_alloc: Callable[[], None] | None = None  # called after allocations are evaluated (sampling)
+        self._window: CopyWindow | None = None  # open while a growth is measured (checkpointed by _allocated)
+        self._zero_scalars: dict = {}  # one evaluated 0 per dtype: mx.zeros would allocate a scalar per call
         self._unevaluated: list[mx.array] = []  # tensors allocated since the last materialize()
         self._last_reads: tuple[list[int], list[tuple]] | None = None  # gather's memo (see _reads_for)
 
@@ -121,6 +125,9 @@ class RowStorage:
 
     def init_layer(self, layer: int, geometry: LayerGeometry) -> None:
         self.geometry[layer] = geometry
+        dtype = DTYPES[geometry.dtype]
+        if dtype not in self._zero_scalars:  # made here (from host data: already evaluated), outside any window
+            self._zero_scalars[dtype] = mx.array(0, dtype=dtype)
 
     def check_geometry(self, layer: int, geometry: LayerGeometry) -> None:
         """PoolError when a write's geometry differs from the one captured at the layer's first write."""
@@ -138,20 +145,72 @@ class RowStorage:
         return sum(self.capacity_rows(layer) * self.bytes_per_row(layer) for layer in range(self.num_layers))
 
     def _zeros(self, layer: int, rows: int) -> mx.array:
+        """Zero-filled rows (lazy). Filled from a cached zero scalar: ``mx.zeros`` allocates a fresh scalar per
+        call, which the copy meter would rightly charge as bytes allocated beyond the new capacity."""
         geometry = self.geometry[layer]
-        return mx.zeros((rows, *geometry.row_shape(self.block_size)), dtype=DTYPES[geometry.dtype])
+        zero = self._zero_scalars[DTYPES[geometry.dtype]]  # made by init_layer
+        return mx.full((rows, *geometry.row_shape(self.block_size)), zero)
 
-    def materialize(self) -> None:
-        """Start evaluating every tensor allocated since the last call (one ``mx.async_eval``: no host-device
-        sync, so a pipelined prefill keeps the device busy across a growth), then report the allocation
-        (``after_alloc``). Designs that allocate eagerly have nothing pending."""
-        if not self._unevaluated:
+    def tensor_lists(self, layers: list[int]) -> list[list[mx.array]]:
+        """The K list and the V list of each of ``layers`` (what a copy window evaluates and weighs)."""
+        return [tensors for layer in layers for tensors in (self.keys[layer], self.values[layer])]
+
+    def tensors_of(self, layers: list[int]) -> list[mx.array]:
+        """Every K and V tensor the storage holds for ``layers``."""
+        return [t for tensors in self.tensor_lists(layers) for t in tensors]
+
+    # ---- measured growth and copy-on-write -------------------------------------------------------------------
+    def grow(self, capacities: dict[int, int]) -> None:
+        """Bring every layer in ``capacities`` to that many rows (``ensure_rows``; rows already rounded by the
+        bookkeeping) and evaluate the new storage; add what MLX allocated beyond the added capacity to
+        ``bytes_copied`` (pool/copy_meter.py; 0 for a design that copies nothing). Mutates the layers' tensor
+        lists and the growth counters."""
+        if all(self.capacity_rows(layer) >= rows for layer, rows in capacities.items()):
             return
+        layers = list(capacities)
+        self._window = window = CopyWindow(lambda: self.tensor_lists(layers))
+        try:
+            for layer, rows in capacities.items():
+                self.ensure_rows(layer, rows)
+            if not self.materialize():  # (it checkpoints when it evaluates something)
+                window.checkpoint()  # whatever an eager design left lazy (a deferred re-copy) is charged here
+        finally:
+            self._window = None
+            self.bytes_copied += window.copied
+
+    def copy_rows(self, pairs: dict[int, list[tuple[int, int]]]) -> None:
+        """Copy-on-write of ``(src, dst)`` row pairs per layer, evaluated; adds what MLX allocated to
+        ``cow_bytes_copied`` (one row's K and V staged per pair when the destination slab's buffer is donated)."""
+        layers = [layer for layer, layer_pairs in pairs.items() if layer_pairs]
+        if not layers:
+            return
+        # the source index arrays exist before the window opens: the window charges the copies, not their indices
+        sources = {src: mx.array([self._slab_for_row(src)[1]]) for layer in layers for src, _ in pairs[layer]}
+        mx.eval(list(sources.values()))
+        window = CopyWindow(lambda: self.tensor_lists(layers))
+        for layer in layers:
+            for src, dst in pairs[layer]:
+                self.copy_row(layer, src, dst, sources[src])
+        window.checkpoint()
+        self.cow_bytes_copied += window.copied
+
+    def materialize(self) -> bool:
+        """Start evaluating every tensor allocated since the last call (one ``mx.async_eval`` for all layers, not
+        one sync per layer), then report the allocation (``_allocated``: the growth's copy window synchronises
+        there once to read the allocator). Designs that allocate eagerly have nothing pending. Returns whether
+        anything was pending."""
+        if not self._unevaluated:
+            return False
         pending, self._unevaluated = self._unevaluated, []
         mx.async_eval(pending)
         self._allocated()
+        return True
 
     def _allocated(self) -> None:
+        """Allocations were just made: charge them to the open growth window (if any), then let the sampler
+        look (``after_alloc``)."""
+        if self._window is not None:
+            self._window.checkpoint()
         if self.after_alloc is not None:
             self.after_alloc()
 
@@ -219,12 +278,13 @@ class RowStorage:
             span += 1
         return span
 
-    def copy_row(self, layer: int, src: int, dst: int) -> None:
+    def copy_row(self, layer: int, src: int, dst: int, index: mx.array | None = None) -> None:
         """Copy-on-write: row ``src`` (read from its own slab) into row ``dst``. The source is materialised first so
-        the destination slab's update can still donate its buffer when both rows share a slab."""
+        the destination slab's update can still donate its buffer when both rows share a slab. ``index``: the
+        source's row in its slab as a one-element array, if the caller made it already."""
         src_slab, src_local = self._slab_for_row(src)
         dst_slab, dst_local = self._slab_for_row(dst)
-        index = mx.array([src_local])
+        index = mx.array([src_local]) if index is None else index
         for tensors in (self.keys[layer], self.values[layer]):
             block = mx.take(tensors[src_slab], index, axis=0)
             mx.eval(block)

@@ -1,7 +1,8 @@
 """Slab storage: per layer, a list of fixed-size K and V slab tensors ``[slab_blocks, block_size, H, D]``.
 
 Growth appends zero-filled slabs and never copies or frees one, so MLX's allocator high-water mark is exactly the
-live capacity and no ladder of ever-larger freed buffers accumulates in its cache. ``bytes_copied`` stays 0.
+live capacity and no ladder of ever-larger freed buffers accumulates in its cache. ``bytes_copied`` is measured
+from the allocator (``pool/copy_meter.py``) like every design's, and reads 0 because nothing is copied.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class SlabStorage(RowStorage):
         """Append every slab needed so rows [0, rows) exist: zero-filled, not yet evaluated. The pool calls
         :meth:`materialize` once its operation has presized every layer: one asynchronous evaluation for all
         layers per growth (an ``mx.eval`` per layer made the host wait for the device 28 times per growth,
-        stalling a pipelined GPU prefill)."""
+        stalling a pipelined GPU prefill; :meth:`grow` then synchronises once to measure the growth)."""
         missing = -(-rows // self.slab_blocks) - len(self.keys[layer])
         if missing <= 0:
             return

@@ -35,6 +35,7 @@ SAMPLE_FIELDS = Sample.__struct_fields__
 _SAMPLE_DEFAULTS = {f.name: f.default for f in msgspec.structs.fields(Sample)}  # read once: fields() is slow
 # t/step/tokens have defaults on the wire (the probes stamp them) but every recorded sample has them
 _REQUIRED_SAMPLE_FIELDS = {f.name for f in msgspec.structs.fields(Sample) if f.required} | {"t", "step", "tokens"}
+_NOT_NONE_SAMPLE_FIELDS = [name for name in SAMPLE_FIELDS if _SAMPLE_DEFAULTS[name] is not None]
 
 
 class Meta(msgspec.Struct, frozen=True):
@@ -48,9 +49,10 @@ class Meta(msgspec.Struct, frozen=True):
 
 
 class SampleBlock(msgspec.Struct, frozen=True):
-    """Samples as columns (``columns[field][i]`` of sample i): compact and what the read model stores."""
+    """Samples as columns (``columns[field][i]`` of sample i): compact and what the read model stores. None only
+    in a column whose field may be unrecorded (a ``Sample`` field that defaults to None)."""
 
-    columns: dict[str, list[Union[int, float]]]
+    columns: dict[str, list[Union[int, float, None]]]
 
 
 class OpsRecord(msgspec.Struct, frozen=True):
@@ -175,6 +177,8 @@ def _complete_columns(columns: dict[str, list]) -> dict[str, list]:
     rows = len(columns["t"])
     if any(len(columns[name]) != rows for name in present):
         raise ValueError("sample columns of different lengths")
+    if any(None in columns[name] for name in _NOT_NONE_SAMPLE_FIELDS if name in columns):
+        raise ValueError("a sample figure that is always recorded is null")
     if not all(math.isfinite(t) for t in columns["t"]):
         raise ValueError("a sample time is not finite")
     return {name: columns[name] if name in columns else [_SAMPLE_DEFAULTS[name]] * rows for name in SAMPLE_FIELDS}

@@ -159,6 +159,7 @@ class Sample(Event, tag="sample"):
     other_active: int
     rss_other: int
     cost_us: float
+    pool_slabs: int | None = None  # slabs (monolithic: 32-block chunks) over layers; None: not recorded (older)
 
 
 class OpBatch(Event, tag="op"):

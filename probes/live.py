@@ -71,7 +71,6 @@ class WorkerProbes:
         self._keyframe_ops = 0
         self._keyframe_t: float | None = None
         self.keyframe_max_ops = 20000
-        self._last_stats: tuple[int, int] | None = None
         self._reported_drops = 0
         self.record_error: str | None = None
         self.stopped = False
@@ -84,6 +83,7 @@ class WorkerProbes:
         pool.add_op_listener(self._on_op)
         self.meta["geometry"] = msgspec.to_builtins(pool.config.geometry())
         if self.sampler is not None:  # already started; otherwise start() takes it
+            self.sampler.attach_pool(pool)
             self._take_snapshot()
 
     def start(self) -> None:
@@ -101,6 +101,7 @@ class WorkerProbes:
         self.sender.send([MetaUpdate(t=self._t_start, meta=full_meta)])
         self.sampler = sampler
         if self._pool is not None:
+            sampler.attach_pool(self._pool)  # every sample reads the pool's byte counters, not the last snapshot
             self._take_snapshot()
         self._push(self.sampler.sample(self.step, self.tokens))
         self._thread = threading.Thread(target=self._run, name="slabscope-probes", daemon=True)
@@ -150,9 +151,6 @@ class WorkerProbes:
         snap = self._pool.snapshot()
         now = time.monotonic()
         self._next_snapshot = now + (1.0 / self.snapshot_hz if self.snapshot_hz > 0 else float("inf"))
-        self._last_stats = (snap.stats.bytes_in_use, snap.stats.bytes_reserved)
-        if self.sampler is not None:
-            self.sampler.pool_bytes = self._last_stats
         book = None
         if (self._keyframe_t is None or now - self._keyframe_t >= self.keyframe_interval_s
                 or self._num_ops - self._keyframe_ops >= self.keyframe_max_ops):

@@ -1,31 +1,58 @@
 """Rebuilding the full pool snapshot at any instant: nearest keyframe at or before ``t`` + the op log (mlx-free).
 
-Topology (rows, owners, refcounts, capacity, chunk counts, free-row figures, stats, growth counters) is exact at
-``t``: the keyframe's bookkeeping state is restored (``BlockBook.from_state``) and the recorded sequence-level ops
-up to ``t`` are re-executed (``pool.apply_op``); ``pool.build_snapshot`` then builds the snapshot from that book.
-What the bookkeeping cannot know (gather-run histograms, gather counts, fused-decode decisions) comes from the
-latest recorded snapshot at or before ``t`` (at most 1/snapshot_hz old). Seeking backward restores an earlier
-keyframe; the cost is bounded by the ops between two keyframes.
+Topology (rows, owners, refcounts, capacity, chunk counts, free-row figures, stats, growth counters) and the
+measured copy counters are exact at ``t``: the keyframe's bookkeeping state is restored (``BlockBook.from_state``),
+the recorded sequence-level ops up to ``t`` are re-executed (``pool.apply_op``) and the recorded ``copied`` ops
+(``pool.Copied``: what storage measured) are added to the keyframe's measured counters; ``pool.build_snapshot``
+then builds the snapshot from that book. What the bookkeeping cannot know (gather-run histograms, gather counts,
+fused-decode decisions) comes from the latest recorded snapshot at or before ``t`` (at most 1/snapshot_hz old).
+Seeking backward restores an earlier keyframe; the cost is bounded by the ops between two keyframes.
 """
 
 from __future__ import annotations
 
 import bisect
+from dataclasses import replace
+from typing import NamedTuple
 
 import msgspec
 
-from pool import BlockBook, FusedDecision, ObservedFigures, PoolCounters, PoolError, PoolSnapshot, apply_op, \
-    build_snapshot
+from pool import BlockBook, Copied, FusedDecision, ObservedFigures, PoolCounters, PoolError, PoolSnapshot, \
+    apply_op, build_snapshot
 from probes.errors import RecordingError
 
-GROWTH_COUNTERS = ("slab_appends", "grow_events", "bytes_copied")
+
+class MeasuredCopies(NamedTuple):
+    """Bytes storage measured copying since the keyframe (the sum of the ``copied`` ops replayed)."""
+
+    growth: int = 0
+    cow: int = 0
+
+    def add(self, op: Copied) -> "MeasuredCopies":
+        return MeasuredCopies(self.growth + op.bytes, self.cow + op.cow_bytes)
 
 
-def observed_from(book, recorded: PoolSnapshot, growth_base: PoolCounters, book_growth_base: dict) -> ObservedFigures:
-    """What the rebuilt snapshot takes beyond the replayed book: stats modelled by the book (exact at t), growth
-    counters as the keyframe's measured figures plus the book's modelled growth since, the bookkeeping's own
-    counters, and the recorded gather histograms, gather counts and fused decisions (as of ``recorded``)."""
-    growth = {k: getattr(growth_base, k) + getattr(book.counters, k) - book_growth_base[k] for k in GROWTH_COUNTERS}
+def growth_counters(book, base: PoolCounters, book_base, copied: MeasuredCopies) -> dict:
+    """Growth and copy counters at the replayed instant: the keyframe's figures (``base``) plus what happened since
+    (the book's modelled growth beyond ``book_base``, its counters at the keyframe; the measured ``copied``).
+    A recording made before copies were measured (``base.bytes_copied_model`` None) stored the model as
+    ``bytes_copied``, so there it follows the book's model and the measured fields stay unrecorded (None)."""
+    c = book.counters
+    figures = {"slab_appends": base.slab_appends + c.slab_appends - book_base.slab_appends,
+               "grow_events": base.grow_events + c.grow_events - book_base.grow_events}
+    modelled = c.bytes_copied - book_base.bytes_copied
+    if base.bytes_copied_model is None:
+        return dict(figures, bytes_copied=base.bytes_copied + modelled)
+    return dict(figures, bytes_copied=base.bytes_copied + copied.growth,
+                bytes_copied_model=base.bytes_copied_model + modelled,
+                cow_bytes_copied=(base.cow_bytes_copied or 0) + copied.cow,
+                cow_bytes_copied_model=c.cow_copies * book.bytes_per_row)
+
+
+def observed_from(book, recorded: PoolSnapshot, growth: dict) -> ObservedFigures:
+    """What the rebuilt snapshot takes beyond the replayed book: stats modelled by the book (exact at t), the
+    ``growth`` counters (:func:`growth_counters`), the bookkeeping's own counters, and the recorded gather
+    histograms, gather counts and fused decisions (as of ``recorded``)."""
     counters = msgspec.structs.replace(recorded.counters, cow_copies=book.counters.cow_copies,
                                        rows_minted=book.counters.rows_minted, rows_reused=book.counters.rows_reused,
                                        **growth)
@@ -37,8 +64,9 @@ def observed_from(book, recorded: PoolSnapshot, growth_base: PoolCounters, book_
 
 
 def modelled_observed(book) -> ObservedFigures:
-    """Figures for a book that never ran on storage (synthetic sessions): everything the book models, no gathers
-    and no fused decisions."""
+    """Figures for a book that never ran on storage (synthetic sessions): everything the book models, no gathers,
+    no fused decisions and no measured copies (``bytes_copied`` is the model, as in a recording made before copies
+    were measured)."""
     c = book.counters
     counters = PoolCounters(slab_appends=c.slab_appends, grow_events=c.grow_events, bytes_copied=c.bytes_copied,
                             cow_copies=c.cow_copies, rows_minted=c.rows_minted, rows_reused=c.rows_reused)
@@ -64,17 +92,23 @@ class SnapshotRebuilder:
             return keyframe.snapshot  # a keyframe without bookkeeping state: the best exact answer is itself
         book = BlockBook.from_state(keyframe.book_state)
         handles = book.handle_map()
-        book_growth_base = {k: getattr(book.counters, k) for k in GROWTH_COUNTERS}
+        book_base = replace(book.counters)
+        copied = MeasuredCopies()
         recorded = model.summary_at(t)
         # A snapshot taken exactly at t decides ties: ops stamped at the same instant came after it.
         limit = recorded.op_index if recorded is not None and recorded.t == t else None
         for entry in model.ops_range(keyframe.op_index, t):
             if limit is not None and entry.i >= limit:
                 break
-            try:
-                apply_op(book, entry.op, handles)
-            except PoolError as exc:
-                raise RecordingError(model.source, f"op {entry.i} ({entry.op.name}) does not replay on the keyframe "
-                                                   f"at {keyframe.t:.3f} s: {exc}") from None
+            match entry.op:
+                case Copied() as op:
+                    copied = copied.add(op)
+                case op:
+                    try:
+                        apply_op(book, op, handles)
+                    except PoolError as exc:
+                        raise RecordingError(model.source, f"op {entry.i} ({op.name}) does not replay on the "
+                                                           f"keyframe at {keyframe.t:.3f} s: {exc}") from None
         recorded_snap = recorded.snapshot if recorded is not None and recorded.t >= keyframe.t else keyframe.snapshot
-        return build_snapshot(book, observed_from(book, recorded_snap, keyframe.snapshot.counters, book_growth_base))
+        growth = growth_counters(book, keyframe.snapshot.counters, book_base, copied)
+        return build_snapshot(book, observed_from(book, recorded_snap, growth))

@@ -5,14 +5,18 @@ One sample is a ``probes.events.Sample`` record. Memory figures are bytes:
     active        MLX active memory (mx.get_active_memory)
     cache         MLX buffer cache (mx.get_cache_memory): freed buffers MLX keeps; part of the real footprint
     footprint     active + cache, the figure we report (MLX's own peak counter misses the cache)
-    peak          MLX peak *active* memory, max since start (mx.get_peak_memory); labelled as such in the UI
+    peak          MLX peak *active* memory, max since start (pool.copy_meter.peak_memory: MLX's counter,
+                  corrected for the resets the pool's copy meter makes); labelled as such in the UI
     footprint_max max of sampled footprint since start ("max since start"; windows are computed by readers)
     rss, rss_max  process resident set size (psutil), and its sampled max since start
     sys_available system available memory (psutil)
 Accounting (signed: a negative remainder is shown, never clamped, because it means memory was counted twice or
 is not resident):
     weights       model weight bytes (given by the workload)
-    pool_live     pool bytes_in_use, pool_free = bytes_reserved - bytes_in_use (as of the latest pool snapshot)
+    pool_live     pool bytes in use now, pool_free = bytes reserved - bytes in use, pool_slabs = slabs (monolithic:
+                  32-block chunks) over layers: the counters the pool keeps current at every row change
+                  (PagedKVPool.live_bytes / reserved_bytes / slab_count), read at this sample, not at the last
+                  snapshot (0 without a pool: the dense backend)
     other_active  active - weights - pool reserved bytes (activations, logits, temporaries)
     rss_other     rss - (active + cache): RSS not explained by MLX (interpreter, libraries, tokenizer, ...) on
                   unified memory (CPU, Metal); on a discrete CUDA GPU MLX's memory is device memory outside RSS, so
@@ -67,17 +71,20 @@ class _Rss:
 class MemorySampler:
     """Reads MLX and process memory; owns the running maxima since start. Not thread-safe: one thread samples.
 
-    ``pool_bytes`` is a ``(bytes_in_use, bytes_reserved)`` pair updated by the workload thread (a tuple swap is
-    atomic under the GIL, so no lock is needed).
+    ``pool``: the attached pool (:meth:`attach_pool`), whose byte counters every sample reads. They are plain ints
+    the workload thread keeps current; reading them from the probe thread needs no lock (a read inside a pool
+    operation may see it half done: at most one step stale).
     """
 
     def __init__(self, weight_bytes: int = 0) -> None:
         import mlx.core as mx
         import psutil
 
+        from pool.copy_meter import peak_memory
         from probes.meta import device_memory_model
 
         self._mx = mx
+        self._peak_memory = peak_memory
         self._psutil = psutil
         self._proc = psutil.Process()
         self._rss = _Rss(self._proc)
@@ -85,11 +92,21 @@ class MemorySampler:
         self._available_due = 0.0  # monotonic time of the next system-memory read
         self.weight_bytes = int(weight_bytes)
         self.discrete = device_memory_model() == "discrete"
-        self.pool_bytes: tuple[int, int] = (0, 0)
+        self.pool = None
         self.footprint_max = 0
         self.rss_max = 0
         self.num_samples = 0
         self.total_cost_s = 0.0
+
+    def attach_pool(self, pool) -> None:
+        """Read ``pool``'s byte counters (live_bytes, reserved_bytes, slab_count) in every sample from now on."""
+        self.pool = pool
+
+    def _pool_bytes(self) -> tuple[int, int, int]:
+        pool = self.pool
+        if pool is None:
+            return 0, 0, 0
+        return pool.live_bytes(), pool.reserved_bytes(), pool.slab_count()
 
     def sample(self, step: int, tokens: int) -> Sample:
         """Take one sample now; updates the running maxima and cost totals."""
@@ -97,7 +114,7 @@ class MemorySampler:
         mx = self._mx
         active = mx.get_active_memory()
         cache = mx.get_cache_memory()
-        peak = mx.get_peak_memory()
+        peak = self._peak_memory()
         rss = self._rss()
         t = time.monotonic()
         if t >= self._available_due:
@@ -107,7 +124,7 @@ class MemorySampler:
         footprint = active + cache
         self.footprint_max = max(self.footprint_max, footprint)
         self.rss_max = max(self.rss_max, rss)
-        in_use, reserved = self.pool_bytes
+        in_use, reserved, slabs = self._pool_bytes()
         cost = time.perf_counter() - start
         self.num_samples += 1
         self.total_cost_s += cost
@@ -116,7 +133,7 @@ class MemorySampler:
             footprint_max=self.footprint_max, rss=rss, rss_max=self.rss_max, sys_available=available,
             weights=self.weight_bytes, pool_live=in_use, pool_free=reserved - in_use,
             other_active=active - self.weight_bytes - reserved, rss_other=rss if self.discrete else rss - footprint,
-            cost_us=round(cost * 1e6, 1))
+            cost_us=round(cost * 1e6, 1), pool_slabs=slabs)
 
 
 class AccountingPart(NamedTuple):

@@ -2,8 +2,11 @@
 
 Each design runs in its own fresh Python process (MLX's memory counters are per process), prefilling N distinct
 sequences of T tokens that all stay live, so every prefill extends the pool. Reported per design: growth events
-(slab appends / grow-by-copy events, summed over layers), bytes copied by growth, live KV bytes, max(active+cache)
-sampled in-process, MLX's peak counter (active only) and wall time.
+(slab appends / grow-by-copy events, summed over layers), bytes copied by growth *measured* from MLX's allocator
+(``bytes_copied``, pool/copy_meter.py) beside the bookkeeping's *model* (``bytes_copied_model``), live KV bytes,
+max(active+cache) sampled in-process, MLX's peak counter (active only) and wall time. After the prefills, every
+sequence is gathered once per layer, each gather measured the same way (``gather_bytes_copied``) beside the
+bytes it returns (``gather_bytes_copied_model``: the one copy the design intends).
 
 Sampling: a thread reads ``mx.get_active_memory() + mx.get_cache_memory()`` about every millisecond, and the pool
 takes one extra sample after every layer's storage allocation and after every layer's write; the thread's cost is
@@ -24,8 +27,8 @@ from pathlib import Path
 from app.commands.arg_types import positive_int
 
 DESIGN_NAMES = ("slab", "monolithic")
-REQUIRED_KEYS = ("growth_events", "bytes_copied", "live_bytes", "max_active_plus_cache_bytes", "mx_peak_bytes",
-                 "wall_s")
+REQUIRED_KEYS = ("growth_events", "bytes_copied", "bytes_copied_model", "live_bytes", "max_active_plus_cache_bytes",
+                 "mx_peak_bytes", "wall_s", "gather_bytes_copied", "gather_bytes_copied_model")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -62,7 +65,10 @@ def main(args: argparse.Namespace) -> int:
             print(str(exc), file=sys.stderr)
             return 1
     print(json.dumps(results, indent=2) if args.json else format_table(args, results))
-    return 0
+    broken = {design: r["integrity"] for design, r in results.items() if r["integrity"] != "ok"}
+    for design, problem in broken.items():
+        print(f"bench growth: {design}: {problem}", file=sys.stderr)
+    return 1 if broken else 0
 
 
 def _spawn(args: argparse.Namespace, design: str) -> dict:
@@ -128,6 +134,7 @@ def run_design(args: argparse.Namespace, design: str) -> dict:
     import mlx.core as mx
 
     from pool import PagedKVPool, PoolConfig
+    from pool.copy_meter import peak_memory, reset_peak_memory
     from pool.storage_base import DTYPES
 
     pool = PagedKVPool(PoolConfig(num_layers=args.layers, block_size=args.block_size,
@@ -136,7 +143,7 @@ def run_design(args: argparse.Namespace, design: str) -> dict:
     keys = mx.random.normal(shape).astype(DTYPES[args.dtype])
     values = mx.random.normal(shape).astype(DTYPES[args.dtype])
     mx.eval(keys, values)
-    mx.reset_peak_memory()
+    reset_peak_memory()
     baseline = mx.get_active_memory() + mx.get_cache_memory()
     sampler = _FootprintSampler(mx, args.sample_hz)
     sample_cost_us = _sample_cost_us(sampler)
@@ -146,15 +153,20 @@ def run_design(args: argparse.Namespace, design: str) -> dict:
         for seq in range(args.prefills):
             _prefill(mx, pool, seq, keys, values, sampler)
     wall = time.perf_counter() - start
+    mx_peak = peak_memory()  # before the gathers: the growth phase's peak
     stats, counters = pool.stats(), pool.counters()
-    pool.check_integrity()
+    gathered, gathered_model = _measure_gathers(pool)
     return {
+        "integrity": _integrity(pool),
         "growth_events": counters.slab_appends if design == "slab" else counters.grow_events,
         "bytes_copied": counters.bytes_copied,
+        "bytes_copied_model": counters.bytes_copied_model,
         "live_bytes": stats.bytes_in_use,
         "max_active_plus_cache_bytes": sampler.max_footprint,
-        "mx_peak_bytes": mx.get_peak_memory(),
+        "mx_peak_bytes": mx_peak,
         "wall_s": round(wall, 4),
+        "gather_bytes_copied": gathered,
+        "gather_bytes_copied_model": gathered_model,
         "bytes_reserved": stats.bytes_reserved,
         "baseline_bytes": baseline,
         "max_rss_bytes": sampler.max_rss,
@@ -171,6 +183,34 @@ def _sample_cost_us(sampler: _FootprintSampler, count: int = 2000) -> float:
         sampler.sample()
     sampler.count = 0
     return round((time.perf_counter() - start) / count * 1e6, 3)
+
+
+def _integrity(pool) -> str:
+    """"ok", or the broken invariant (a slab design that copied, say): reported beside the figures, not raised, so
+    the figures that show the fault are still printed."""
+    from pool import PoolError
+
+    try:
+        pool.check_integrity()
+    except PoolError as exc:
+        return str(exc)
+    return "ok"
+
+
+def _measure_gathers(pool) -> tuple[int, int]:
+    """Gather every live sequence once per layer, each measured from the allocator (pool/copy_meter.py); returns
+    (bytes allocated, bytes returned: K and V [H, tokens, D], the model of one intended copy)."""
+    from pool.copy_meter import allocated_during
+
+    measured = model = 0
+    for seq in pool.sequence_ids():
+        for layer in range(pool.config.num_layers):
+            view = pool.layer_view(layer)
+            got, allocated = allocated_during(lambda: list(pool.gather_visible(layer, seq)[:2]),
+                                              [*view.keys, *view.values])
+            measured += allocated
+            model += sum(array.nbytes for array in got)
+    return measured, model
 
 
 def _prefill(mx, pool, seq: int, keys, values, sampler) -> None:
@@ -194,16 +234,22 @@ def format_table(args: argparse.Namespace, results: dict) -> str:
     head = (f"bench growth: {args.prefills} x {args.tokens}-token prefills, {args.layers} layers, "
             f"{args.kv_heads} KV heads x {args.head_dim}, {args.dtype}, block {args.block_size}, "
             f"slab {args.slab_blocks} blocks")
-    lines = [head, f"{'design':<11}{'growth':>8}{'copied MiB':>12}{'live MiB':>10}{'max(act+cache)':>16}"
-                   f"{'x live':>8}{'mx peak MiB':>13}{'x live':>8}{'wall s':>8}"]
+    lines = [head, f"{'design':<11}{'growth':>8}{'copied MiB':>12}{'(model)':>9}{'live MiB':>10}"
+                   f"{'max(act+cache)':>16}{'x live':>8}{'mx peak MiB':>13}{'x live':>8}{'wall s':>8}"
+                   f"{'gather MiB':>12}{'(model)':>9}"]
     for design, r in results.items():
         live = r["live_bytes"] or 1
         footprint, peak = r["max_active_plus_cache_bytes"], r["mx_peak_bytes"]
         lines.append(f"{design:<11}{r['growth_events']:>8}{r['bytes_copied'] / mib:>12.1f}"
+                     f"{r['bytes_copied_model'] / mib:>9.1f}"
                      f"{r['live_bytes'] / mib:>10.1f}{footprint / mib:>16.1f}{footprint / live:>8.2f}"
-                     f"{peak / mib:>13.1f}{peak / live:>8.2f}{r['wall_s']:>8.2f}")
+                     f"{peak / mib:>13.1f}{peak / live:>8.2f}{r['wall_s']:>8.2f}"
+                     f"{r['gather_bytes_copied'] / mib:>12.1f}{r['gather_bytes_copied_model'] / mib:>9.1f}")
     first = next(iter(results.values()), {})
     cost_us = first.get("sample_cost_us", 0)
+    lines.append("copied = bytes MLX allocated during growth beyond the capacity added (measured; '(model)': "
+                 "the bookkeeping's arithmetic); gather = bytes allocated by one gather of every sequence in every "
+                 "layer (measured; '(model)': the K/V bytes returned)")
     lines.append("growth = slab appends (slab) or grow-by-copy events (monolithic), summed over layers; "
                  f"max(act+cache) sampled at {args.sample_hz:g} Hz plus after every layer allocation/write "
                  f"({first.get('samples', 0)} samples at {cost_us:.1f} us each: "

@@ -192,7 +192,8 @@ def print_summary(summary: dict, meta: dict, out) -> None:
         c, s = pool["counters"], pool["stats"]
         w(f"pool: slabs in layer 0 {pool['num_slabs'][0] if pool['num_slabs'] else 0}, rows minted "
           f"{c['rows_minted']}, reused {c['rows_reused']}, slab appends {c['slab_appends']}, grow events "
-          f"{c['grow_events']}, bytes copied {c['bytes_copied'] / MIB:.1f} MiB, reserved "
+          f"{c['grow_events']}, bytes copied {c['bytes_copied'] / MIB:.1f} MiB measured "
+          f"({(c.get('bytes_copied_model') or 0) / MIB:.1f} MiB model), reserved "
           f"{s['bytes_reserved'] / MIB:.1f} MiB, copy-on-write block copies {c['cow_copies']}; at end: "
           f"{s['live_blocks']} live blocks, {s['num_sequences']} sequences, {s['num_handles']} prefix handles")
     fused = summary.get("fused_decode")

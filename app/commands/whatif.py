@@ -26,7 +26,7 @@ ROWS = (("slabs per layer (max)", "max_slabs_per_layer", "d"), ("slabs per layer
         ("in use MiB (peak)", "peak_bytes_in_use", "mib"), ("fragmentation (max)", "max_fragmentation", ".3f"),
         ("fragmentation (mean)", "mean_fragmentation", ".3f"), ("gather runs (mean)", "mean_gather_runs", ".2f"),
         ("gather runs (max)", "max_gather_runs", "d"), ("slab appends", "slab_appends", "d"),
-        ("grow events", "grow_events", "d"), ("bytes copied MiB", "bytes_copied", "mib"))
+        ("grow events", "grow_events", "d"), ("bytes copied MiB (model)", "bytes_copied_model", "mib"))
 
 
 def _cell(value, spec: str) -> str:

@@ -17,7 +17,10 @@ class FootprintTracker:
     def __init__(self):
         import mlx.core as mx
 
+        from pool.copy_meter import peak_memory
+
         self._mx = mx
+        self._peak_memory = peak_memory  # MLX's peak, corrected for the resets of the pool's copy meter
         self._proc = psutil.Process()
         self.max_active = self.max_cache = self.max_footprint = self.max_rss = 0
         self.samples = 0
@@ -36,6 +39,6 @@ class FootprintTracker:
 
     def summary(self) -> dict:
         return {"max_footprint_bytes": self.max_footprint, "max_active_bytes": self.max_active,
-                "max_cache_bytes": self.max_cache, "mlx_peak_bytes": self._mx.get_peak_memory(),
+                "max_cache_bytes": self.max_cache, "mlx_peak_bytes": self._peak_memory(),
                 "max_rss_bytes": self.max_rss, "samples": self.samples,
                 "how": "max(active+cache) and RSS sampled in-process at every step boundary"}

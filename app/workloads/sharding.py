@@ -63,6 +63,8 @@ def _settle(model) -> None:
     cache and its peak counter would remember the whole model; neither belongs to the rank's footprint."""
     import mlx.core as mx
 
+    from pool.copy_meter import reset_peak_memory
+
     mx.eval(model.parameters())
     mx.clear_cache()
-    mx.reset_peak_memory()
+    reset_peak_memory()  # MLX's counter and the copy meter's corrected peak (pool/copy_meter.py) together

@@ -24,3 +24,30 @@ def full_state(pool) -> dict:
                          [pool.block_ids(layer, s) for layer in range(pool.config.num_layers)])
                      for s in pool.sequence_ids()},
             "handles": sorted(pool.book.handles)}
+
+
+def recopying_slab_storage_class():
+    """A broken slab design: the regression the copy meter exists to catch. Every growth appends slabs correctly
+    but also (lazily) re-copies every existing slab of the layer into a fresh buffer, so its bookkeeping, capacity
+    and gathers all stay right and only the allocator sees the copies."""
+    import mlx.core as mx
+
+    from pool.storage_slab import SlabStorage
+
+    class RecopyingSlabStorage(SlabStorage):
+        def ensure_rows(self, layer: int, rows: int) -> None:
+            existing = len(self.keys[layer])
+            super().ensure_rows(layer, rows)
+            if len(self.keys[layer]) > existing:
+                for tensors in (self.keys[layer], self.values[layer]):
+                    tensors[:existing] = [mx.concatenate([t, t[:0]]) for t in tensors[:existing]]
+
+    return RecopyingSlabStorage
+
+
+def use_storage(monkeypatch, storage_class) -> None:
+    """Every PagedKVPool built from now on (this test) uses ``storage_class`` whatever its design."""
+    import pool.pool as pool_module
+
+    monkeypatch.setattr(pool_module, "_make_storage",
+                        lambda config: storage_class(config.num_layers, config.block_size, config.slab_blocks))

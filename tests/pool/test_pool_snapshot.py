@@ -6,13 +6,14 @@ import msgspec
 from pool_helpers import make_kv
 
 from pool import AnyOp, Owner, PoolSnapshot, PoolStats, RowState, row_state
-from pool.ops import CopyOnWrite, RowMint, RowsFreed, SlabAppend, StorageInit
+from pool.ops import Copied, CopyOnWrite, RowMint, RowsFreed, SlabAppend, StorageInit
 
 TOP_KEYS = ("design", "block_size", "slab_blocks", "num_layers", "dtype", "n_kv_heads", "head_dim", "bytes_per_row",
             "stats", "counters", "layers", "seq_rows")
 STATS_KEYS = ("allocated_blocks", "live_blocks", "free_blocks", "bytes_reserved", "bytes_in_use", "num_sequences",
               "num_handles")
-COUNTER_KEYS = ("slab_appends", "grow_events", "bytes_copied", "cow_copies", "rows_minted", "rows_reused",
+COUNTER_KEYS = ("slab_appends", "grow_events", "bytes_copied", "bytes_copied_model", "cow_bytes_copied",
+                "cow_bytes_copied_model", "cow_copies", "rows_minted", "rows_reused",
                 "gathers", "gather_runs_total", "fused_decisions", "gather_decisions")
 LAYER_KEYS = ("num_chunks", "capacity_rows", "free_rows", "holes", "largest_free_run", "fragmentation",
               "gather_runs_hist", "fused", "row_owner", "row_refcount")
@@ -90,12 +91,15 @@ def test_op_listener_emits_contract_ops(tiny_pool):
     pool.release(0)
     names = [op.name for op in ops]
     assert names == ["add_sequence", "row_mint", "slab_append", "prepare_write", "storage_init", "clone", "cow",
-                     "row_mint", "prepare_write", "rows_freed", "release"]
+                     "row_mint", "prepare_write", "copied", "rows_freed", "release"]
     assert ops[1] == RowMint(layer_count=2, rows=[0, 1, 2], minted=6, reused=0)
     assert ops[2] == SlabAppend(layers=2, count=4, bytes=0)  # geometry unknown before 1st write
     assert ops[4] == StorageInit(dtype="float32", n_kv_heads=2, head_dim=4, bytes_per_row=256)
     assert ops[6] == CopyOnWrite(seq=1, logical_block=2, num_layers=2)
-    assert ops[9] == RowsFreed(rows=[2], count=2)
+    # measured by the allocator: one row's K and V staged per layer (2 layers x 256 bytes)
+    assert ops[9] == Copied(bytes=0, cow_bytes=2 * 256)
+    assert ops[10] == RowsFreed(rows=[2], count=2)
     encoded = msgspec.json.encode(ops)
     assert encoded.startswith(b'[{"op":"add_sequence","seq":0}')  # the op log's wire shape (docs/contracts.md)
+    assert b'{"op":"copied","bytes":0,"cow_bytes":512}' in encoded
     assert msgspec.json.decode(encoded, type=list[AnyOp]) == ops

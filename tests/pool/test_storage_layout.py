@@ -172,27 +172,42 @@ def test_monolithic_allocates_eagerly_and_leaves_nothing_pending(eval_calls):
     assert len(eval_calls) == 2 and reports == [32, 32]
 
 
-def test_pool_growth_evaluates_every_layers_slabs_in_one_eval(eval_calls):
+def growth_evals(calls) -> list[tuple]:
+    """The evaluations of one measured growth, in order: ("sync", tensors the copy meter settled) for its two
+    synchronisations (window open, checkpoint), ("new", tensors) for the one asynchronous evaluation of the new
+    slabs."""
+    return [("new" if asynchronous else "sync", len(args[0])) for asynchronous, args in calls]
+
+
+def test_pool_growth_evaluates_every_layers_slabs_in_one_eval(monkeypatch):
     pool = PagedKVPool(PoolConfig(num_layers=3, block_size=2, slab_blocks=2))
+    kinds = []
+    real_eval, real_async = mx.eval, mx.async_eval
+    monkeypatch.setattr(mx, "eval", lambda *a: kinds.append((False, a)) or real_eval(*a))
+    monkeypatch.setattr(mx, "async_eval", lambda *a: kinds.append((True, a)) or real_async(*a))
     reports = []
     pool.storage.after_alloc = lambda: reports.append(pool.storage.slab_appends)
     keys, values = make_kv(9, seed=6)
     pool.add_sequence(0)
     pool.prepare_write(0, 0, 4)  # rows 0, 1: one slab per layer, no storage yet
-    assert eval_calls == [] and reports == []
+    assert kinds == [] and reports == []
     for layer in range(3):
         pool.write(layer, 0, 0, keys[:4], values[:4])  # each layer's first write: its slab, evaluated there
-    assert reports == [1, 2, 3] and [len(call[0]) for call in eval_calls] == [2, 2, 2]
-    del eval_calls[:]
+    assert reports == [1, 2, 3]
+    # per first write (nothing to settle before: the layer has no storage yet): the K/V slab pair, then settled
+    assert growth_evals(kinds) == [("new", 2), ("sync", 2)] * 3
+    del kinds[:]
     pool.prepare_write(0, 4, 3)  # rows 2, 3: a second slab in every layer
-    assert reports == [1, 2, 3, 6] and [len(call[0]) for call in eval_calls] == [6]
-    assert pool.storage._unevaluated == []
+    assert reports == [1, 2, 3, 6] and pool.storage._unevaluated == []
+    # one evaluation of all six new slabs, between the meter's two synchronisations of all 3 layers' storage
+    assert growth_evals(kinds) == [("sync", 6), ("new", 6), ("sync", 12)]
     pool.prepare_write(0, 7, 1)  # inside block 3: nothing allocated
-    assert reports == [1, 2, 3, 6] and len(eval_calls) == 1
+    assert reports == [1, 2, 3, 6] and len(kinds) == 3
     contents = BlockContents(0, keys[:2], values[:2])
-    del eval_calls[:]
+    del kinds[:]
     pool.restore_block(0, contents)  # row 4: a third slab in layer 0 only
-    assert reports == [1, 2, 3, 6, 7] and [len(call[0]) for call in eval_calls] == [2]
+    assert reports == [1, 2, 3, 6, 7] and growth_evals(kinds) == [("sync", 4), ("new", 2), ("sync", 6)]
+    assert pool.counters().bytes_copied == 0
     for layer in range(3):
         pool.write(layer, 0, 4, keys[4:8], values[4:8])
         assert mx.array_equal(pool.gather_visible(layer, 0).keys, gather_ref([keys[:8]]))

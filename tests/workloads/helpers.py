@@ -54,3 +54,28 @@ def assert_same_logits(a: list, b: list, label: str) -> None:
         if not mx.array_equal(la, lb):
             diff = mx.abs(la - lb).max().item()
             raise AssertionError(f"{label}: logits differ at decode step {step} (max abs diff {diff})")
+
+
+class CacheSpy:
+    """Wraps a model (and its trunk, ``model.model``, which prefill runs alone): records the type of every cache
+    object the engine hands it in ``seen``, then calls through. Everything else is the wrapped model's."""
+
+    def __init__(self, model, seen: set) -> None:
+        self._model = model
+        self.seen = seen
+        trunk = getattr(model, "model", None)
+        self.model = CacheSpy(trunk, seen) if trunk is not None else None
+
+    def __call__(self, inputs, cache=None, **kwargs):
+        self.seen.update(type(c) for c in cache or ())
+        return self._model(inputs, cache=cache, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+
+def spied(loaded, seen: set):
+    """``loaded`` with its model wrapped in a :class:`CacheSpy` recording into ``seen``."""
+    import dataclasses
+
+    return dataclasses.replace(loaded, model=CacheSpy(loaded.model, seen))

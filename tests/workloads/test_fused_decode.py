@@ -23,7 +23,8 @@ POOL = dict(block_size=4, slab_blocks=2, prefill_chunk=16, prefix_cache=False)
 
 @pytest.fixture
 def fake_metal(monkeypatch):
-    """A KernelRoute whose 'metal' kernel is gather_decode; MLX's device reported as metal. Returns (route, calls)."""
+    """A KernelRoute whose 'metal' kernel is gather_decode; MLX's device reported as metal. Returns (route, calls);
+    ``route(min_batch=N)`` registers the kernel with a break-even batch of N."""
     import pool.fused_decision as fd
     from app.workloads.fused_attention import KernelRoute
     from pool.fused_decision import KernelCaps, register_kernel, unregister_kernel
@@ -35,14 +36,17 @@ def fake_metal(monkeypatch):
         calls.append((layer, tuple(seq_ids), backend))
         return gather_decode(pool, layer, seq_ids, queries, scale=scale)
 
-    def register():
-        register_kernel(KernelCaps(backend="metal", dtypes=frozenset({"float32"}), head_dims=frozenset({16, 32}),
-                                   multi_slab=True))
-        return ["metal"]
+    def route(min_batch: int = 1):
+        def register():
+            register_kernel(KernelCaps(backend="metal", dtypes=frozenset({"float32"}),
+                                       head_dims=frozenset({16, 32}), multi_slab=True, min_batch=min_batch))
+            return ["metal"]
+
+        return KernelRoute(run=kernel, register=register, backend="metal")
 
     monkeypatch.setattr(fd, "detect_backend", lambda: "metal")
     monkeypatch.delenv("SLABSCOPE_PAGED_ATTENTION_NATIVE", raising=False)
-    yield (lambda: KernelRoute(run=kernel, register=register, backend="metal")), calls
+    yield route, calls
     unregister_kernel("metal")
 
 
@@ -101,6 +105,25 @@ def test_fused_route_matches_the_gather_run_byte_for_byte(model, backend, fake_m
     assert_same_logits(fused_logits, gather_logits, f"{model}/{backend} fused route vs gather")
     runs = lambda evs: [(e.seq_ids, e.runs_layer0, e.runs_max) for e in evs if isinstance(e, GatherRuns)]  # noqa: E731
     assert runs(fused_ev) == runs(gather_ev)  # the runs counted from the tables == what the gathers read
+
+
+def test_decisions_are_asked_with_the_real_batch_size(tiny_llama, fake_metal, tmp_path):
+    """A kernel that breaks even from batch 2: steps decoding 2-3 sequences go fused, steps decoding one sequence
+    (the batch drains as requests finish) gather with the batch-size reason. Asking with any other batch size
+    (say max(2, B)) shows up here."""
+    make_route, calls = fake_metal
+    scenario = write_scenario(tmp_path, burst_toml(n=3, concurrency=3, prompt_tokens="[9, 40]", gen_tokens="[2, 12]"))
+    summary, events, _ = run_backend(tiny_llama, scenario, "slab", kernel_route=make_route(min_batch=2), **POOL)
+    layers = tiny_llama.num_layers
+    batch_of = {d.step: d.batch for d in _decode_steps(events)}
+    gathers = [e for e in events if isinstance(e, GatherRuns)]
+    assert {batch_of[g.step] for g in gathers} >= {1, 2}, "the scenario must decode batches of 1 and of 2+"
+    for g in gathers:
+        assert g.fused_layers == (layers if batch_of[g.step] >= 2 else 0), g
+    reasons = {e.reason for e in events if isinstance(e, FusedChange)}
+    assert "batch 1 below measured break-even 2" in reasons
+    fused_steps = sum(1 for g in gathers if batch_of[g.step] >= 2)
+    assert summary["pool"]["counters"]["fused_decisions"] == fused_steps * layers == len(calls)
 
 
 def test_a_fused_layer_writes_without_gathering_and_must_be_served(tiny_llama):

@@ -1,13 +1,22 @@
-"""Byte-identical parity: slab pool, monolithic pool and mlx-lm's dense caches under the same schedule.
+"""Byte-identical parity: slab pool, monolithic pool and mlx-lm's dense caches under the same schedule, anchored
+to mlx-lm's own generation.
 
 Several concurrent prompts of different lengths (so decode batches mix lengths, sequences join and leave),
 tiny block/slab sizes so every prompt crosses several slab boundaries, greedy decoding: the logits of every
-decode step must be equal bytes (mx.array_equal) and the tokens identical on all three backends.
+decode step must be equal bytes (mx.array_equal) and the tokens identical on all three backends. The dense
+baseline is pinned to be mlx-lm's own ``KVCache``/``BatchKVCache`` objects (what the model is handed is recorded),
+and every backend is checked against mlx-lm's ``generate_step`` (one prompt) and ``BatchGenerator`` (several).
 """
 
 import pytest
+from mlx_lm.models.cache import BatchKVCache, KVCache
 
-from .helpers import BACKENDS, assert_same_logits, run_backend, write_scenario
+from app.workloads.paged_cache import PagedLayerCache
+
+from .helpers import BACKENDS, assert_same_logits, run_backend, spied, write_scenario
+
+# what each backend must hand the model: mlx-lm's own caches for the dense baseline, the pool's adapter otherwise
+CACHE_TYPES = {"dense": {KVCache, BatchKVCache}, "slab": {PagedLayerCache}, "monolithic": {PagedLayerCache}}
 
 MIXED = """
 [params]
@@ -23,7 +32,11 @@ gen_tokens = [2, 14]
 
 
 def _three_way(loaded, scenario, **fields):
-    results = {b: run_backend(loaded, scenario, b, **fields) for b in BACKENDS}
+    results = {}
+    for backend in BACKENDS:
+        seen = set()
+        results[backend] = run_backend(spied(loaded, seen), scenario, backend, **fields)
+        assert seen == CACHE_TYPES[backend], f"{backend} handed the model {seen}"
     dense_summary, _, dense_logits = results["dense"]
     assert dense_logits, "no decode step ran"
     for backend in ("slab", "monolithic"):
@@ -119,3 +132,77 @@ def generate_logprobs(loaded, ids, backend, max_tokens):
     tokens = scheduler.finished[0].generated
     logprobs = [(lg - mx.logsumexp(lg, keepdims=True))[0] for lg in captured]
     return list(zip(tokens, logprobs))
+
+
+PREFILL_CHUNK = 16  # the engine's prefill chunks and BatchGenerator's prefill steps: the same arithmetic
+BATCH_TEXTS = ("The harbour town woke before the sun did.",
+               "Gulls waited on the pier, patient and loud, while the boats came in one by one with the night's catch.",
+               "Why?")
+
+
+def _mlx_lm_batch(loaded, prompts, max_tokens, **options):
+    """mlx-lm's own continuous batching (BatchGenerator, greedy, no stop tokens): per prompt, its tokens and
+    each step's logprobs."""
+    from mlx_lm.generate import BatchGenerator
+
+    generator = BatchGenerator(loaded.model, max_tokens=max_tokens, **options)
+    uids = generator.insert(prompts, [max_tokens] * len(prompts))
+    out = {uid: [] for uid in uids}
+    while responses := generator.next_generated():
+        for r in responses:
+            out[r.uid].append((r.token, r.logprobs))
+    generator.close()
+    return [out[uid] for uid in uids]
+
+
+def _engine_batch(loaded, prompts, backend, max_tokens, scenario):
+    """The same prompts through a workload session (Scheduler + Engine on ``backend``, as ``slabscope run`` builds
+    it), all admitted at once: per prompt, its tokens and each step's logprobs."""
+    import mlx.core as mx
+
+    from app.workloads.scenarios import load_scenario
+    from app.workloads.scheduler import Request
+    from app.workloads.session import build_session
+    from app.workloads.spec import RunSpec
+
+    logprobs, batches = {}, []
+
+    def hook(seq_ids, logits):
+        batches.append(len(seq_ids))
+        for row, seq_id in enumerate(seq_ids):
+            logprobs.setdefault(seq_id, []).append(logits[row] - mx.logsumexp(logits[row]))
+
+    spec = RunSpec(scenario=scenario, backend=backend, model=loaded.name, block_size=4, slab_blocks=2,
+                   prefill_chunk=PREFILL_CHUNK, prefix_cache=False)
+    session = build_session(spec, load_scenario(spec.scenario, spec.overrides), loaded=loaded, logits_hook=hook)
+    try:
+        session.scheduler.set_concurrency(len(prompts))
+        session.scheduler.submit([Request(i, p, max_tokens) for i, p in enumerate(prompts)])
+        while session.engine.step() is not None:
+            pass
+        finished = {s.request.req_id: s for s in session.scheduler.finished}
+    finally:
+        session.close()
+    assert max(batches) == len(prompts), "the prompts never decoded in one batch"
+    return [list(zip(finished[i].generated, logprobs[finished[i].seq_id])) for i in range(len(prompts))]
+
+
+@pytest.mark.parametrize("model", ["tiny_llama", "tiny_qwen3", pytest.param("smollm2", marks=pytest.mark.slow)])
+def test_batched_generation_matches_mlx_lm_batch_generator(model, request, tmp_path):
+    """Three prompts of different lengths decoded as one batch, on every backend, against mlx-lm's BatchGenerator:
+    with its prompts prefilled one at a time in the engine's chunk size (the same arithmetic) every step's
+    logprobs are equal bytes; with its defaults (padded batch prefill in 2048-token steps: other arithmetic, the
+    same model) the tokens are identical."""
+    import mlx.core as mx
+
+    loaded = request.getfixturevalue(model)
+    prompts = [list(loaded.tokenizer.encode(text)) for text in BATCH_TEXTS]
+    one_by_one = _mlx_lm_batch(loaded, prompts, 10, prefill_batch_size=1, prefill_step_size=PREFILL_CHUNK)
+    padded = _mlx_lm_batch(loaded, prompts, 10)
+    scenario = write_scenario(tmp_path, MIXED)  # the session's scenario; its requests are not used
+    for backend in BACKENDS:
+        got = _engine_batch(loaded, prompts, backend, 10, scenario)
+        for i, (ours, theirs, theirs_padded) in enumerate(zip(got, one_by_one, padded)):
+            assert [t for t, _ in ours] == [t for t, _ in theirs] == [t for t, _ in theirs_padded], (backend, i)
+            for step, ((_, lp), (_, ref)) in enumerate(zip(ours, theirs)):
+                assert mx.array_equal(lp, ref), f"{backend}: prompt {i} logprobs differ from mlx-lm at step {step}"

@@ -59,7 +59,8 @@ def tune_table(tune: dict) -> str:
 
 
 def growth_table(growth: dict) -> str:
-    keys = ["growth_events", "bytes_copied", "live_bytes", "max_active_plus_cache_bytes", "mx_peak_bytes", "wall_s"]
+    keys = ["growth_events", "bytes_copied", "bytes_copied_model", "live_bytes", "max_active_plus_cache_bytes",
+            "mx_peak_bytes", "wall_s", "gather_bytes_copied", "gather_bytes_copied_model"]
     lines = ["| design | " + " | ".join(keys) + " | footprint / live |", "|---|" + "---:|" * (len(keys) + 1)]
     for design, r in growth.items():
         ratio = r["max_active_plus_cache_bytes"] / r["live_bytes"] if r.get("live_bytes") else float("nan")

@@ -104,7 +104,12 @@ def _wait(builds, n, timeout=30.0):
         time.sleep(0.005)
 
 
-def test_pending_until_built_then_ready_and_next_bucket_queued(tmp_path):
+def test_pending_until_built_then_ready_and_next_bucket_queued(tmp_path, monkeypatch):
+    import pool.kernels.cuda_builds as cuda_builds
+
+    # one build thread: with one per core, a second thread may take `split` before the assert below (a race that
+    # failed this test under load on the 2-core machine)
+    monkeypatch.setattr(cuda_builds.os, "cpu_count", lambda: 1)
     compiler = GatedCompiler()
     builds = KernelBuilds(90, cache=KernelCache(str(tmp_path)), compiler=compiler)
     assert builds.pending_reason(GEOMETRY, 33) == "kernel for 33 slabs compiling"

@@ -157,7 +157,7 @@ def rank_lanes(run: RankRun, field: str = "footprint") -> list[list[tuple[float,
     lanes = []
     for session, clock in zip(run.sessions, run.clocks):
         window = session.samples.window()
-        lanes.append([(clock.to_reference(t), float(v)) for t, v in zip(window.t, getattr(window, field))])
+        lanes.append([(t, float(v)) for t, v in zip(clock.to_reference_many(window.t), getattr(window, field))])
     return lanes
 
 

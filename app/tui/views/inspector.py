@@ -95,7 +95,7 @@ class InspectorView(Vertical):
             self.seq = None
         if self.run_index is not None and self.run_index >= len(self._runs):
             self.run_index = None
-        cows = cow_rows(track, snap, frame.cursor)
+        cows = cow_rows(track, snap, frame.cursor_in(track))
         run = self._runs[self.run_index] if self.run_index is not None else None
         owners = layer.row_owner or [] if layer is not None else []
         refcounts = layer.row_refcount or [] if layer is not None else []

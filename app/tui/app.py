@@ -7,6 +7,7 @@ visible tab's view plus the scrubber and status bar. Nothing is posted per sampl
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -203,9 +204,10 @@ class SlabscopeApp(App):
         """A distributed run whose ``record`` ended before any run was on screen (a bad flag, a launch that failed):
         one error notification with the last thing it printed."""
         ranks = self.controller.ranks
-        if ranks is None or not ranks.done or self.store.sessions or (self.store.generation, "ranks") in self._announced:
+        key = (self.store.generation, "ranks")
+        if ranks is None or not ranks.done or self.store.sessions or key in self._announced:
             return
-        self._announced.add((self.store.generation, "ranks"))
+        self._announced.add(key)
         said = next((line for line in reversed(ranks.output) if line.strip()), "no output")
         self.notify(f"slabscope record --ranks ended without a rank recording: {said}", severity="error", timeout=30)
 
@@ -426,7 +428,13 @@ class SlabscopeApp(App):
         self.refresh_views()
 
     async def action_quit(self) -> None:
-        self.controller.shutdown()
+        """Stop every worker and rank (bounded), then exit; a distributed run's stop runs off the event loop so the
+        screen says what is happening."""
+        if self.controller.ranks is not None and self.controller.ranks.alive:
+            self.notify("stopping every rank…")
+            await asyncio.to_thread(self.controller.shutdown)
+        else:
+            self.controller.shutdown()
         self.exit()
 
     def on_unmount(self) -> None:

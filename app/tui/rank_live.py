@@ -189,8 +189,9 @@ class RankRecordRun:
             if len(members) < world and final and run_id not in self._shown \
                     and self.store.generation == self.generation:
                 self._shown.add(run_id)
-                self.store.problems.setdefault(run_id, f"run {run_id}: {world - len(members)} of {world} ranks wrote no "
-                                                       "recording; showing the others alone")
+                missing = world - len(members)
+                self.store.problems.setdefault(run_id, f"run {run_id}: {missing} of {world} ranks wrote no recording; "
+                                                       "showing the others alone")
                 for member in members:
                     self.store.add(member)
             if len(members) < world:

@@ -22,14 +22,17 @@ from probes.store import SessionModel
 LOG_LINES = 3  # launcher output lines shown for a live distributed run
 
 
-def rank_state(model: SessionModel) -> tuple[str, str]:
-    """(words, style) for a rank's state: running, complete, stopped with its error, or died without closing."""
+def rank_state(model: SessionModel) -> tuple[str, str, str]:
+    """(mark, words, style) for a rank's state: running, complete, stopped with its error, or died without closing
+    its recording."""
     if model.error is not None:
-        return f"✗ {model.error.text}", WARN_STYLE
+        return "✗", model.error.text, WARN_STYLE
     if model.complete:
         error = model.summary.summary.get("error")
-        return (f"✗ stopped: {error}", WARN_STYLE) if error else ("✓ complete", OK_STYLE)
-    return "● running", OK_STYLE
+        return ("✗", f"stopped: {error}", WARN_STYLE) if error else ("✓", "complete", OK_STYLE)
+    if getattr(model, "growing", False):  # a live run's recording, still being written
+        return "●", "running", OK_STYLE
+    return "✗", "died: recording never closed", WARN_STYLE
 
 
 def _ms(seconds: float | None) -> str:
@@ -48,12 +51,14 @@ def run_header(run: RankRun) -> Text:
         shard = info.get("shard") or {}
         heads = shard.get("kv_heads") or ["?", "?"]
         memory = (info.get("device_memory") or {}).get("bytes")
-        where = "reference clock" if rank == 0 else f"offset {_ms(clock.offset(0.0))} ms"
-        state, style = rank_state(model)
-        text.append(f"\n  r{rank} {info.get('host', '?')} pid {info.get('pid', '?')}  KV heads [{heads[0]}, {heads[1]}) "
-                    f"of {shard.get('n_kv_heads_total', '?')}  {shard.get('kv_bytes_per_token', '?')} B/token  "
-                    f"device {human_bytes(memory) if memory else '?'}  {where}  ")
-        text.append(state, style=style)
+        where = "reference clock" if rank == 0 else f"clock {1e3 * clock.offset(0.0):+.3f} ms"
+        mark, words, style = rank_state(model)
+        text.append(f"\n  r{rank} ")
+        text.append(mark, style=style)
+        text.append(f" {info.get('host', '?')} pid {info.get('pid', '?')}  KV heads [{heads[0]}, {heads[1]}) of "
+                    f"{shard.get('n_kv_heads_total', '?')}  {shard.get('kv_bytes_per_token', '?')} B/token  "
+                    f"{human_bytes(memory) if memory else '?'}  {where}  ")
+        text.append(words, style=style)
     return text
 
 

@@ -125,8 +125,8 @@ class RanksView(Vertical):
         yield Static(id="ranks-header")
         yield MemoryChart(id="ranks-chart")
         yield Lane(id="ranks-lane")
-        yield Static(Text("imbalance across ranks per phase (footprint = max(active+cache) in the phase; peak times "
-                          "and step skew on rank 0's clock)", style="bold"), id="ranks-title")
+        yield Static(Text("imbalance across ranks per phase (max(active+cache) in the phase; times on rank 0's "
+                          "clock)", style="bold"), id="ranks-title")
         table = DataTable(id="ranks-table", zebra_stripes=True, cursor_type="row")
         table.add_columns(*IMBALANCE_COLUMNS)
         yield table

@@ -11,7 +11,7 @@ import os
 import pytest
 from textual.widgets import DataTable, Input, Select
 from tui_helpers import wait_for
-from tui_rank_fixtures import RANK_DIR, copy_rank_dir, write_rank, write_rank_run
+from tui_rank_fixtures import RANK_DIR, RANK_FILES, copy_rank_dir, write_rank, write_rank_run
 from tui_screen_text import screen_text
 
 from app.tui.app import AppOptions, SlabscopeApp
@@ -114,6 +114,7 @@ def test_w_cycles_the_ranks_of_the_pool_run(tmp_path):
 def test_a_missing_rank_is_one_line_and_the_other_ranks_open_alone(tmp_path):
     directory = copy_rank_dir(tmp_path, ["churn-slab-rank0.slabrec", "churn-dense-rank0.slabrec",
                                          "churn-dense-rank1.slabrec"])
+    (directory / "torn.slabrec").write_bytes(RANK_FILES[0].read_bytes()[:16] + b"\xa5R\x09garbage" * 4)
 
     async def go(paths):
         app = replay_app(paths, tmp_path)
@@ -126,6 +127,8 @@ def test_a_missing_rank_is_one_line_and_the_other_ranks_open_alone(tmp_path):
     errors = [m for m in messages if "is missing" in m]
     assert len(errors) == 1 and "\n" not in errors[0]
     assert "(slab): rank 1 of 2 is missing (found rank0)" in errors[0] and "showing its other ranks alone" in errors[0]
+    corrupt = [m for m in messages if "torn.slabrec" in m]
+    assert len(corrupt) == 1 and "cannot open" in corrupt[0] and "corrupt record header" in corrupt[0]
     assert [r.label for r in app.store.runs] == ["dense"]  # the complete run still merges
     assert "slab r0" in app.store.sessions and app.store.run_of(app.store.sessions["slab r0"]) is None
     assert "slab r0: rank 0 of 2 of run" in text and "shown alone" in text
@@ -204,3 +207,22 @@ def test_run_form_ranks_are_checked_before_anything_starts(tmp_path, monkeypatch
     assert (choice.ranks, choice.launch_backend, choice.model) == (2, "ring", "synthetic:tiny-llama")
     assert out.parent == tmp_path / "recs" and out.name.startswith("ranks-")
     assert app.options.ranks == 2 and app.mode == "LIVE"
+
+
+def test_cli_checks_ranks_before_the_tui_starts_and_opens_directories(tmp_path):
+    import app.commands.tui as tui_cmd
+    from app import cli
+    from app.commands.errors import UsageError
+
+    def options(*argv):
+        return tui_cmd.build_options(cli.build_parser().parse_args(["tui", *argv]))
+
+    with pytest.raises(UsageError, match="2 KV heads, which do not split evenly across 3 ranks"):
+        options("--ranks", "3", "--model", "synthetic:tiny-llama")
+    opts = options("--ranks", "2", "--launch-backend", "ring", "--model", "synthetic:tiny-llama")
+    assert (opts.ranks, opts.launch_backend) == (2, "ring")
+    opts = options("--open", str(RANK_DIR))
+    assert opts.open_paths == [RANK_DIR] and opts.recordings_dir == RANK_DIR  # Sessions lists the run's files
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="no recordings in"):
+        options("--open", str(tmp_path / "empty"))

@@ -176,15 +176,15 @@ class ViewState:
         model = self.pool_session()
         if model is None:
             return None
-        t = self.cursor_in(model)
-        if t is None:
-            latest = model.snapshots[-1] if model.snapshots else None
-            if latest is None:
+        if self.cursor is None:  # following live data: the latest snapshot
+            if not model.snapshots:
                 return None
+            shared, t = self.sessions.to_shared(model, model.snapshots[-1].t), None
+        else:
+            shared, t = self.cursor, self.cursor_in(model)
         try:
             snap = model.snapshot_at(t)
         except RecordingError as exc:
             self.sessions.problems.setdefault(model.label, str(exc))
             return None
-        shared = self.cursor if self.cursor is not None else self.sessions.to_shared(model, latest.t)
         return (shared, snap) if snap is not None else None

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.tui.data import SessionSet
+from app.workloads.launch import live_pids
 from probes.errors import RecordingError
 from probes.follow import GrowingSession
 from probes.ranks import RankMergeError, group_runs, rank_info
@@ -232,7 +233,7 @@ def _running(pid: int) -> bool:
     import psutil
 
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return bool(live_pids([psutil.Process(pid)]))
     except psutil.Error:
         return False
 

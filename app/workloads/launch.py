@@ -229,6 +229,20 @@ class RankLaunch:
             time.sleep(0.05)
 
 
+def live_pids(processes) -> list[int]:
+    """Pids of the ``psutil.Process`` handles whose process still runs (a zombie, or a recycled pid, does not)."""
+    import psutil
+
+    out = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                out.append(process.pid)
+        except psutil.Error:
+            pass
+    return out
+
+
 def _exit_text(code: int) -> str:
     if code < 0:
         try:

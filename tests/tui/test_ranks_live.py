@@ -16,6 +16,7 @@ from tui_helpers import wait_for
 from tui_screen_text import screen_text
 
 from app.tui.app import AppOptions, SlabscopeApp
+from app.workloads.launch import live_pids
 from probes.ranks import imbalance_rows
 from probes.replay import Session
 
@@ -83,17 +84,6 @@ def _tree(pid: int) -> list:
     return [root, *root.children(recursive=True)]
 
 
-def _alive(processes) -> list[int]:
-    out = []
-    for p in processes:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p.pid)
-        except psutil.Error:
-            pass
-    return out
-
-
 def test_a_killed_rank_is_shown_and_quitting_stops_every_rank(tmp_path):
     """Rank 1 of slab is SIGKILLed: the TUI says so within seconds (its pid is gone, its file has no end) and rank 0
     stops with the ring's error; record goes on to dense; quitting then stops record, mlx.launch and both dense
@@ -128,7 +118,7 @@ def test_a_killed_rank_is_shown_and_quitting_stops_every_rank(tmp_path):
     assert "slab r1 ✗ rank process" in status
     assert len(tree) == 4 and "mlx.launch" in names  # record, the launcher, two dense ranks
     time.sleep(0.5)
-    assert _alive(tree) == [], f"left behind: {_alive(tree)}"
+    assert live_pids(tree) == [], f"left behind: {live_pids(tree)}"
     assert quit_s < 15
     for rank in (0, 1):  # the dense ranks closed their recordings with why they stopped
         dense = Session.open(app.controller.ranks.out / f"churn-dense-rank{rank}.slabrec")

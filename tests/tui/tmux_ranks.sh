@@ -23,35 +23,17 @@ prompt_tokens = [24, 96]
 gen_tokens = [8, 24]
 TOML
 
-screen() { tmux capture-pane -p -t "$SESSION"; }
-
-wait_for() {  # wait_for TEXT SECONDS: poll the pane until TEXT shows up
-  local text="$1" limit="$2" waited=0
-  while ! screen | grep -qF -- "$text"; do
-    sleep 0.5; waited=$((waited + 1))
-    if [ "$waited" -ge $((limit * 2)) ]; then
-      echo "FAIL: '$text' not on screen after ${limit}s"; screen; exit 1
-    fi
-  done
-  echo "ok: $text"
-}
-
-wait_gone() {  # wait_gone SECONDS: the app left the pane (it falls back to `sleep`)
-  for _ in $(seq 1 $(($1 * 2))); do
-    sleep 0.5
-    if ! screen | grep -qF "Memory  Slabs"; then echo "ok: quit"; return 0; fi
-  done
-  echo "FAIL: app still on screen $1 s after q"; screen; exit 1
-}
+. "$ROOT/tests/tui/tmux_lib.sh"
 
 cd "$ROOT"
 tmux new-session -d -s "$SESSION" -x 130 -y 40 \
   "PYTHONPATH=$ROOT $PY -m app tui --ranks 2 --model synthetic:tiny-llama --backends slab,dense --scenario $WORK/long.toml --block-size 8 --slab-blocks 4 --recordings $WORK; sleep 60"
+tmux resize-window -t "$SESSION" -x 130 -y 40 2>/dev/null  # a tmux server started elsewhere may size it otherwise
 wait_for "Memory  Slabs" 30
 wait_for "slab r1 ●" 150
 tmux send-keys -t "$SESSION" 8
 wait_for "slab: 2 ranks via mlx.launch (ring)  clock bound" 10
-wait_for "running" 10
+wait_for "r1 ● " 10
 wait_for "max/min" 10
 tmux send-keys -t "$SESSION" 2
 tmux send-keys -t "$SESSION" w
@@ -66,6 +48,7 @@ echo "ok: no process left"
 RUN_DIR="$(ls -d "$WORK"/ranks-*)"
 tmux kill-session -t "$SESSION" 2>/dev/null
 tmux new-session -d -s "$SESSION" -x 130 -y 40 "PYTHONPATH=$ROOT $PY -m app tui --open $RUN_DIR; sleep 30"
+tmux resize-window -t "$SESSION" -x 130 -y 40 2>/dev/null
 wait_for "REPLAY" 30
 tmux send-keys -t "$SESSION" 8
 wait_for "slab: 2 ranks via mlx.launch (ring)" 10

@@ -14,6 +14,7 @@ import time
 import psutil
 import pytest
 
+from app.workloads.launch import live_pids
 from probes.events import Step
 from probes.replay import Session
 
@@ -36,22 +37,11 @@ def _running_ranks(out, proc_alive) -> None:
     raise AssertionError("the ranks did not start")
 
 
-def _alive(processes) -> list[int]:
-    out = []
-    for p in processes:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p.pid)
-        except psutil.Error:
-            pass
-    return out
-
-
 def _wait_gone(processes, seconds: float) -> list[int]:
     deadline = time.monotonic() + seconds
-    while _alive(processes) and time.monotonic() < deadline:
+    while live_pids(processes) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return _alive(processes)
+    return live_pids(processes)
 
 
 def test_sigterm_stops_the_launcher_and_every_rank(tmp_path):

@@ -56,11 +56,11 @@ def test_growth_record_by_record_and_torn_tails_reads_as_the_whole_file(written,
         assert grown.refresh() == 0
         live.write_bytes(data[:end])
         assert grown.refresh() == 1
-        counts.append(len(grown.samples))
+        counts.append((len(grown.samples), len(grown.all_ops())))  # the op log decoded as it grows
     whole = Session.open(path)
     assert_same(grown, whole)
     assert not grown.growing and grown.refresh() == 0
-    assert counts == sorted(counts) and counts[0] < counts[-1]  # samples arrived as the file grew
+    assert counts == sorted(counts) and counts[0] < counts[-1]  # samples and ops arrived as the file grew
 
 
 def test_snapshots_asked_for_before_more_ops_arrived_are_rebuilt_after(written, tmp_path):
@@ -79,6 +79,25 @@ def test_snapshots_asked_for_before_more_ops_arrived_are_rebuilt_after(written, 
     assert early != whole.snapshot_at(late)
     for t in (0.5, 7.3, 12.0, late):
         assert grown.snapshot_at(t) == whole.snapshot_at(t)
+
+
+def test_ops_read_without_a_new_snapshot_still_change_the_rebuilt_pool(written, tmp_path):
+    """Cut right after an op record, before its batch's snapshot record: the pool at a late instant must include
+    those ops, although no snapshot or keyframe was added (the cache must not serve the older rebuild)."""
+    path, data = written
+    ends = record_ends(data)
+    kinds = [fmt.RECORD_HEADER.unpack_from(data, start)[1] for start in [fmt.FILE_HEADER.size, *ends[:-1]]]
+    k = next(i for i in range(len(kinds) // 2, len(kinds)) if kinds[i] == fmt.OPS and kinds[i + 1] != fmt.OPS)
+    live = tmp_path / "live.slabrec"
+    live.write_bytes(data[:ends[k - 1]])
+    grown = GrowingSession.open(live)
+    late = Session.open(path).duration
+    before = grown.snapshot_at(late)
+    counts = (len(grown.snapshots), len(grown.keyframes))
+    live.write_bytes(data[:ends[k]])
+    assert grown.refresh() == 1 and (len(grown.snapshots), len(grown.keyframes)) == counts
+    after = grown.snapshot_at(late)
+    assert after != before and len(grown.all_ops()) > 0
 
 
 def test_a_file_without_its_metadata_yet_is_a_one_line_error(written, tmp_path):

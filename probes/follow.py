@@ -27,9 +27,10 @@ class GrowingImage(fmt.FileImage):
     """A ``FileImage`` that can read what its writer appended since (``grow``)."""
 
     def grow(self) -> int:
-        """Read the bytes appended since the last read and index the records they complete; returns how many new
-        records there are. ``RecordingError`` when the new bytes do not check out (the file was replaced or
-        damaged); then nothing changes."""
+        """Read the bytes appended since the last read and index the records they complete (from where the last
+        whole record ended: the cost is the new bytes, not the file); returns how many new records there are.
+        ``RecordingError`` when the new bytes do not check out (the file was replaced or damaged); then nothing
+        changes."""
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(len(self.data))
@@ -38,18 +39,19 @@ class GrowingImage(fmt.FileImage):
             raise RecordingError(self.path, f"cannot read: {exc.strerror or exc}") from None
         if not more:
             return 0
-        known = len(self.refs)
-        old = (self.data, self.refs, self.session_tag, self.incomplete_tail)
-        self.data = old[0] + more
-        self.refs, self.session_tag = [], None
-        try:  # re-index from the start: the same checks as opening, and the tail record completes in place
-            self.incomplete_tail = self._index_records()
+        if not isinstance(self.data, bytearray):
+            # grown in place from now on (amortised, not a copy of the file per read): only this reader's thread
+            # resizes it, and no view of it outlives a call (readers slice copies out of it)
+            self.data = bytearray(self.data)
+        known, size, old_tail = len(self.refs), len(self.data), self.incomplete_tail
+        self.data += more
+        try:  # index from where the last whole record ended: the same checks as opening the file
+            self.incomplete_tail = self._index_records(size - old_tail)
         except RecordingError:
-            self.data, self.refs, self.session_tag, self.incomplete_tail = old
+            del self.refs[known:]
+            self.data = self.data[:size]  # a copy: the failed walk's traceback still holds a view of the old one
+            self.incomplete_tail = old_tail
             raise
-        if self.refs[:known] != old[1]:
-            self.data, self.refs, self.session_tag, self.incomplete_tail = old
-            raise RecordingError(self.path, "the file changed under its reader (rewritten, not appended to)")
         for ref in self.refs[known:]:
             self.by_kind[ref.kind].append(ref)
         return len(self.refs) - known

@@ -150,11 +150,12 @@ class FileImage:
                                             f"(this slabscope reads v{OLDEST_VERSION}..v{FORMAT_VERSION})")
         return version
 
-    def _index_records(self) -> int:
-        """Walk record headers, verify CRCs (and v2 sequence numbers and session tags), fill ``refs``; return the
-        size of a torn tail (0 if none). This loop is what opening a long session costs (one iteration per
-        record), hence the local names."""
-        data, pos, end = self.data, FILE_HEADER.size, len(self.data)
+    def _index_records(self, pos: int = FILE_HEADER.size) -> int:
+        """Walk record headers from byte ``pos`` (a record start: the first one, or where the last indexed record
+        ended), verify CRCs (and v2 sequence numbers and session tags), append to ``refs``; return the size of a
+        torn tail (0 if none). This loop is what opening a long session costs (one iteration per record), hence
+        the local names."""
+        data, end = self.data, len(self.data)
         v2 = self.version >= 2
         header = RECORD_HEADER if v2 else RECORD_HEADER_V1
         view = memoryview(data)

@@ -30,6 +30,9 @@ from probes.ranks import RankRun
 from probes.store import SessionModel
 
 
+ROUND_TRIP_S = 1e-9  # rank time -> rank 0's clock -> rank time is exact to ~1e-15 s; see SessionSet.from_shared
+
+
 class SessionSet:
     """The sessions on screen (one per backend of a live run, or per opened recording), in display order."""
 
@@ -117,9 +120,11 @@ class SessionSet:
         return None
 
     def from_shared(self, model: SessionModel, t: float) -> float:
-        """The shared instant ``t`` in ``model``'s own seconds."""
+        """The shared instant ``t`` in ``model``'s own seconds. A shared instant that came from one of the rank's
+        own times (a snapshot stepped to, its peak) must land on that time, not a rounding error before it (which
+        would show the snapshot before): ``ROUND_TRIP_S`` later, far inside the clock's bound (~0.1 ms)."""
         clock = self._clocks.get(id(model))
-        return t if clock is None else clock.from_reference(t)
+        return t if clock is None else clock.from_reference(t) + ROUND_TRIP_S
 
     def ingest(self, name: str, events: list[Event], generation: int | None = None) -> bool:
         """Fold a batch of events from worker ``name`` into its session; refused (False) when ``generation`` is

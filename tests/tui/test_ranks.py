@@ -226,3 +226,28 @@ def test_cli_checks_ranks_before_the_tui_starts_and_opens_directories(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit, match="no recordings in"):
         options("--open", str(tmp_path / "empty"))
+
+
+def test_stepping_lands_on_the_rank_snapshot_it_names(tmp_path):
+    """``]`` moves the shared cursor to the pool rank's next snapshot (rank 1 started 0.5 s late, its clock 12.3 us
+    off: its own 7.5 s is 8.0000123 s on rank 0's clock). Mapped back through the clock, that instant rounds to
+    just below 7.5 s in floating point: the pool views must still show the snapshot taken at 7.5 s, not the one
+    before it."""
+    directory = write_rank_run(tmp_path / "ranks", shift=0.5, backends=("slab",), offset=1.234567e-5)
+
+    async def go():
+        app = replay_app([directory], tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause(0.2)
+            await show(pilot, "2", "w")
+            app.post_message(Scrubber.Seek(7.8))
+            await pilot.pause(0.1)
+            await show(pilot, "right_square_bracket")
+            return app, app.frame().snapshot()
+
+    app, shown = run(go())
+    r1 = app.store.sessions["slab r1"]
+    assert app.cursor == app.store.to_shared(r1, 7.5) and 7.5 in r1.snapshot_times()
+    assert app.store.runs[0].clocks[1].from_reference(app.cursor) < 7.5  # the round trip's rounding
+    assert r1.snapshot_at(7.5) != r1.snapshot_at(7.4)
+    assert shown == (app.cursor, r1.snapshot_at(7.5))

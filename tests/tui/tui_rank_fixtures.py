@@ -34,20 +34,21 @@ def copy_rank_dir(tmp_path: Path, names: list[str] | None = None) -> Path:
     return out
 
 
-def rank_meta(rank: int, world: int, run_id: str, backend: str) -> dict:
+def rank_meta(rank: int, world: int, run_id: str, backend: str, offset: float = 0.0) -> dict:
     return {"run_id": run_id, "rank": rank, "world_size": world, "launch_backend": "ring", "host": "fixture-host",
             "pid": 4_000_000 + rank, "device_memory": {"bytes": 24 * 2**30, "source": "fixture"},
             "shard": {"layers": [0, 3], "kv_heads": [rank, rank + 1], "n_kv_heads_total": world,
                       "kv_bytes_per_token": 512},
-            "clock": {"offset_s": 0.0, "bound_s": 1e-4}}
+            "clock": {"offset_s": offset if rank else 0.0, "bound_s": 1e-4}}
 
 
 def write_rank(path: Path, backend: str, rank: int, world: int = 2, run_id: str = "run-x", shift: float = 0.5,
-               close: bool = True) -> Path:
-    """One rank's recording (see the module docstring); ``close=False`` leaves it without an END record."""
+               close: bool = True, offset: float = 0.0) -> Path:
+    """One rank's recording (see the module docstring); ``close=False`` leaves it without an END record; rank k > 0
+    records a start clock offset of ``offset`` s to rank 0's clock."""
     t0 = 1000.0 + rank * shift
     events = event_stream(backend, t0=t0)
-    meta = dict(events[0].meta, distributed=rank_meta(rank, world, f"{run_id}-{backend}", backend))
+    meta = dict(events[0].meta, distributed=rank_meta(rank, world, f"{run_id}-{backend}", backend, offset))
     rec = SessionRecorder(path, meta, t0)
     body = []
     for event in events[1:]:
@@ -66,9 +67,11 @@ def write_rank(path: Path, backend: str, rank: int, world: int = 2, run_id: str 
     return path
 
 
-def write_rank_run(directory: Path, shift: float = 0.5, backends=("slab", "dense"), world: int = 2) -> Path:
+def write_rank_run(directory: Path, shift: float = 0.5, backends=("slab", "dense"), world: int = 2,
+                   offset: float = 0.0) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for backend in backends:
         for rank in range(world):
-            write_rank(directory / f"x-{backend}-rank{rank}.slabrec", backend, rank, world, shift=shift)
+            write_rank(directory / f"x-{backend}-rank{rank}.slabrec", backend, rank, world, shift=shift,
+                       offset=offset)
     return directory

@@ -19,6 +19,7 @@ added while views may iterate it) and a generation counter that orphans writers 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 
@@ -74,6 +75,8 @@ class SessionSet:
         with self._lock:
             if generation is not None and generation != self.generation:
                 return False
+        if any(m.label.startswith(f"{run.label} r") for m in self.sessions.values()):  # a second run of a backend
+            run = dataclasses.replace(run, label=f"{run.label}@{run.run_id[:6]}")
         for rank, model in enumerate(run.sessions):
             model.label = run.rank_label(rank)
             self.add(model)
@@ -83,7 +86,10 @@ class SessionSet:
     def update_run(self, run: RankRun) -> None:
         """Replace a run on screen by ``run`` (the same sessions, regrouped: clocks refined by later syncs)."""
         members = {id(model) for model in run.sessions}
-        runs = [r for r in self.runs if not members & {id(m) for m in r.sessions}] + [run]
+        replaced = [r for r in self.runs if members & {id(m) for m in r.sessions}]
+        if replaced:  # keep the label it is shown under
+            run = dataclasses.replace(run, label=replaced[0].label)
+        runs = [r for r in self.runs if r not in replaced] + [run]
         order = {id(m): i for i, m in enumerate(self.sessions.values())}
         self.runs = sorted(runs, key=lambda r: order.get(id(r.sessions[0]), len(order)))
         self._clocks = {**self._clocks, **{id(m): c for m, c in zip(run.sessions, run.clocks)}}

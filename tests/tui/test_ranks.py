@@ -251,3 +251,23 @@ def test_stepping_lands_on_the_rank_snapshot_it_names(tmp_path):
     assert app.store.runs[0].clocks[1].from_reference(app.cursor) < 7.5  # the round trip's rounding
     assert r1.snapshot_at(7.5) != r1.snapshot_at(7.4)
     assert shown == (app.cursor, r1.snapshot_at(7.5))
+
+
+def test_two_runs_of_one_backend_keep_apart(tmp_path):
+    first = write_rank_run(tmp_path / "a", backends=("slab",))
+    second = tmp_path / "b"
+    second.mkdir()
+    for rank in (0, 1):
+        write_rank(second / f"x-slab-rank{rank}.slabrec", "slab", rank, run_id="other")
+
+    async def go():
+        app = replay_app([first, second], tmp_path)
+        async with app.run_test(size=(130, 40)) as pilot:
+            await pilot.pause(0.2)
+            return app, await show(pilot, "8")
+
+    app, text = run(go())
+    other = "slab@" + app.store.runs[1].run_id[:6]  # its run id ("other-slab") tells it apart
+    assert list(app.store.sessions) == ["slab r0", "slab r1", f"{other} r0", f"{other} r1"]
+    assert [r.label for r in app.store.runs] == ["slab", other] and other == "slab@other-"
+    assert f"{other}: 2 ranks via mlx.launch (ring)" in text

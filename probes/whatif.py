@@ -105,7 +105,7 @@ class Replay:
 
     def __init__(self, cfg: dict, base: dict) -> None:
         try:
-            self.book = BlockBook(cfg["num_layers"], cfg["block_size"], cfg["design"], cfg["slab_blocks"], None)
+            self.bookkeeping = BlockBook(cfg["num_layers"], cfg["block_size"], cfg["design"], cfg["slab_blocks"], None)
         except PoolError as exc:
             raise ReplayError(str(exc)) from None
         self.cfg, self.base = cfg, base
@@ -113,11 +113,11 @@ class Replay:
         self.result = WhatIfResult(config=cfg, recorded_config=base)
 
     def step(self, entry) -> None:
-        _replay_one(self.book, entry, self.handles, self.cfg, self.base, self.result)
+        _replay_one(self.bookkeeping, entry, self.handles, self.cfg, self.base, self.result)
 
     def reserved_bytes(self) -> int:
         """K+V bytes of the capacity reserved now (rows x the replay's bytes per row)."""
-        return sum(layer.capacity for layer in self.book.layers) * self.book.bytes_per_row
+        return sum(layer.capacity for layer in self.bookkeeping.layers) * self.bookkeeping.bytes_per_row
 
 
 def run_whatif(view, *, slab_blocks: int | None = None, block_size: int | None = None,
@@ -131,11 +131,11 @@ def run_whatif(view, *, slab_blocks: int | None = None, block_size: int | None =
     mark = 0
     for entry in view.all_ops():
         while mark < len(marks) and marks[mark][0] <= entry.i:
-            result.points.append(_measure(replay.book, marks[mark]))
+            result.points.append(_measure(replay.bookkeeping, marks[mark]))
             mark += 1
         replay.step(entry)
     for op_index, t in marks[mark:]:
-        result.points.append(_measure(replay.book, (op_index, t)))
+        result.points.append(_measure(replay.bookkeeping, (op_index, t)))
     return result
 
 

@@ -26,6 +26,8 @@ import pytest
 
 mx = pytest.importorskip("mlx.core")
 
+from pool.fused_decision import detect_backend  # noqa: E402
+
 BLOCK, N_KV, N_Q, HEAD_DIM, DTYPE = 32, 8, 16, 128, "bfloat16"
 ROW_ELEMENTS = BLOCK * N_KV * HEAD_DIM
 FILLER_ROWS = 2**32 // ROW_ELEMENTS           # rows 0..131,071: elements [0, 2^32)
@@ -35,25 +37,15 @@ NEEDED_BYTES = 20 * 2**30                     # 2 x 9 GiB of K/V (the largest ca
 TOLERANCE = 2.0 ** -7                         # bf16, as tests/gpu/test_paged_decode_gpu.py
 
 
-def _backend() -> str | None:
-    if mx.default_device().type != mx.DeviceType.gpu:
-        return None
-    if mx.cuda.is_available():
-        return "cuda"
-    if mx.metal.is_available():
-        return "metal"
-    return None
-
-
 def _device_room() -> int:
     info = dict(mx.device_info())
     total = int(info.get("total_memory") or info.get("memory_size") or 0)
     return total - mx.get_active_memory()
 
 
-BACKEND = _backend()
+BACKEND = detect_backend()
 pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.skipif(
-    BACKEND is None, reason="needs an MLX GPU backend (CUDA or Metal): a tensor past 2^32 elements is a GPU-kernel "
+    BACKEND == "cpu", reason="needs an MLX GPU backend (CUDA or Metal): a tensor past 2^32 elements is a GPU-kernel "
                             "limit; the CPU tests of the guard are in tests/pool/test_pool_fused_decision.py and "
                             "tests/gpu/test_kernel_plan.py")]
 

@@ -240,3 +240,17 @@ def test_bad_input_writes_nothing(tmp_path):
     result = subprocess.run([sys.executable, "-m", "app", "export", RECORDINGS[0], "--out",
                              str(tmp_path / "no" / "t.json")], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 2 and "does not exist" in result.stderr
+
+
+def test_overlapping_step_stamps_are_clamped_so_slices_nest():
+    """A step's start is its end minus its wall time; stamp jitter can put it before the previous step's end:
+    the slice then starts at that end (a viewer drops or mis-nests partially overlapping slices)."""
+    from probes.events import MetaUpdate
+    from probes.store import SessionModel
+
+    model = SessionModel("steps")
+    model.append(MetaUpdate(t=10.0, meta={"t_start": 10.0}))
+    for t, wall in ((11.0, 0.5), (11.4, 0.5), (12.0, 0.1)):
+        model.append(Step(t=t, phase="p", type="decode", batch=1, num_tokens=1, wall_s=wall))
+    steps = trace_process(model, 1, "x").tracks["steps"]
+    assert [(round(m.t, 6), round(m.dur, 6)) for m in steps] == [(0.5, 0.5), (1.0, 0.4), (1.9, 0.1)]

@@ -21,10 +21,13 @@ This module owns only bytes <-> records (headers, checksums, compression); ``pro
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import zlib
 from typing import NamedTuple
 
+from probes import limits
+from probes.damage import Damage, classify, next_valid_record
 from probes.errors import RecordingError
 
 MAGIC = b"SLABSCOPEREC"
@@ -35,7 +38,7 @@ RECORD_HEADER = struct.Struct("<2sBBIIIdI")  # v2
 RECORD_HEADER_V1 = struct.Struct("<2sBBIdI")
 RECORD_MARKER = b"\xa5R"
 FLAG_ZLIB = 1
-MAX_PAYLOAD = 256 * 1024 * 1024
+MAX_PAYLOAD = limits.MAX_RECORD_BYTES  # stored and inflated
 COMPRESS_OVER = 2048  # payloads above this many bytes are zlib-compressed (level 1: cheap for the writer)
 
 # Record kinds.
@@ -114,23 +117,23 @@ class RecordWriter:
 
 
 class FileImage:
-    """A session file read into memory and indexed: ``refs`` lists every valid record in order.
+    """A session file read into memory and indexed: ``refs`` lists the records of its valid prefix, in order.
 
-    ``incomplete_tail`` is the number of trailing bytes that form a torn record (a writer killed mid-write).
-    Raises ``RecordingError`` for anything that is not a (possibly torn) slabscope recording, and (v2) for a
-    record out of sequence or from another session.
+    The prefix ends at the first record that does not check out (header, checksum) or does not continue the
+    session (sequence number, session tag, a second META, a record after END, a duplicate, a SAMPLES/OPS/
+    SNAPSHOTS/KEYFRAME record older than the previous one of its kind, a time that is not a session time).
+    ``incomplete_tail`` is the size of a torn last record (a writer killed mid-write: normal after a crash);
+    ``damage`` (``probes.damage.Damage``, None when intact) says what lies past the prefix otherwise, with its
+    byte offset. Raises ``RecordingError`` for what is not a slabscope recording at all: not a regular file, over
+    the size limit, bad magic, an unsupported version.
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
-        try:
-            with open(self.path, "rb") as fh:
-                self.data = fh.read()
-        except OSError as exc:
-            raise RecordingError(self.path, f"cannot read: {exc.strerror or exc}") from None
+        self.data = read_bounded(self.path)
         self.version = self._check_file_header()
         self.refs: list[RecordRef] = []
-        self.session_tag: int | None = None
+        self.damage: Damage | None = None
         self.incomplete_tail = self._index_records()
         self.by_kind: dict[int, list[RecordRef]] = {kind: [] for kind in KIND_NAMES}
         for ref in self.refs:
@@ -151,54 +154,156 @@ class FileImage:
         return version
 
     def _index_records(self) -> int:
-        """Walk record headers, verify CRCs (and v2 sequence numbers and session tags), fill ``refs``; return the
-        size of a torn tail (0 if none). This loop is what opening a long session costs (one iteration per
-        record), hence the local names."""
+        """Walk record headers, verify CRCs and continuity, fill ``refs``; return the size of a torn tail (0 if
+        none), setting ``damage`` for anything else that ends the prefix. This loop is what opening a long
+        session costs (one iteration per record), hence the local names."""
         data, pos, end = self.data, FILE_HEADER.size, len(self.data)
         v2 = self.version >= 2
         header = RECORD_HEADER if v2 else RECORD_HEADER_V1
         view = memoryview(data)
         unpack, hsize, crc32 = header.unpack_from, header.size, zlib.crc32
         refs, make, kinds = self.refs, RecordRef._make, KIND_NAMES
+        continuity = self._continuity = _Continuity(data, v2)
         while pos < end:
             if end - pos < hsize:
-                return end - pos
+                return self._stop(pos, "incomplete record header", RECORD_MARKER.startswith(data[pos:pos + 2]))
             if v2:
                 marker, kind, flags, length, seq, tag, t, crc = unpack(data, pos)
             else:
                 marker, kind, flags, length, t, crc = unpack(data, pos)
                 seq, tag = len(refs), None
             if marker != RECORD_MARKER or kind not in kinds or length > MAX_PAYLOAD:
-                raise RecordingError(self.path, f"corrupt record header at byte {pos}")
+                return self._stop(pos, f"corrupt record header at byte {pos}", False)
             start = pos + hsize
             stop = start + length
             if stop > end:
-                return end - pos
+                return self._stop(pos, f"record at byte {pos} runs past the end of the file", True)
             if crc32(view[start:stop], crc32(view[pos:start - 4])) != crc:
-                raise RecordingError(self.path, f"corrupt record at byte {pos} (checksum mismatch)")
-            if v2:
-                self._check_sequence(pos, seq, tag)
+                return self._stop(pos, f"corrupt record at byte {pos} (checksum mismatch)", False)
+            problem = continuity.problem(pos, kind, t, seq, tag, start, length, len(refs))
+            if problem is not None:
+                self.damage = Damage(pos, end - pos, problem)
+                return 0
             refs.append(make((kind, t, start, length, flags, seq)))
             pos = stop
         return 0
 
-    def _check_sequence(self, pos: int, seq: int, tag: int) -> None:
-        if self.session_tag is None:
-            self.session_tag = tag
-        elif tag != self.session_tag:
-            raise RecordingError(self.path, f"record at byte {pos} belongs to another session "
-                                            f"(tag {tag:08x}, this session's is {self.session_tag:08x})")
-        if seq != len(self.refs):
-            raise RecordingError(self.path, f"record at byte {pos} is out of sequence (number {seq}, expected "
-                                            f"{len(self.refs)}): a duplicated, reordered or missing record")
+    @property
+    def session_tag(self) -> int | None:
+        """The session tag every record carries (v2; None for v1 or a file without records)."""
+        return self._continuity.tag
+
+    def _stop(self, pos: int, problem: str, torn: bool) -> int:
+        """End the prefix at ``pos``: a torn tail (returns its size) or damage (sets ``damage``, returns 0)."""
+        header = RECORD_HEADER if self.version >= 2 else RECORD_HEADER_V1
+        follows = next_valid_record(self.data, pos, header, RECORD_MARKER, KIND_NAMES, MAX_PAYLOAD)
+        self.damage = classify(self.data, pos, problem, torn, follows)
+        return len(self.data) - pos if self.damage is None else 0
 
     def payload(self, ref: RecordRef) -> bytes:
-        """One record's payload bytes, decompressed; ``RecordingError`` if it does not inflate."""
+        """One record's payload bytes, decompressed; ``RecordingError`` if it does not inflate, or inflates past
+        ``MAX_PAYLOAD`` (a zlib bomb is stopped there, not inflated whole)."""
         raw = self.data[ref.offset:ref.offset + ref.length]
         if not ref.flags & FLAG_ZLIB:
             return raw
+        what = f"{KIND_NAMES[ref.kind]} record at byte {ref.offset}"
+        inflater = zlib.decompressobj()
         try:
-            return zlib.decompress(raw)
+            out = inflater.decompress(raw, MAX_PAYLOAD)
         except zlib.error as exc:
-            raise RecordingError(self.path, f"undecodable {KIND_NAMES[ref.kind]} record at byte {ref.offset}: "
-                                            f"{exc}") from None
+            raise RecordingError(self.path, f"undecodable {what}: {exc}") from None
+        if inflater.unconsumed_tail:
+            raise RecordingError(self.path, f"{what} inflates past {MAX_PAYLOAD:,} bytes (the limit for one record)")
+        if not inflater.eof:
+            raise RecordingError(self.path, f"undecodable {what}: incomplete compressed data")
+        return out
+
+
+def read_bounded(path: str) -> bytes:
+    """The bytes of the regular file at ``path``, refused (``RecordingError``) before reading when it is not a
+    regular file (a FIFO would block, /dev/zero never ends), when it is larger than ``limits.max_file_bytes()``,
+    or when it does not start with the magic bytes (a 1 GiB sparse file is refused after 16 bytes). Opened
+    non-blocking, so a FIFO without a writer cannot block the open itself."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise RecordingError(path, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RecordingError(path, f"not a regular file ({_file_type(info.st_mode)}): a recording is a file")
+        if info.st_size > limits.max_file_bytes():
+            raise RecordingError(path, f"{info.st_size:,} bytes, over the {limits.max_file_bytes():,}-byte limit "
+                                       "for a recording (SLABSCOPE_MAX_RECORDING_MIB raises it)")
+        head = _read_upto(fd, FILE_HEADER.size)
+        if len(head) == FILE_HEADER.size and not head.startswith(MAGIC):
+            return head  # the header check names the problem; nothing more is read
+        return head + _read_upto(fd, info.st_size - len(head))  # what was there at open (a live file grows)
+    except OSError as exc:
+        raise RecordingError(path, f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def _read_upto(fd: int, count: int) -> bytes:
+    """At most ``count`` bytes from ``fd`` (fewer at the end of the file)."""
+    parts, left = [], count
+    while left > 0:
+        chunk = os.read(fd, min(left, 16 * limits.MIB))
+        if not chunk:
+            break
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _file_type(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+class _Continuity:
+    """Whether each CRC-valid record continues the session (used by ``FileImage`` while indexing)."""
+
+    ORDERED = (SAMPLES, OPS, SNAPSHOTS, KEYFRAME)  # stamped by one clock in one stream: never older than the last
+
+    def __init__(self, data: bytes, v2: bool) -> None:
+        self.data = data
+        self.v2 = v2
+        self.tag: int | None = None
+        self.ended = False
+        self.last_t: dict[int, float] = {}
+        self.seen: dict[tuple[int, float, int], int] = {}  # (kind, t, length) -> payload offset of the first
+
+    def problem(self, pos: int, kind: int, t: float, seq: int, tag: int | None, start: int, length: int,
+                index: int) -> str | None:
+        """Why the record at ``pos`` does not continue the session (None: it does). ``index``: records so far."""
+        if self.v2:
+            if self.tag is None:
+                self.tag = tag
+            elif tag != self.tag:
+                return f"record at byte {pos} belongs to another session (tag {tag:08x}, this session's is " \
+                       f"{self.tag:08x})"
+            if seq != index:
+                return f"record at byte {pos} is out of sequence (number {seq}, expected {index}): a " \
+                       "duplicated, reordered or missing record"
+        if self.ended:
+            return f"record at byte {pos} follows the end record (records appended after the session ended)"
+        if kind == META and index:
+            return f"second metadata record at byte {pos} (another session's records appended)"
+        reason = limits.time_problem(t)
+        if reason is not None:
+            return f"record at byte {pos}: {reason}"
+        if kind in self.ORDERED and t < self.last_t.get(kind, 0.0):
+            return f"{KIND_NAMES[kind]} record at byte {pos} is older than the previous one ({t:.3f} s < " \
+                   f"{self.last_t[kind]:.3f} s): reordered records"
+        self.last_t[kind] = t
+        key = (kind, t, length)
+        first = self.seen.setdefault(key, start)
+        if first != start and self.data[first:first + length] == self.data[start:start + length]:
+            return f"record at byte {pos} duplicates the one at byte {first - (start - pos)}"
+        self.ended = kind == END
+        return None

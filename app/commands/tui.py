@@ -54,7 +54,7 @@ def build_options(args: argparse.Namespace):
         opts.recordings_dir = Path(args.recordings)
     elif opts.open_paths:
         opts.recordings_dir = opts.open_paths[0].parent  # the Sessions view lists what sits next to it
-    missing = [str(p) for p in opts.open_paths if not p.is_file()]
+    missing = [str(p) for p in opts.open_paths if not p.exists()]  # a FIFO or a device: check_recording says so
     if missing:
         raise SystemExit(f"slabscope: no such recording: {', '.join(missing)}")
     for path in opts.open_paths:  # a corrupt or foreign file: one line here, not a TUI that opens on an error

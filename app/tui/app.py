@@ -15,7 +15,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, TabbedContent, TabPane
 
-from app.tui.data import SessionSet, ViewState
+from app.tui.data import SessionSet, ViewState, refresh_guarded
 from app.tui.ingest import RunController
 from app.tui.screens.help import HelpScreen
 from app.tui.screens.run_form import RunChoice, RunFormScreen
@@ -145,7 +145,7 @@ class SlabscopeApp(App):
         tabs = base.query_one(TabbedContent)
         with self.batch_update():
             view = base.query_one(f"#view-{(tabs.active or 'tab-memory').removeprefix('tab-')}")
-            view.refresh_view(frame)
+            refresh_guarded(view, frame)
             primary = self._primary_session()
             peak = primary.peak().t if primary else None
             base.query_one(Scrubber).show(self.store.duration(), self.cursor, peak)
@@ -366,6 +366,10 @@ class SlabscopeApp(App):
         primary = self._primary_session()
         self.cursor = (primary.peak().t if primary else None) or self.store.duration()
         self.notify(f"replaying {', '.join(Path(p).name for p in paths)}")
+        for session in sessions:
+            if getattr(session, "damage", None) is not None:
+                self.notify(f"{session.path}: {session.damage}; showing the {session.duration:.1f} s before it",
+                            severity="warning", timeout=30)
         self.refresh_views()
 
     async def action_quit(self) -> None:

@@ -73,7 +73,8 @@ class RecordingInfo:
     duration: float
     size: int
     complete: bool
-    error: str = ""
+    error: str = ""    # unreadable: the one-line reason
+    damage: str = ""   # readable up to damage: what and where
 
 
 def is_recording(path: Path) -> bool:
@@ -99,7 +100,8 @@ def describe(path: Path) -> RecordingInfo:
         return RecordingInfo(path, "?", "?", "?", 0.0, size, False, str(exc.problem))
     meta = s.meta
     return RecordingInfo(path, str(_meta_value(meta, "backend")), str(_meta_value(meta, "scenario")),
-                         str(_meta_value(meta, "model")), s.duration, size, s.complete)
+                         str(_meta_value(meta, "model")), s.duration, size, s.complete,
+                         damage=str(s.damage) if s.damage is not None else "")
 
 
 def _meta_value(meta: dict, key: str) -> object:
@@ -114,7 +116,8 @@ def _meta_value(meta: dict, key: str) -> object:
 
 
 def list_recordings(directory: Path) -> list[RecordingInfo]:
-    """Session files in ``directory`` (recognised by content, not by name), newest first."""
+    """Session files in ``directory`` (recognised by content, not by name; regular files only: a FIFO or a
+    device is never opened), newest first."""
     directory = Path(directory)
     if not directory.is_dir():
         return []

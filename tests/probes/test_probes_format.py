@@ -12,7 +12,7 @@ from probes_helpers import T0, write_synthetic
 
 from probes import codec
 from probes import format as fmt
-from probes.errors import RecordingError
+from probes.errors import RecordingDamage, RecordingError
 from probes.events import LogLine, Sample, Step
 from probes.replay import Session
 from probes.synthetic import write_synthetic_session
@@ -88,7 +88,10 @@ def test_flipped_byte_in_the_middle_is_reported_as_corrupt(tmp_path):
     data[ref.offset + 2] ^= 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(RecordingError, match="checksum mismatch"):
-        Session.open(path)
+        Session.open(path, strict=True)
+    with pytest.warns(RecordingDamage, match=f"corrupt record at byte {ref.offset - fmt.RECORD_HEADER.size}"):
+        s = Session.open(path)
+    assert len(s._image.refs) == 3 and not s.complete  # the three records before it, nothing after
 
 
 _GOOD: dict[str, bytes] = {}
@@ -147,20 +150,23 @@ def _records(path) -> tuple[bytes, list[bytes]]:
     return data[:fmt.FILE_HEADER.size], [data[a:b] for a, b in zip(starts, ends)]
 
 
-@pytest.mark.parametrize("damage, words", [
-    (lambda recs: recs[:5] + [recs[4]] + recs[5:], "out of sequence"),   # a duplicated record
-    (lambda recs: recs[:4] + [recs[5], recs[4]] + recs[6:], "out of sequence"),  # two records swapped
-    (lambda recs: recs[:4] + recs[5:], "out of sequence"),  # a record missing from the middle
+@pytest.mark.parametrize("damage, words, kept", [
+    (lambda recs: recs[:5] + [recs[4]] + recs[5:], "out of sequence", 5),   # a duplicated record
+    (lambda recs: recs[:4] + [recs[5], recs[4]] + recs[6:], "out of sequence", 4),  # two records swapped
+    (lambda recs: recs[:4] + recs[5:], "out of sequence", 4),  # a record missing from the middle
 ])
-def test_duplicated_reordered_or_missing_records_are_detected(tmp_path, damage, words):
+def test_duplicated_reordered_or_missing_records_are_detected(tmp_path, damage, words, kept):
     path = tmp_path / "s.slabrec"
     write_synthetic(path, num_batches=10)
     header, records = _records(path)
     bad = tmp_path / "bad.slabrec"
     bad.write_bytes(header + b"".join(damage(records)))
     with pytest.raises(RecordingError, match=words) as info:
-        Session.open(bad)
+        Session.open(bad, strict=True)
     assert "\n" not in str(info.value)
+    with pytest.warns(RecordingDamage, match=words):
+        s = Session.open(bad)
+    assert len(s._image.refs) == kept and not s.complete and words in str(s.damage)
 
 
 def test_records_of_another_session_are_detected(tmp_path):
@@ -172,7 +178,9 @@ def test_records_of_another_session_are_detected(tmp_path):
     spliced = tmp_path / "spliced.slabrec"
     spliced.write_bytes(header + b"".join(ours[:6] + theirs[6:]))  # sequence numbers fit, the session does not
     with pytest.raises(RecordingError, match="belongs to another session"):
-        Session.open(spliced)
+        Session.open(spliced, strict=True)
+    with pytest.warns(RecordingDamage, match="belongs to another session"):
+        assert len(Session.open(spliced)._image.refs) == 6
 
 
 def _file_with(tmp_path, kind: int, payload: bytes):

@@ -119,7 +119,9 @@ class SessionsView(Vertical):
         keep = table.cursor_row
         table.clear()
         for info in self.infos:
-            state = Text(info.error, style=WARN_STYLE) if info.error else ("complete" if info.complete else "partial")
+            state = Text(info.error, style=WARN_STYLE) if info.error else \
+                Text(f"damaged: {info.damage}", style=WARN_STYLE) if info.damage else \
+                ("complete" if info.complete else "partial")
             table.add_row("●" if info.path in self.marked else " ", info.path.name, info.backend, info.scenario,
                           info.model, f"{info.duration:.1f}s", human_bytes(info.size), state)
         if 0 <= keep < len(self.infos):

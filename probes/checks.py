@@ -19,13 +19,14 @@ from pool import BookState, PoolSnapshot
 from pool.config import DESIGNS, MAX_DIMENSION
 from probes import format as fmt
 from probes import limits
-from probes.events import GatherRuns, Sample, Step
+from probes.events import GatherRuns, ProbeOverhead, Sample, Step
 
 SAMPLE_FIELDS = Sample.__struct_fields__
 SAMPLE_DEFAULTS = {f.name: f.default for f in msgspec.structs.fields(Sample)}  # read once: fields() is slow
 # t/step/tokens have defaults on the wire (the probes stamp them) but every recorded sample has them
 REQUIRED_SAMPLE_FIELDS = {f.name for f in msgspec.structs.fields(Sample) if f.required} | {"t", "step", "tokens"}
 _NOT_NONE_SAMPLE_FIELDS = [name for name in SAMPLE_FIELDS if SAMPLE_DEFAULTS[name] is not None]
+_NOT_NONE = frozenset(_NOT_NONE_SAMPLE_FIELDS)
 _FLOAT_FIELDS: dict[type, tuple[str, ...]] = {}  # event type -> its float fields besides t
 
 
@@ -33,6 +34,34 @@ def check_time(t, what: str) -> None:
     problem = limits.time_problem(t)
     if problem is not None:
         raise ValueError(f"{what}: {problem}")
+
+
+def check_finite(values: list, what: str) -> None:
+    """Every number of ``values`` is finite (one C-level sum: a NaN or an infinity makes it non-finite; no real
+    figure is near 1e308)."""
+    try:
+        total = sum(values)
+    except OverflowError:  # an int past float range (v1 JSON): not a figure a probe measures
+        total = math.inf
+    if not math.isfinite(total):
+        raise ValueError(f"{what} is not finite")
+
+
+def _finite_column(values: list) -> bool:
+    try:
+        return math.isfinite(sum(x for x in values if x is not None))
+    except OverflowError:
+        return False
+
+
+def check_times(times: list, what: str) -> None:
+    """Session times: finite, in order, the first and the last within range."""
+    if times:
+        check_finite(times, f"{what}'s time")
+        if any(b < a for a, b in zip(times, times[1:])):
+            raise ValueError(f"{what}s out of time order")
+        check_time(times[0], what)
+        check_time(times[-1], what)
 
 
 def check_header_time(header_t: float, first_t: float) -> None:
@@ -59,28 +88,34 @@ def complete_columns(columns: dict[str, list]) -> dict[str, list]:
         raise ValueError("sample columns of different lengths")
     if any(None in columns[name] for name in _NOT_NONE_SAMPLE_FIELDS if name in columns):
         raise ValueError("a sample figure that is always recorded is null")
-    for name in present:
-        if not all(math.isfinite(x) for x in columns[name] if x is not None):
-            raise ValueError(f"a sample's {name} is not finite")
-    times = columns["t"]
-    for t in times:
-        check_time(t, "a sample")
-    if any(b < a for a, b in zip(times, times[1:])):
-        raise ValueError("samples out of time order")
+    try:  # one sum over every figure (NaN and infinities propagate); the column is named only on failure
+        total = sum(sum(columns[name] if name in _NOT_NONE else [x for x in columns[name] if x is not None])
+                    for name in present)
+    except OverflowError:
+        total = math.inf
+    if not math.isfinite(total):
+        bad = next(name for name in present if not _finite_column(columns[name]))
+        raise ValueError(f"a sample's {bad} is not finite")
+    check_times(columns["t"], "sample")
     return {name: columns[name] if name in columns else [SAMPLE_DEFAULTS[name]] * rows for name in SAMPLE_FIELDS}
 
 
 # ---- events ----------------------------------------------------------------------------------------------------
 def check_events(events: list) -> None:
-    for event in events:
-        check_time(event.t, f"a {event.kind} event")
-        for name in _float_fields(type(event)):
-            if not math.isfinite(getattr(event, name)):
-                raise ValueError(f"a {event.kind} event's {name} is not finite")
-        if isinstance(event, Step) and min(event.wall_s, event.num_tokens, event.batch) < 0:
-            raise ValueError("a step event with a negative wall time, token count or batch")
-        if isinstance(event, GatherRuns) and not len(event.seq_ids) == len(event.runs_layer0) == len(event.runs_max):
-            raise ValueError("a gather event's sequence and run lists differ in length")
+    """Times, every event's float fields, and what a step's figures and a gather's lists must be (one pass over
+    the events with few calls: a long session holds tens of thousands of steps)."""
+    if not events:
+        return
+    times = [e.t for e in events]
+    check_finite(times, "an event's time")
+    check_time(min(times), "an event")
+    check_time(max(times), "an event")
+    check_finite([getattr(e, name) for e in events for name in _float_fields(type(e))], "an event's figure")
+    steps = [e for e in events if type(e) is Step]
+    if steps and min(min(e.wall_s, e.num_tokens, e.batch) for e in steps) < 0:
+        raise ValueError("a step event with a negative wall time, token count or batch")
+    if any(not len(e.seq_ids) == len(e.runs_layer0) == len(e.runs_max) for e in events if type(e) is GatherRuns):
+        raise ValueError("a gather event's sequence and run lists differ in length")
 
 
 def _float_fields(cls: type) -> tuple[str, ...]:
@@ -97,10 +132,7 @@ def check_ops(record) -> None:
     if len(record.t) != len(record.ops):
         raise ValueError(f"{len(record.ops)} ops with {len(record.t)} times")
     check_count(record.first, "first op number")
-    for t in record.t:
-        check_time(t, "an op")
-    if any(b < a for a, b in zip(record.t, record.t[1:])):
-        raise ValueError("ops out of time order")
+    check_times(record.t, "op")
 
 
 # ---- snapshots and keyframes -----------------------------------------------------------------------------------
@@ -162,6 +194,77 @@ def check_book_state(state: BookState) -> None:
                          f"{limits.max_replay_rows():,} a replay holds (SLABSCOPE_MAX_REPLAY_ROWS)")
 
 
+# ---- the blocks of META and END that slabscope itself reads (the rest is free-form) ----------------------------
+class _Clock(msgspec.Struct):
+    offset_s: float = 0.0
+    bound_s: float = 0.0
+
+
+class _Shard(msgspec.Struct):
+    kv_heads: tuple[int, int] | None = None
+    n_kv_heads_total: int | None = None
+    kv_bytes_per_token: int | float | None = None
+
+
+class _DeviceMemory(msgspec.Struct):
+    bytes: int | float | None = None
+
+
+class DistributedBlock(msgspec.Struct):
+    """``meta["distributed"]`` of a rank recording, as ``probes.ranks`` reads it."""
+
+    run_id: str | int | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    device_memory: _DeviceMemory | None = None
+    shard: _Shard | None = None
+    clock: _Clock | None = None
+
+
+class OutputsBlock(msgspec.Struct):
+    """``summary["outputs"]`` of an END record: what the run generated (``probes.ranks`` compares it)."""
+
+    digest: str
+    requests: int = 0
+    generated_tokens: int = 0
+    generated: dict[str, list[int]] | None = None
+
+
+MAX_RANKS = 4096
+
+
+def check_meta(meta: dict, typed) -> None:
+    """The META fields slabscope reads: ``typed`` (``codec.Meta``: times and rates finite, the pool geometry) and
+    a rank recording's ``distributed`` block (a rank inside its world, clock figures finite)."""
+    for name in ("t_start", "sample_hz", "snapshot_hz"):
+        value = getattr(typed, name)
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"metadata {name} {value} is not finite")
+    check_meta_geometry(typed.geometry)
+    if isinstance(meta.get("distributed"), dict):
+        block = msgspec.convert(meta["distributed"], DistributedBlock)
+        if block.rank is not None and not (block.world_size is not None and 0 <= block.rank < block.world_size
+                                           <= MAX_RANKS):
+            raise ValueError(f"rank {block.rank} of a world of {block.world_size} (at most {MAX_RANKS} ranks)")
+        if block.clock is not None:
+            check_finite([block.clock.offset_s, block.clock.bound_s], "the rank clock")
+
+
+def check_end(record) -> None:
+    """An END record: its time, and the summary blocks slabscope reads (probe cost, outputs)."""
+    check_time(record.t, "the end record")
+    summary = record.summary
+    if "probe_overhead" in summary:
+        overhead = msgspec.convert(summary["probe_overhead"], ProbeOverhead)
+        check_finite([getattr(overhead, f) for f in overhead.__struct_fields__], "the probe cost")
+    if summary.get("outputs") is not None:
+        outputs = msgspec.convert(summary["outputs"], OutputsBlock)
+        for req in outputs.generated or {}:
+            int(req)  # ValueError: request ids are integers (outputs are compared in request order)
+
+
 def check_meta_geometry(geometry) -> None:
     """The pool geometry of a META record (what-if builds a book from it)."""
     if geometry is None:
@@ -199,7 +302,7 @@ def check_record(kind: int, payload, header_t: float):
             check_book_state(payload.book_state)
         first_t = payload.t
     elif kind == fmt.END:
-        check_time(payload.t, "the end record")
+        check_end(payload)
     if first_t is not None:
         check_header_time(header_t, first_t)
     return payload

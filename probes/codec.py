@@ -154,7 +154,7 @@ def meta_of(meta: dict) -> Meta:
     """The typed part of a META dict (v1 dicts lack ``session_id``/``geometry``)."""
     known = {key: meta[key] for key in Meta.__struct_fields__ if key in meta}
     typed = msgspec.convert(known, Meta)
-    checks.check_meta_geometry(typed.geometry)
+    checks.check_meta(meta, typed)
     return typed
 
 

@@ -232,12 +232,12 @@ def read_bounded(path: str) -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise RecordingError(path, f"not a regular file ({_file_type(info.st_mode)}): a recording is a file")
+        head = _read_upto(fd, FILE_HEADER.size)
+        if len(head) < FILE_HEADER.size or not head.startswith(MAGIC):
+            return head  # the header check names the problem; nothing more is read
         if info.st_size > limits.max_file_bytes():
             raise RecordingError(path, f"{info.st_size:,} bytes, over the {limits.max_file_bytes():,}-byte limit "
                                        "for a recording (SLABSCOPE_MAX_RECORDING_MIB raises it)")
-        head = _read_upto(fd, FILE_HEADER.size)
-        if len(head) == FILE_HEADER.size and not head.startswith(MAGIC):
-            return head  # the header check names the problem; nothing more is read
         return head + _read_upto(fd, info.st_size - len(head))  # what was there at open (a live file grows)
     except OSError as exc:
         raise RecordingError(path, f"cannot read: {exc.strerror or exc}") from None
@@ -294,9 +294,8 @@ class _Continuity:
             return f"record at byte {pos} follows the end record (records appended after the session ended)"
         if kind == META and index:
             return f"second metadata record at byte {pos} (another session's records appended)"
-        reason = limits.time_problem(t)
-        if reason is not None:
-            return f"record at byte {pos}: {reason}"
+        if not 0.0 <= t <= limits.MAX_SESSION_S:  # NaN too (every comparison with it is false)
+            return f"record at byte {pos}: {limits.time_problem(t)}"
         if kind in self.ORDERED and t < self.last_t.get(kind, 0.0):
             return f"{KIND_NAMES[kind]} record at byte {pos} is older than the previous one ({t:.3f} s < " \
                    f"{self.last_t[kind]:.3f} s): reordered records"

@@ -13,12 +13,14 @@ import math
 import os
 
 MIB = 2**20
-MAX_RECORD_BYTES = 256 * MIB   # one record's payload, stored and inflated (a zlib bomb stops here)
+MAX_RECORD_BYTES = 64 * MIB    # one record's payload, stored and inflated (a zlib bomb stops here; decoding
+                               # 64 MiB of msgpack or JSON into Python objects takes up to ~10x that in memory)
 MAX_SESSION_S = 1e9            # any time in a file, seconds since the start (a time is finite and in [0, this])
 MAX_LAYERS = 4096              # layers of a recorded pool (the largest models have a few hundred)
 MAX_OPS = 2**48                # op numbers (an op_index past this is not a count of anything recorded)
 DEFAULT_FILE_MIB = 512         # a one-hour session at 10 Hz is 23 MB (docs/recording-format.md)
-DEFAULT_REPLAY_ROWS = 2**24    # pool rows, all layers together; an H200 full of SmolLM2-135M K/V holds ~1.2e7
+DEFAULT_REPLAY_ROWS = 2**22    # pool rows, all layers together (a keyframe of that many rows is ~60 MB); an
+                               # 8B-class model's K/V filling an H200 is ~1.1e6 rows
 
 
 def _env_int(name: str, default: int) -> int:

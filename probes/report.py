@@ -136,7 +136,7 @@ def _meta_cell(value) -> str:
 
 
 def _completeness(view) -> str:
-    if getattr(view, "damage", None) is not None:
+    if view.damage is not None:
         return f"NO (damaged file: {str(view.damage).replace('|', '/')}; the valid part before it is shown)"
     return "yes" if view.complete else "NO (writer died)"
 

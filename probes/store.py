@@ -105,6 +105,7 @@ class SessionModel:
         self.snapshots: list[SnapshotRecord] = []  # summaries, time-ordered
         self.keyframes: list[Keyframe] = []
         self.skipped_events: dict[str, int] = {}
+        self.damage = None  # probes.damage.Damage: a recording read up to damage in its file (probes.replay.Session)
         self.received = 0  # items appended (live)
         self._meta = Meta()
         self._t_start: float | None = None

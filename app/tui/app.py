@@ -367,7 +367,7 @@ class SlabscopeApp(App):
         self.cursor = (primary.peak().t if primary else None) or self.store.duration()
         self.notify(f"replaying {', '.join(Path(p).name for p in paths)}")
         for session in sessions:
-            if getattr(session, "damage", None) is not None:
+            if session.damage is not None:
                 self.notify(f"{session.path}: {session.damage}; showing the {session.duration:.1f} s before it",
                             severity="warning", timeout=30)
         self.refresh_views()

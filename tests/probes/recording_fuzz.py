@@ -2,7 +2,7 @@
 
 Each case takes a valid recording (v1 and v2, with and without a pool), damages it one way (truncate, flip bytes,
 zero a range or the tail, append zeros or garbage, duplicate / drop / reorder records, splice in another session's
-records or random bytes, damage a length field, inflate a record into a zlib bomb, or re-encode one record with a
+records or random bytes, random bytes after the file header, damage a length field, inflate a record into a zlib bomb, or re-encode one record with a
 hostile value in a random field: NaN, infinity, negative or huge numbers, strings, nulls) or replaces it by a
 special file (FIFO, /dev/zero, a directory, a sparse GiB, a file over the size limit), then opens it with
 ``Session.open`` and runs every query, compare, what-if (and, for some cases, the Markdown report).
@@ -47,6 +47,7 @@ from probes import limits
 from probes.compare import compare_sessions, format_table
 from probes.errors import RecordingDamage, RecordingError, ReplayError
 from probes.events import Step
+from probes.ranks import RankMergeError
 from probes.replay import Session
 from probes.whatif import mismatches_with_recording, run_whatif
 
@@ -56,7 +57,7 @@ HOSTILE = [math.nan, math.inf, -math.inf, -1, -(2**63), 2**63 - 1, 10**12, 1e300
            True, 0, 0.5, [[1, 2]], {"x": 1}]
 MUTATIONS = ("truncate", "flip", "zero_range", "zero_tail", "append_zeros", "append_garbage", "duplicate", "drop",
              "reorder", "reverse", "splice_foreign", "append_foreign", "splice_garbage", "length_field", "content",
-             "content", "content", "bomb", "special")
+             "content", "content", "random_body", "bomb", "special")
 SPECIAL = ("fifo", "dev_zero", "directory", "sparse", "oversize", "empty")
 
 
@@ -84,9 +85,10 @@ class FuzzTally:
 
 
 # ---- what the readers give --------------------------------------------------------------------------------------
-def fingerprint(session: Session, report_dir: Path | None = None) -> dict:
+def fingerprint(session: Session, report_dir: Path | None = None, partner: Session | None = None) -> dict:
     """Everything the readers compute from ``session``: the read model's content and every query, compare and
-    what-if (both raise RecordingError/ReplayError for a malformed lazily read part)."""
+    what-if (both raise RecordingError/ReplayError for a malformed lazily read part); with ``partner`` (the other
+    rank of a rank recording), compare's merged view of the two ranks (RankMergeError: one line)."""
     window = session.samples.window()
     end = session.duration
     instants = sorted({0.0, end / 3, end / 2, end, *(k.t for k in session.keyframes)})
@@ -105,6 +107,12 @@ def fingerprint(session: Session, report_dir: Path | None = None) -> dict:
     rows = compare_sessions([session])
     out["compare"] = (rows, format_table(rows))
     assert session.status in ("done", "running", "error", "damaged")  # says intact or not: not compared
+    if partner is not None:
+        from app.commands.compare_ranks import merged, render
+
+        view = merged([session, partner])
+        render(view)  # its rank lines say intact, incomplete or damaged: not compared
+        out["ranks"] = (view["rows"], view["imbalance"], view["outputs"], view["rank_output_failures"])
     if session.is_pool and session.all_ops():
         recorded = run_whatif(session)
         out["whatif"] = (recorded.summary(), mismatches_with_recording(session, recorded),
@@ -199,6 +207,11 @@ class Mutator:
 
     def append_foreign(self, blob, donor):
         return blob + donor[fmt.FILE_HEADER.size:]
+
+    def random_body(self, blob, donor):
+        """The file header, then random bytes (sometimes starting like a record)."""
+        body = self.rng.randbytes(self.rng.randint(0, 300))
+        return blob[:fmt.FILE_HEADER.size] + (fmt.RECORD_MARKER if self.rng.random() < 0.5 else b"") + body
 
     def splice_garbage(self, blob, donor):
         at = self.rng.randrange(fmt.FILE_HEADER.size, len(blob) + 1)
@@ -302,6 +315,7 @@ class Base:
     donor: bytes
     version: int
     records: int
+    partner: Path | None = None  # a rank recording's other rank (intact): compare merges the two
     prints: dict = field(default_factory=dict)  # number of records kept -> fingerprint of that prefix
 
     def prefix_print(self, folder: Path, kept: int) -> dict:
@@ -309,9 +323,12 @@ class Base:
             spans = record_spans(self.blob)
             path = folder / f"prefix-{self.name}-{kept}.slabrec"
             path.write_bytes(self.blob[:spans[kept - 1][1]])
-            self.prints[kept] = fingerprint(Session.open(path))
+            self.prints[kept] = fingerprint(Session.open(path), partner=self.open_partner())
             path.unlink()
         return self.prints[kept]
+
+    def open_partner(self) -> Session | None:
+        return Session.open(self.partner) if self.partner is not None else None
 
 
 def _alarm(signum, frame):
@@ -355,8 +372,8 @@ def _read(path: Path, base: Base, folder: Path, report: bool) -> tuple[str, str]
         warnings.simplefilter("ignore", RecordingDamage)
         try:
             session = Session.open(path)
-            got = fingerprint(session, folder / "report" if report else None)
-        except (RecordingError, ReplayError) as exc:
+            got = fingerprint(session, folder / "report" if report else None, base.open_partner())
+        except (RecordingError, ReplayError, RankMergeError) as exc:
             return ("clear error" if "\n" not in str(exc) else "not one line"), str(exc)[:200]
         except Hang:
             raise

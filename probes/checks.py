@@ -28,6 +28,7 @@ REQUIRED_SAMPLE_FIELDS = {f.name for f in msgspec.structs.fields(Sample) if f.re
 _NOT_NONE_SAMPLE_FIELDS = [name for name in SAMPLE_FIELDS if SAMPLE_DEFAULTS[name] is not None]
 _NOT_NONE = frozenset(_NOT_NONE_SAMPLE_FIELDS)
 _FLOAT_FIELDS: dict[type, tuple[str, ...]] = {}  # event type -> its float fields besides t
+MAX_FIGURE = 2.0**64  # no byte count, time or count a probe measures comes near it
 
 
 def check_time(t, what: str) -> None:
@@ -47,11 +48,8 @@ def check_finite(values: list, what: str) -> None:
         raise ValueError(f"{what} is not finite")
 
 
-def _finite_column(values: list) -> bool:
-    try:
-        return math.isfinite(sum(x for x in values if x is not None))
-    except OverflowError:
-        return False
+def _plausible_column(values: list) -> bool:
+    return all(abs(x) <= MAX_FIGURE for x in values if x is not None)
 
 
 def check_times(times: list, what: str) -> None:
@@ -88,14 +86,14 @@ def complete_columns(columns: dict[str, list]) -> dict[str, list]:
         raise ValueError("sample columns of different lengths")
     if any(None in columns[name] for name in _NOT_NONE_SAMPLE_FIELDS if name in columns):
         raise ValueError("a sample figure that is always recorded is null")
-    try:  # one sum over every figure (NaN and infinities propagate); the column is named only on failure
-        total = sum(sum(columns[name] if name in _NOT_NONE else [x for x in columns[name] if x is not None])
+    try:  # one sum of magnitudes over every figure (NaN and infinities propagate); a column named on failure
+        total = sum(sum(map(abs, columns[name] if name in _NOT_NONE else [x for x in columns[name] if x is not None]))
                     for name in present)
     except OverflowError:
         total = math.inf
-    if not math.isfinite(total):
-        bad = next(name for name in present if not _finite_column(columns[name]))
-        raise ValueError(f"a sample's {bad} is not finite")
+    if not total <= MAX_FIGURE * rows * len(present):
+        bad = next(name for name in present if not _plausible_column(columns[name]))
+        raise ValueError(f"a sample's {bad} is not finite or beyond {MAX_FIGURE:.3g}")
     check_times(columns["t"], "sample")
     return {name: columns[name] if name in columns else [SAMPLE_DEFAULTS[name]] * rows for name in SAMPLE_FIELDS}
 
@@ -112,8 +110,9 @@ def check_events(events: list) -> None:
     check_time(max(times), "an event")
     check_finite([getattr(e, name) for e in events for name in _float_fields(type(e))], "an event's figure")
     steps = [e for e in events if type(e) is Step]
-    if steps and min(min(e.wall_s, e.num_tokens, e.batch) for e in steps) < 0:
-        raise ValueError("a step event with a negative wall time, token count or batch")
+    if steps and not (0 <= min(min(e.wall_s, e.num_tokens, e.batch) for e in steps) and
+                      max(max(e.wall_s, e.num_tokens, e.batch) for e in steps) <= MAX_FIGURE):
+        raise ValueError("a step event with a negative or impossible wall time, token count or batch")
     if any(not len(e.seq_ids) == len(e.runs_layer0) == len(e.runs_max) for e in events if type(e) is GatherRuns):
         raise ValueError("a gather event's sequence and run lists differ in length")
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import re
 import warnings
 import zlib
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from recording_craft import build, edited, first, parse, record_bytes
+from recording_fuzz import make_special
 
 from app.cli import main as cli_main
 from probes import format as fmt
@@ -140,13 +140,13 @@ def test_end_time_1e300_is_refused(churn, tmp_path, version):
     assert "time 1e+300 s is outside" in str(session.damage) and session.duration < 20
 
 
-@pytest.mark.parametrize("kind, where", [(fmt.EVENTS, lambda p: p[0]), (fmt.SNAPSHOTS, lambda p: p[0]),
+@pytest.mark.parametrize("kind, where", [(fmt.EVENTS, lambda p: p[len(p) // 2]), (fmt.SNAPSHOTS, lambda p: p[0]),
                                           (fmt.KEYFRAME, lambda p: p), (fmt.OPS, None)])
 @pytest.mark.parametrize("value", [math.nan, math.inf])
 def test_nan_or_infinite_times_are_refused(churn, tmp_path, kind, where, value):
     v, recs = parse(churn["v2"][0].read_bytes())
-    i = first(recs, kind)
-    payload = copy.deepcopy(recs[i].payload)
+    i = next(k for k, r in enumerate(recs) if r.kind == kind and (kind != fmt.EVENTS or len(r.payload) > 2))
+    payload = copy.deepcopy(recs[i].payload)  # a time in the middle of a record's events
     if kind == fmt.OPS:
         payload["t"][1] = value
     else:
@@ -266,18 +266,7 @@ def test_a_zlib_bomb_stops_at_the_record_limit(churn, tmp_path, version):
 @pytest.mark.parametrize("special", ["fifo", "dev_zero", "directory", "sparse", "oversize"])
 def test_special_and_oversized_files_are_refused_before_reading(tmp_path, capsys, special):
     """A FIFO blocked every tool in open(); /dev/zero and a 1 GiB sparse file were read whole."""
-    path = tmp_path / "x.slabrec"
-    if special == "fifo":
-        os.mkfifo(path)
-    elif special == "dev_zero":
-        os.symlink("/dev/zero", path)
-    elif special == "directory":
-        path.mkdir()
-    else:
-        with open(path, "wb") as fh:
-            if special == "oversize":
-                fh.write(fmt.FILE_HEADER.pack(fmt.MAGIC, 2, 0))
-            fh.truncate(max(2**30, limits.max_file_bytes() + 1))
+    path = make_special(special, tmp_path)  # sparse: 1 GiB of holes; oversize: a header, then the limit + 1
     words = {"fifo": "not a regular file (a FIFO)", "dev_zero": "not a regular file (a character device)",
              "directory": "not a regular file (a directory)", "sparse": "bad magic bytes",
              "oversize": "over the"}[special]

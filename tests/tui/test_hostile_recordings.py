@@ -60,7 +60,7 @@ def _hostile_files(folder: Path) -> dict[str, Path]:
         "mid-length": slab[:40000] + (len(slab) * 2).to_bytes(4, "little") + slab[40004:],
         "foreign": slab + SAMPLE_DENSE.read_bytes()[fmt.FILE_HEADER.size:],
         "bad-keyframe": _edit(slab, fmt.KEYFRAME, keyframe_op_index, last=True),
-        "bad-ops": _edit(slab, fmt.OPS, teleport, last=True),
+        "bad-ops": _edit(slab, fmt.OPS, teleport),  # the inspector reads it (copy-on-write rows), rebuilds may not
         "huge-op": _edit(slab, fmt.OPS, huge_tokens),
     }
     out = {}

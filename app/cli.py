@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "compare": "compare",
     "report": "report",
     "whatif": "whatif",
+    "export": "export",
     "migrate": "migrate",
     "bench": "bench",
     "warmup": "warmup",

@@ -1,11 +1,13 @@
-"""``slabscope whatif SESSION``: replay a session's op log through the pool bookkeeping with another geometry."""
+"""``slabscope whatif SESSION``: replay a session's op log through the pool bookkeeping with another geometry, and
+size it: the peak footprint under that geometry (a model built on the measured samples), whether it fits given
+memory sizes, the largest batch and context that fit, and the hard limits a size hits (probes/sizing.py)."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-from app.commands.arg_types import positive_int
+from app.commands.arg_types import byte_size, positive_int
 
 
 def add_parser(sub) -> None:
@@ -17,7 +19,12 @@ def add_parser(sub) -> None:
     p.add_argument("--slab-blocks", type=positive_int, default=None, help="rows (blocks) per slab")
     p.add_argument("--block-size", type=positive_int, default=None, help="tokens per block")
     p.add_argument("--design", choices=("slab", "monolithic"), default=None, help="storage design")
-    p.add_argument("--json", action="store_true", help="print both summaries as JSON")
+    p.add_argument("--memory", type=byte_size, action="append", default=None, metavar="SIZE",
+                   help="memory size to size against, e.g. 24G (binary units; repeatable; default: 16G, 32G, 64G "
+                        "and 128G)")
+    p.add_argument("--max-buffer", type=byte_size, default=None, metavar="SIZE",
+                   help="the device's largest single buffer (default: the recording device's, where recorded)")
+    p.add_argument("--json", action="store_true", help="print both summaries and the sizing as JSON")
     p.set_defaults(func=main)
 
 
@@ -39,19 +46,22 @@ def main(args) -> int:
     from probes.replay import Session
     from probes.whatif import mismatches_with_recording, run_whatif
 
+    from app.commands.whatif_sizing import print_sizing, sizing
+
     try:
         session = Session.open(args.session)
         warn_damage(session, "whatif")
         recorded = run_whatif(session)
         proposed = run_whatif(session, slab_blocks=args.slab_blocks, block_size=args.block_size, design=args.design)
         problems = mismatches_with_recording(session, recorded)
+        sized = sizing(session, args)
     except (RecordingError, ReplayError) as exc:
         print(f"slabscope whatif: {exc}", file=sys.stderr)
         return 2
     a, b = recorded.summary(), proposed.summary()
     if args.json:
         print(json.dumps({"recorded": a, "whatif": b, "recorded_replay_mismatches": problems,
-                          "skipped_ops": proposed.skipped}, indent=2))
+                          "skipped_ops": proposed.skipped, "sizing": sized.to_json()}, indent=2))
         return 0
     fmt_cfg = lambda c: f"{c['design']}, block {c['block_size']}, slab {c['slab_blocks']}"  # noqa: E731
     print(f"session: {session.path}  ({len(session.all_ops())} ops, {len(session.snapshots)} snapshot instants)")
@@ -64,4 +74,5 @@ def main(args) -> int:
     print(f"replay of the recorded configuration vs the recording: {verdict}")
     if proposed.skipped:
         print(f"{len(proposed.skipped)} ops not replayable with the new geometry (skipped), first: {proposed.skipped[0]}")
+    print_sizing(sized)
     return 0

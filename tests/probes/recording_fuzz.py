@@ -5,7 +5,8 @@ zero a range or the tail, append zeros or garbage, duplicate / drop / reorder re
 records or random bytes, random bytes after the file header, damage a length field, inflate a record into a zlib bomb, or re-encode one record with a
 hostile value in a random field: NaN, infinity, negative or huge numbers, strings, nulls) or replaces it by a
 special file (FIFO, /dev/zero, a directory, a sparse GiB, a file over the size limit), then opens it with
-``Session.open`` and runs every query, compare, what-if (and, for some cases, the Markdown report).
+``Session.open`` and runs every query, compare (a rank recording: merged with its other rank), what-if with its
+sizing, export's trace (and, for some cases, the Markdown report).
 
 Outcome classes (``FuzzTally``):
 
@@ -27,6 +28,7 @@ results differ from the original's).
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import random
@@ -49,8 +51,12 @@ from probes.errors import RecordingDamage, RecordingError, ReplayError
 from probes.events import Step
 from probes.ranks import RankMergeError
 from probes.replay import Session
+from probes.trace_chrome import chrome_events
+from probes.trace_export import trace_processes
 from probes.whatif import mismatches_with_recording, run_whatif
+from app.commands.whatif_sizing import sizing
 
+SIZING_ARGS = argparse.Namespace(slab_blocks=3, block_size=8, design=None, max_buffer=None, memory=None)
 CASE_SECONDS = 20.0
 MEMORY_STEP = 1024 * limits.MIB
 HOSTILE = [math.nan, math.inf, -math.inf, -1, -(2**63), 2**63 - 1, 10**12, 1e300, -1e300, "lots", None, [], {},
@@ -116,7 +122,9 @@ def fingerprint(session: Session, report_dir: Path | None = None, partner: Sessi
     if session.is_pool and session.all_ops():
         recorded = run_whatif(session)
         out["whatif"] = (recorded.summary(), mismatches_with_recording(session, recorded),
-                         run_whatif(session, slab_blocks=3, block_size=8).summary())
+                         run_whatif(session, slab_blocks=3, block_size=8).summary(),
+                         sizing(session, SIZING_ARGS).to_json())
+    out["export"] = [chrome_events(p) for p in trace_processes([(session, "fuzz.slabrec")])]  # one name: compared
     if report_dir is not None:
         from probes.report import write_report
 

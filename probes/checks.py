@@ -12,6 +12,7 @@ keyframe's book) is within ``probes.limits`` before anything is built from it. A
 from __future__ import annotations
 
 import math
+from itertools import chain
 
 import msgspec
 
@@ -76,7 +77,8 @@ def check_count(value: int, what: str, most: int = limits.MAX_OPS) -> None:
 # ---- samples ---------------------------------------------------------------------------------------------------
 def complete_columns(columns: dict[str, list]) -> dict[str, list]:
     """Sample columns complete (a column an older writer did not have takes its field's default), aligned, with
-    finite numbers and session times in order."""
+    finite, possible numbers and session times in order. (Opening a long session runs this once per SAMPLES
+    record: the figures are checked in one flat pass.)"""
     present = [name for name in SAMPLE_FIELDS if name in columns]
     missing = [name for name in SAMPLE_FIELDS if name not in columns and name in REQUIRED_SAMPLE_FIELDS]
     if missing:
@@ -84,14 +86,15 @@ def complete_columns(columns: dict[str, list]) -> dict[str, list]:
     rows = len(columns["t"])
     if any(len(columns[name]) != rows for name in present):
         raise ValueError("sample columns of different lengths")
-    if any(None in columns[name] for name in _NOT_NONE_SAMPLE_FIELDS if name in columns):
+    figures = list(chain.from_iterable(columns[name] for name in present if name in _NOT_NONE))
+    if None in figures:
         raise ValueError("a sample figure that is always recorded is null")
-    try:  # one sum of magnitudes over every figure (NaN and infinities propagate); a column named on failure
-        total = sum(sum(map(abs, columns[name] if name in _NOT_NONE else [x for x in columns[name] if x is not None]))
-                    for name in present)
+    figures += [x for name in present if name not in _NOT_NONE for x in columns[name] if x is not None]
+    try:  # magnitudes summed: a NaN or an infinity propagates; the column is named on failure only
+        total = sum(map(abs, figures))
     except OverflowError:
         total = math.inf
-    if not total <= MAX_FIGURE * rows * len(present):
+    if not total <= MAX_FIGURE * len(figures):
         bad = next(name for name in present if not _plausible_column(columns[name]))
         raise ValueError(f"a sample's {bad} is not finite or beyond {MAX_FIGURE:.3g}")
     check_times(columns["t"], "sample")

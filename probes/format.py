@@ -133,6 +133,7 @@ class FileImage:
         self.data = read_bounded(self.path)
         self.version = self._check_file_header()
         self.refs: list[RecordRef] = []
+        self.session_tag: int | None = None  # the tag every record carries (v2; None for v1)
         self.damage: Damage | None = None
         self.incomplete_tail = self._index_records()
         self.by_kind: dict[int, list[RecordRef]] = {kind: [] for kind in KIND_NAMES}
@@ -163,7 +164,8 @@ class FileImage:
         view = memoryview(data)
         unpack, hsize, crc32 = header.unpack_from, header.size, zlib.crc32
         refs, make, kinds = self.refs, RecordRef._make, KIND_NAMES
-        continuity = self._continuity = _Continuity(data, v2)
+        ordered, last_t, seen, max_t = _ORDERED, {}, {}, limits.MAX_SESSION_S
+        ended = False
         while pos < end:
             if end - pos < hsize:
                 return self._stop(pos, "incomplete record header", RECORD_MARKER.startswith(data[pos:pos + 2]))
@@ -180,18 +182,26 @@ class FileImage:
                 return self._stop(pos, f"record at byte {pos} runs past the end of the file", True)
             if crc32(view[start:stop], crc32(view[pos:start - 4])) != crc:
                 return self._stop(pos, f"corrupt record at byte {pos} (checksum mismatch)", False)
-            problem = continuity.problem(pos, kind, t, seq, tag, start, length, len(refs))
-            if problem is not None:
-                self.damage = Damage(pos, end - pos, problem)
+            if self.session_tag is None:
+                self.session_tag = tag
+            index = len(refs)
+            # does it continue the session? (the common case in one expression; _discontinuity says why not)
+            if ended or (v2 and (tag != self.session_tag or seq != index)) or (kind == META and index) or \
+                    not 0.0 <= t <= max_t or (kind in ordered and t < last_t.get(kind, 0.0)):  # NaN fails too
+                self.damage = Damage(pos, end - pos, _discontinuity(pos, kind, t, seq, tag, self.session_tag,
+                                                                    index, ended, last_t))
                 return 0
+            first = seen.setdefault((kind, t, length), start)
+            if first != start and data[first:first + length] == data[start:stop]:
+                self.damage = Damage(pos, end - pos, f"record at byte {pos} duplicates the one at byte "
+                                                     f"{first - hsize}")
+                return 0
+            if kind in ordered:
+                last_t[kind] = t
+            ended = kind == END
             refs.append(make((kind, t, start, length, flags, seq)))
             pos = stop
         return 0
-
-    @property
-    def session_tag(self) -> int | None:
-        """The session tag every record carries (v2; None for v1 or a file without records)."""
-        return self._continuity.tag
 
     def _stop(self, pos: int, problem: str, torn: bool) -> int:
         """End the prefix at ``pos``: a torn tail (returns its size) or damage (sets ``damage``, returns 0)."""
@@ -238,7 +248,8 @@ def read_bounded(path: str) -> bytes:
         if info.st_size > limits.max_file_bytes():
             raise RecordingError(path, f"{info.st_size:,} bytes, over the {limits.max_file_bytes():,}-byte limit "
                                        "for a recording (SLABSCOPE_MAX_RECORDING_MIB raises it)")
-        return head + _read_upto(fd, info.st_size - len(head))  # what was there at open (a live file grows)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return _read_upto(fd, info.st_size)  # what was there at open (a live file grows)
     except OSError as exc:
         raise RecordingError(path, f"cannot read: {exc.strerror or exc}") from None
     finally:
@@ -246,10 +257,14 @@ def read_bounded(path: str) -> bytes:
 
 
 def _read_upto(fd: int, count: int) -> bytes:
-    """At most ``count`` bytes from ``fd`` (fewer at the end of the file)."""
-    parts, left = [], count
+    """At most ``count`` bytes from ``fd`` (fewer at the end of the file): one read, more only if it comes short."""
+    data = os.read(fd, count)
+    if len(data) == count or not data:
+        return data
+    parts = [data]
+    left = count - len(data)
     while left > 0:
-        chunk = os.read(fd, min(left, 16 * limits.MIB))
+        chunk = os.read(fd, left)
         if not chunk:
             break
         parts.append(chunk)
@@ -265,44 +280,23 @@ def _file_type(mode: int) -> str:
     return "not a regular file"
 
 
-class _Continuity:
-    """Whether each CRC-valid record continues the session (used by ``FileImage`` while indexing)."""
+_ORDERED = frozenset((SAMPLES, OPS, SNAPSHOTS, KEYFRAME))  # one clock, one stream: never older than the last
 
-    ORDERED = (SAMPLES, OPS, SNAPSHOTS, KEYFRAME)  # stamped by one clock in one stream: never older than the last
 
-    def __init__(self, data: bytes, v2: bool) -> None:
-        self.data = data
-        self.v2 = v2
-        self.tag: int | None = None
-        self.ended = False
-        self.last_t: dict[int, float] = {}
-        self.seen: dict[tuple[int, float, int], int] = {}  # (kind, t, length) -> payload offset of the first
-
-    def problem(self, pos: int, kind: int, t: float, seq: int, tag: int | None, start: int, length: int,
-                index: int) -> str | None:
-        """Why the record at ``pos`` does not continue the session (None: it does). ``index``: records so far."""
-        if self.v2:
-            if self.tag is None:
-                self.tag = tag
-            elif tag != self.tag:
-                return f"record at byte {pos} belongs to another session (tag {tag:08x}, this session's is " \
-                       f"{self.tag:08x})"
-            if seq != index:
-                return f"record at byte {pos} is out of sequence (number {seq}, expected {index}): a " \
-                       "duplicated, reordered or missing record"
-        if self.ended:
-            return f"record at byte {pos} follows the end record (records appended after the session ended)"
-        if kind == META and index:
-            return f"second metadata record at byte {pos} (another session's records appended)"
-        if not 0.0 <= t <= limits.MAX_SESSION_S:  # NaN too (every comparison with it is false)
-            return f"record at byte {pos}: {limits.time_problem(t)}"
-        if kind in self.ORDERED and t < self.last_t.get(kind, 0.0):
-            return f"{KIND_NAMES[kind]} record at byte {pos} is older than the previous one ({t:.3f} s < " \
-                   f"{self.last_t[kind]:.3f} s): reordered records"
-        self.last_t[kind] = t
-        key = (kind, t, length)
-        first = self.seen.setdefault(key, start)
-        if first != start and self.data[first:first + length] == self.data[start:start + length]:
-            return f"record at byte {pos} duplicates the one at byte {first - (start - pos)}"
-        self.ended = kind == END
-        return None
+def _discontinuity(pos: int, kind: int, t: float, seq: int, tag: int | None, session_tag: int | None, index: int,
+                   ended: bool, last_t: dict[int, float]) -> str:
+    """Why the CRC-valid record at ``pos`` (the ``index``-th) does not continue the session, in words."""
+    if tag != session_tag:
+        return f"record at byte {pos} belongs to another session (tag {tag:08x}, this session's is {session_tag:08x})"
+    if seq != index:
+        return f"record at byte {pos} is out of sequence (number {seq}, expected {index}): a duplicated, reordered " \
+               "or missing record"
+    if ended:
+        return f"record at byte {pos} follows the end record (records appended after the session ended)"
+    if kind == META:
+        return f"second metadata record at byte {pos} (another session's records appended)"
+    problem = limits.time_problem(t)
+    if problem is not None:
+        return f"record at byte {pos}: {problem}"
+    return f"{KIND_NAMES[kind]} record at byte {pos} is older than the previous one ({t:.3f} s < " \
+           f"{last_t[kind]:.3f} s): reordered records"

@@ -5,8 +5,9 @@ module then checks what a type cannot say: every time is a session time (finite,
 the record's header time is its first item's; floats are finite (a NaN compares false and passes every gate);
 sample columns are complete and aligned; op numbers and ``op_index`` are counts (>= 0); event lists that belong
 together have one length; and every size a record could make a reader act on (layers, rows, row arrays, a
-keyframe's book) is within ``probes.limits`` before anything is built from it. A failed check raises
-``ValueError`` with what is wrong; ``codec.decode`` turns it into the one-line ``RecordingError``.
+keyframe's book) is within ``probes.limits`` before anything is built from it. The META and END blocks slabscope
+reads are checked by ``probes.block_checks``. A failed check raises ``ValueError`` with what is wrong;
+``codec.decode`` turns it into the one-line ``RecordingError``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pool import BookState, PoolSnapshot
 from pool.config import DESIGNS, MAX_DIMENSION
 from probes import format as fmt
 from probes import limits
-from probes.events import GatherRuns, ProbeOverhead, Sample, Step
+from probes.events import GatherRuns, Sample, Step
 
 SAMPLE_FIELDS = Sample.__struct_fields__
 SAMPLE_DEFAULTS = {f.name: f.default for f in msgspec.structs.fields(Sample)}  # read once: fields() is slow
@@ -196,93 +197,11 @@ def check_book_state(state: BookState) -> None:
                          f"{limits.max_replay_rows():,} a replay holds (SLABSCOPE_MAX_REPLAY_ROWS)")
 
 
-# ---- the blocks of META and END that slabscope itself reads (the rest is free-form) ----------------------------
-class _Clock(msgspec.Struct):
-    offset_s: float = 0.0
-    bound_s: float = 0.0
-
-
-class _Shard(msgspec.Struct):
-    kv_heads: tuple[int, int] | None = None
-    n_kv_heads_total: int | None = None
-    kv_bytes_per_token: int | float | None = None
-
-
-class _DeviceMemory(msgspec.Struct):
-    bytes: int | float | None = None
-
-
-class DistributedBlock(msgspec.Struct):
-    """``meta["distributed"]`` of a rank recording, as ``probes.ranks`` reads it."""
-
-    run_id: str | int | None = None
-    rank: int | None = None
-    world_size: int | None = None
-    host: str | None = None
-    pid: int | None = None
-    device_memory: _DeviceMemory | None = None
-    shard: _Shard | None = None
-    clock: _Clock | None = None
-
-
-class OutputsBlock(msgspec.Struct):
-    """``summary["outputs"]`` of an END record: what the run generated (``probes.ranks`` compares it)."""
-
-    digest: str
-    requests: int = 0
-    generated_tokens: int = 0
-    generated: dict[str, list[int]] | None = None
-
-
-MAX_RANKS = 4096
-
-
-def check_meta(meta: dict, typed) -> None:
-    """The META fields slabscope reads: ``typed`` (``codec.Meta``: times and rates finite, the pool geometry) and
-    a rank recording's ``distributed`` block (a rank inside its world, clock figures finite)."""
-    for name in ("t_start", "sample_hz", "snapshot_hz"):
-        value = getattr(typed, name)
-        if value is not None and not math.isfinite(value):
-            raise ValueError(f"metadata {name} {value} is not finite")
-    check_meta_geometry(typed.geometry)
-    if isinstance(meta.get("distributed"), dict):
-        block = msgspec.convert(meta["distributed"], DistributedBlock)
-        if block.rank is not None and not (block.world_size is not None and 0 <= block.rank < block.world_size
-                                           <= MAX_RANKS):
-            raise ValueError(f"rank {block.rank} of a world of {block.world_size} (at most {MAX_RANKS} ranks)")
-        if block.clock is not None:
-            check_finite([block.clock.offset_s, block.clock.bound_s], "the rank clock")
-
-
-def check_end(record) -> None:
-    """An END record: its time, and the summary blocks slabscope reads (probe cost, outputs)."""
-    check_time(record.t, "the end record")
-    summary = record.summary
-    if "probe_overhead" in summary:
-        overhead = msgspec.convert(summary["probe_overhead"], ProbeOverhead)
-        check_finite([getattr(overhead, f) for f in overhead.__struct_fields__], "the probe cost")
-    if summary.get("outputs") is not None:
-        outputs = msgspec.convert(summary["outputs"], OutputsBlock)
-        for req in outputs.generated or {}:
-            int(req)  # ValueError: request ids are integers (outputs are compared in request order)
-
-
-def check_meta_geometry(geometry) -> None:
-    """The pool geometry of a META record (what-if builds a book from it)."""
-    if geometry is None:
-        return
-    if geometry.design not in DESIGNS:
-        raise ValueError(f"unknown pool design {geometry.design!r}")
-    check_count(geometry.num_layers, "geometry num_layers", limits.MAX_LAYERS)
-    for name in ("num_layers", "block_size", "slab_blocks"):
-        if not 1 <= getattr(geometry, name) <= MAX_DIMENSION:
-            raise ValueError(f"geometry {name} {getattr(geometry, name)} is outside [1, {MAX_DIMENSION}]")
-
-
 # ---- per record kind -------------------------------------------------------------------------------------------
 def check_record(kind: int, payload, header_t: float):
-    """``payload`` (a decoded record of ``kind``) checked; returns it (sample columns completed). The header time
-    of the kinds readers order and index by time must equal the first item's."""
+    """``payload`` (a decoded SAMPLES, EVENTS, OPS, SNAPSHOTS or KEYFRAME record) checked; returns it (sample
+    columns completed). The header time of the kinds readers order and index by time must equal the first item's.
+    META and END: ``probes.block_checks``."""
     first_t = None
     if kind == fmt.SAMPLES:
         payload = type(payload)(complete_columns(payload.columns))
@@ -303,8 +222,6 @@ def check_record(kind: int, payload, header_t: float):
         if payload.book_state is not None:
             check_book_state(payload.book_state)
         first_t = payload.t
-    elif kind == fmt.END:
-        check_end(payload)
     if first_t is not None:
         check_header_time(header_t, first_t)
     return payload

@@ -2,7 +2,8 @@
 
 Format v2 payloads are msgpack of these Structs (``encode``); ``decode`` turns a record of either format into them,
 v1's JSON dicts going through ``probes.v1``. Every way a payload can be malformed (undecodable bytes, a wrong
-type, a missing field, an unknown op or event kind, an inconsistent book state, and what ``probes.checks`` finds:
+type, a missing field, an unknown op or event kind, an inconsistent book state, and what ``probes.checks`` and
+``probes.block_checks`` find:
 a time that is not a session time, a NaN, a size past ``probes.limits``) ends here as one ``RecordingError`` line
 naming the file, the record kind and its byte offset: readers never see another exception.
 
@@ -26,7 +27,7 @@ from typing import Any, Union
 import msgspec
 
 from pool import AnyOp, BookState, PoolError, PoolGeometry, PoolSnapshot
-from probes import checks
+from probes import block_checks, checks
 from probes import format as fmt
 from probes.errors import RecordingError
 from probes.events import MetaUpdate, Sample, timeline_types
@@ -116,6 +117,9 @@ def decode(image: fmt.FileImage, ref: fmt.RecordRef):
         if ref.kind == fmt.META:
             meta_of(payload)
             return payload
+        if ref.kind == fmt.END:
+            block_checks.check_end(payload)
+            return payload
         return checks.check_record(ref.kind, payload, ref.t)
     except (msgspec.ValidationError, msgspec.DecodeError, PoolError, ValueError, TypeError, KeyError, IndexError,
             AttributeError, RecursionError, OverflowError) as exc:
@@ -154,7 +158,7 @@ def meta_of(meta: dict) -> Meta:
     """The typed part of a META dict (v1 dicts lack ``session_id``/``geometry``)."""
     known = {key: meta[key] for key in Meta.__struct_fields__ if key in meta}
     typed = msgspec.convert(known, Meta)
-    checks.check_meta(meta, typed)
+    block_checks.check_meta(meta, typed)
     return typed
 
 

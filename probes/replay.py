@@ -39,6 +39,7 @@ class Session(SessionModel):
         self._image = image
         self.incomplete_tail_bytes = image.incomplete_tail
         self.damage = image.damage  # probes.damage.Damage past the valid prefix, None when intact
+        self.records_read = len(image.refs)  # records of the valid prefix (all of them when intact)
         self._all_ops: list[OpEntry] | None = None
         self._op_windows: dict[tuple[int, int], list[OpEntry]] = {}
         self._load()

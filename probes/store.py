@@ -22,7 +22,7 @@ from typing import Callable, Iterator, NamedTuple
 import msgspec
 
 from pool import Op, PoolGeometry, PoolSnapshot
-from probes.checks import check_meta_geometry
+from probes.block_checks import check_meta_geometry
 from probes.codec import KeyframeRecord, Meta, SnapshotRecord, meta_of
 from probes.columns import SampleColumns
 from probes.events import (Done, Dropped, Event, MetaUpdate, OpBatch, PhaseEdge, ProbeOverhead, ProbeStats, Sample,

@@ -387,7 +387,7 @@ def _read(path: Path, base: Base, folder: Path, report: bool) -> tuple[str, str]
             raise
         except Exception as exc:  # noqa: BLE001 - every other exception is the failure being counted
             return "crash", f"{type(exc).__name__}: {str(exc)[:200]}"
-    kept = len(session._image.refs)
+    kept = session.records_read
     if session.damage is None and session.incomplete_tail_bytes == 0 and kept == base.records:
         same = got == base.prefix_print(folder, kept)
         return ("identical" if same else _different(base)), ""

@@ -89,7 +89,7 @@ def test_flipped_byte_in_the_middle_is_reported_as_corrupt(tmp_path):
         Session.open(path, strict=True)
     with pytest.warns(RecordingDamage, match=f"corrupt record at byte {ref.offset - fmt.RECORD_HEADER.size}"):
         s = Session.open(path)
-    assert len(s._image.refs) == 3 and not s.complete  # the three records before it, nothing after
+    assert s.records_read == 3 and not s.complete  # the three records before it, nothing after
 
 
 def _records(path) -> tuple[bytes, list[bytes]]:
@@ -117,7 +117,7 @@ def test_duplicated_reordered_or_missing_records_are_detected(tmp_path, damage, 
     assert "\n" not in str(info.value)
     with pytest.warns(RecordingDamage, match=words):
         s = Session.open(bad)
-    assert len(s._image.refs) == kept and not s.complete and words in str(s.damage)
+    assert s.records_read == kept and not s.complete and words in str(s.damage)
 
 
 def test_records_of_another_session_are_detected(tmp_path):
@@ -131,7 +131,7 @@ def test_records_of_another_session_are_detected(tmp_path):
     with pytest.raises(RecordingError, match="belongs to another session"):
         Session.open(spliced, strict=True)
     with pytest.warns(RecordingDamage, match="belongs to another session"):
-        assert len(Session.open(spliced)._image.refs) == 6
+        assert Session.open(spliced).records_read == 6
 
 
 def _file_with(tmp_path, kind: int, payload: bytes):

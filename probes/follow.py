@@ -30,7 +30,10 @@ class GrowingImage(fmt.FileImage):
         """Read the bytes appended since the last read and index the records they complete (from where the last
         whole record ended: the cost is the new bytes, not the file); returns how many new records there are.
         ``RecordingError`` when the new bytes do not check out (the file was replaced or damaged); then nothing
-        changes."""
+        changes. A file already damaged where it was read stays read up to its damage (nothing after it is a
+        continuation)."""
+        if self.damage is not None:
+            return 0
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(len(self.data))
@@ -44,14 +47,18 @@ class GrowingImage(fmt.FileImage):
             # resizes it, and no view of it outlives a call (readers slice copies out of it)
             self.data = bytearray(self.data)
         known, size, old_tail = len(self.refs), len(self.data), self.incomplete_tail
+        saved = dict(self._last_t), self._ended, self.session_tag
         self.data += more
-        try:  # index from where the last whole record ended: the same checks as opening the file
-            self.incomplete_tail = self._index_records(size - old_tail)
-        except RecordingError:
+        # index from where the last whole record ended: the same checks as opening the file
+        self.incomplete_tail = self._index_records(size - old_tail)
+        if self.damage is not None:  # the new bytes do not continue the session: undo, say why
+            problem, first_new = str(self.damage), size - old_tail
             del self.refs[known:]
-            self.data = self.data[:size]  # a copy: the failed walk's traceback still holds a view of the old one
-            self.incomplete_tail = old_tail
-            raise
+            for key in [key for key, offset in self._seen.items() if offset >= first_new]:
+                del self._seen[key]
+            self._last_t, self._ended, self.session_tag = saved
+            self.data, self.incomplete_tail, self.damage = self.data[:size], old_tail, None
+            raise RecordingError(self.path, problem)
         for ref in self.refs[known:]:
             self.by_kind[ref.kind].append(ref)
         return len(self.refs) - known

@@ -19,6 +19,8 @@ import msgspec
 
 from pool import BlockBook, Copied, FusedDecision, ObservedFigures, PoolCounters, PoolError, PoolSnapshot, \
     apply_op, build_snapshot
+from pool.errors import BudgetExceeded
+from probes import limits
 from probes.errors import RecordingError
 
 
@@ -90,25 +92,48 @@ class SnapshotRebuilder:
         keyframe = model.keyframes[i - 1].load()
         if keyframe.book_state is None:
             return keyframe.snapshot  # a keyframe without bookkeeping state: the best exact answer is itself
-        book = BlockBook.from_state(keyframe.book_state)
+        book = BlockBook.from_state(keyframe.book_state, max_blocks_per_layer=limits.rows_per_layer(
+            keyframe.book_state.config.num_layers))  # a replay holds what the recording could: no runaway op
         handles = book.handle_map()
         book_base = replace(book.counters)
         copied = MeasuredCopies()
         recorded = model.summary_at(t)
         # A snapshot taken exactly at t decides ties: ops stamped at the same instant came after it.
         limit = recorded.op_index if recorded is not None and recorded.t == t else None
+        replayed = keyframe.op_index
         for entry in model.ops_range(keyframe.op_index, t):
             if limit is not None and entry.i >= limit:
                 break
+            if entry.i != replayed:
+                raise RecordingError(model.source, f"op {replayed} is missing from the op log (found op {entry.i})")
+            replayed += 1
             match entry.op:
                 case Copied() as op:
                     copied = copied.add(op)
                 case op:
                     try:
                         apply_op(book, op, handles)
+                    except BudgetExceeded:
+                        raise RecordingError(model.source, f"op {entry.i} ({op.name}) would hold more than "
+                                                           f"{book.max_blocks_per_layer:,} blocks per layer, the most "
+                                                           "a replay holds (SLABSCOPE_MAX_REPLAY_ROWS)") from None
                     except PoolError as exc:
                         raise RecordingError(model.source, f"op {entry.i} ({op.name}) does not replay on the "
                                                            f"keyframe at {keyframe.t:.3f} s: {exc}") from None
+        _check_replayed(model, book, keyframe, recorded, replayed)
         recorded_snap = recorded.snapshot if recorded is not None and recorded.t >= keyframe.t else keyframe.snapshot
         growth = growth_counters(book, keyframe.snapshot.counters, book_base, copied)
         return build_snapshot(book, observed_from(book, recorded_snap, growth))
+
+
+def _check_replayed(model, book, keyframe, recorded, replayed: int) -> None:
+    """RecordingError unless the replay reached the op count the latest snapshot summary names (an op log that
+    ends early, or an ``op_index`` past it, would otherwise rebuild an older pool silently), and the rebuilt
+    capacity is one a reader holds."""
+    if recorded is not None and recorded.t >= keyframe.t and replayed < recorded.op_index:
+        raise RecordingError(model.source, f"the snapshot at {recorded.t:.3f} s counts {recorded.op_index} ops "
+                                           f"before it; the op log replays only up to op {replayed}")
+    rows = sum(layer.capacity for layer in book.layers)
+    if rows > limits.max_replay_rows():
+        raise RecordingError(model.source, f"the replayed pool reserves {rows:,} rows, over the "
+                                           f"{limits.max_replay_rows():,} a reader holds (SLABSCOPE_MAX_REPLAY_ROWS)")

@@ -20,10 +20,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from pool import BlockBook, PoolError, apply_op
+from pool.errors import BudgetExceeded
 from pool.config import chunk_rows
 from pool.gather_runs import table_runs, visible_rows
 from pool.ops import SetSlabBlocks, StorageInit, Trim
 from pool.snapshot import free_figures
+from probes import limits
 from probes.errors import ReplayError
 
 CHECKED_STATS = ("allocated_blocks", "live_blocks", "free_blocks", "bytes_reserved", "bytes_in_use",
@@ -80,10 +82,14 @@ class WhatIfResult:
 
 
 def recorded_config(view) -> dict:
-    """The pool geometry the session ran with (``SessionModel.geometry``: the metadata, else the first keyframe)."""
+    """The pool geometry the session ran with (``SessionModel.geometry``: the metadata, else the first snapshot)."""
     geometry = view.geometry
     if geometry is None:
-        raise ReplayError("session has no pool (dense backend?): nothing to replay")
+        backend = view.meta.get("backend")
+        if backend in ("slab", "monolithic"):
+            raise ReplayError(f"the recording of this {backend} pool ends before it recorded the pool's geometry "
+                              "(a v1 file cut before its first snapshot): nothing to replay")
+        raise ReplayError(f"session has no pool (backend {backend or 'unknown'}): nothing to replay")
     return {"num_layers": geometry.num_layers, "block_size": geometry.block_size,
             "slab_blocks": geometry.slab_blocks, "design": geometry.design}
 
@@ -104,8 +110,9 @@ class Replay:
     adapting what the geometry changes; ``result`` collects the ops it cannot execute."""
 
     def __init__(self, cfg: dict, base: dict) -> None:
-        try:
-            self.bookkeeping = BlockBook(cfg["num_layers"], cfg["block_size"], cfg["design"], cfg["slab_blocks"], None)
+        try:  # bounded like any replay: an op asking for more rows than a reader holds is an error, not a hang
+            self.bookkeeping = BlockBook(cfg["num_layers"], cfg["block_size"], cfg["design"], cfg["slab_blocks"],
+                                         limits.rows_per_layer(cfg["num_layers"]))
         except PoolError as exc:
             raise ReplayError(str(exc)) from None
         self.cfg, self.base = cfg, base
@@ -150,6 +157,9 @@ def _replay_one(book, entry, handles: dict, cfg: dict, base: dict, result: WhatI
     try:
         if apply_op(book, entry.op, handles):
             result.ops_replayed += 1
+    except BudgetExceeded:
+        raise ReplayError(f"op {entry.i} ({entry.op.name}) would hold more than {book.max_blocks_per_layer:,} blocks "
+                          "per layer, the most a replay holds (SLABSCOPE_MAX_REPLAY_ROWS)") from None
     except PoolError as exc:
         if isinstance(entry.op, Trim):  # a trim aligned to the recorded block size may not align to the new one
             result.skipped.append(f"op {entry.i}: {exc}")

@@ -43,7 +43,7 @@ def main(args) -> int:
     fmt = trace_format(args)
     target = output_file(args.out, "--out")
     started = time.perf_counter()
-    sessions, error = open_sessions(args.sessions)
+    sessions, error = open_sessions(args.sessions, "export")
     if error:
         print(f"slabscope export: {error}", file=sys.stderr)
         return 2

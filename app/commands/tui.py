@@ -66,7 +66,7 @@ def build_options(args: argparse.Namespace):
     elif opts.open_paths:  # the Sessions view lists what sits next to (or in) it
         first = opts.open_paths[0]
         opts.recordings_dir = first if first.is_dir() else first.parent
-    missing = [str(p) for p in opts.open_paths if not (p.is_file() or p.is_dir())]
+    missing = [str(p) for p in opts.open_paths if not p.exists()]  # a FIFO or a device: check_recording says so
     if missing:
         raise SystemExit(f"slabscope: no such recording: {', '.join(missing)}")
     for path in opts.open_paths:  # a corrupt or foreign file: one line here, not a TUI that opens on an error

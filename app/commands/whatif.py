@@ -41,6 +41,7 @@ def _cell(value, spec: str) -> str:
 
 
 def main(args) -> int:
+    from app.commands.compare import warn_damage
     from probes.errors import RecordingError, ReplayError
     from probes.replay import Session
     from probes.whatif import mismatches_with_recording, run_whatif
@@ -49,13 +50,14 @@ def main(args) -> int:
 
     try:
         session = Session.open(args.session)
+        warn_damage(session, "whatif")
         recorded = run_whatif(session)
         proposed = run_whatif(session, slab_blocks=args.slab_blocks, block_size=args.block_size, design=args.design)
+        problems = mismatches_with_recording(session, recorded)
         sized = sizing(session, args)
     except (RecordingError, ReplayError) as exc:
         print(f"slabscope whatif: {exc}", file=sys.stderr)
         return 2
-    problems = mismatches_with_recording(session, recorded)
     a, b = recorded.summary(), proposed.summary()
     if args.json:
         print(json.dumps({"recorded": a, "whatif": b, "recorded_replay_mismatches": problems,

@@ -16,7 +16,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, TabbedContent, TabPane
 
-from app.tui.data import SessionSet, ViewState
+from app.tui.data import SessionSet, ViewState, refresh_guarded
 from app.tui.ingest import RunController
 from app.tui.rank_live import RankRunChoice, new_run_dir
 from app.tui.screens.help import HelpScreen
@@ -158,7 +158,7 @@ class SlabscopeApp(App):
         tabs = base.query_one(TabbedContent)
         with self.batch_update():
             view = base.query_one(f"#view-{(tabs.active or 'tab-memory').removeprefix('tab-')}")
-            view.refresh_view(frame)
+            refresh_guarded(view, frame)
             base.query_one(Scrubber).show(self.store.duration(), self.cursor, self._primary_peak())
             base.query_one(StatusBar).show(self.store, self._mode_label(), self.cursor,
                                            "rec" if self.controller.recording else None)
@@ -425,6 +425,10 @@ class SlabscopeApp(App):
         self.mode, self.playing, self.pool_name = "REPLAY", False, None
         self.cursor = self._primary_peak() or self.store.duration()
         self.notify(f"replaying {', '.join(Path(p).name for p in paths)}")
+        for session in sessions:
+            if session.damage is not None:
+                self.notify(f"{session.path}: {session.damage}; showing the {session.duration:.1f} s before it",
+                            severity="warning", timeout=30)
         self.refresh_views()
 
     async def action_quit(self) -> None:

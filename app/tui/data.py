@@ -152,6 +152,16 @@ class SessionSet:
         return max((self.to_shared(m, m.duration) for m in self.sessions.values()), default=0.0)
 
 
+def refresh_guarded(view, frame: "ViewState") -> None:
+    """``view.refresh_view(frame)``; a ``RecordingError`` met while reading a session (a record decoded lazily,
+    a keyframe or op log that does not replay) is recorded once in ``SessionSet.problems`` (the app notifies it)
+    instead of ending the app: a hostile recording costs a view its picture, never the dashboard."""
+    try:
+        view.refresh_view(frame)
+    except RecordingError as exc:
+        frame.sessions.problems.setdefault(exc.path, str(exc))
+
+
 @dataclass
 class ViewState:
     """What views draw at one refresh: the sessions, the cursor (None = live/latest), and the display choices."""

@@ -88,7 +88,8 @@ class RecordingInfo:
     duration: float
     size: int
     complete: bool
-    error: str = ""
+    error: str = ""    # unreadable: the one-line reason
+    damage: str = ""   # readable up to damage: what and where
     run_id: str = ""  # a rank recording's distributed run ("" for a single-process session)
     rank: str = ""    # "r1/2": rank 1 of 2
 
@@ -120,7 +121,8 @@ def describe(path: Path) -> RecordingInfo:
     return RecordingInfo(path, str(_meta_value(meta, "backend")), str(_meta_value(meta, "scenario")),
                          str(_meta_value(meta, "model")), s.duration, size, s.complete,
                          run_id=str(info.get("run_id", "")),
-                         rank=f"r{info['rank']}/{info.get('world_size', '?')}" if info else "")
+                         rank=f"r{info['rank']}/{info.get('world_size', '?')}" if info else "",
+                         damage=str(s.damage) if s.damage is not None else "")
 
 
 def _meta_value(meta: dict, key: str) -> object:
@@ -135,7 +137,8 @@ def _meta_value(meta: dict, key: str) -> object:
 
 
 def list_recordings(directory: Path) -> list[RecordingInfo]:
-    """Session files in ``directory`` (recognised by content, not by name), newest first."""
+    """Session files in ``directory`` (recognised by content, not by name; regular files only: a FIFO or a
+    device is never opened), newest first."""
     directory = Path(directory)
     if not directory.is_dir():
         return []

@@ -5,6 +5,8 @@ more ops arrived."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from probes import format as fmt
@@ -123,3 +125,29 @@ def test_a_rewritten_file_is_an_error_and_changes_nothing(written, tmp_path):
     assert (len(grown.samples), len(grown.events), list(grown.snapshots), grown.size) == before
     live.write_bytes(data[:ends[9]])  # the writer's own bytes after all: read on
     assert grown.refresh() == 4
+
+
+def test_appended_records_get_the_opening_checks_and_a_refused_growth_changes_nothing(written, tmp_path):
+    """The continuity checks of opening a file (time order per kind, records after END) hold across refreshes:
+    a walk over appended bytes continues the state of the walk before it, and a refusal undoes it."""
+    from tests.probes.recording_craft import build, parse
+
+    path, data = written
+    version, records = parse(data)
+    samples = [i for i, r in enumerate(records) if r.kind == fmt.SAMPLES]
+    cut = samples[3]  # the file up to (not including) the 4th SAMPLES record
+    live = tmp_path / "live.slabrec"
+    live.write_bytes(build(version, records[:cut]))
+    grown = GrowingSession.open(live)
+    before = (len(grown.samples), len(grown.events), grown.size)
+    older = replace(records[cut], t=records[samples[0]].t, raw=None)  # numbered right, but older than the last
+    live.write_bytes(build(version, records[:cut] + [older]))
+    with pytest.raises(RecordingError, match="older than the previous one"):
+        grown.refresh()
+    assert (len(grown.samples), len(grown.events), grown.size) == before
+    live.write_bytes(build(version, records))  # the writer's own bytes after all: read on, to the end
+    grown.refresh()
+    assert_same(grown, Session.open(path))
+    live.write_bytes(build(version, records + [replace(records[samples[-1]], t=grown.duration)]))
+    assert not grown.growing and grown.refresh() == 0  # ended: what is appended after END is never folded in
+    assert_same(grown, Session.open(path))

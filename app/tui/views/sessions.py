@@ -123,7 +123,9 @@ class SessionsView(Vertical):
         keep = table.cursor_row
         table.clear()
         for info in self.infos:
-            state = Text(info.error, style=WARN_STYLE) if info.error else ("complete" if info.complete else "partial")
+            state = Text(info.error, style=WARN_STYLE) if info.error else \
+                Text(f"damaged: {info.damage}", style=WARN_STYLE) if info.damage else \
+                ("complete" if info.complete else "partial")
             backend = f"{info.backend} {info.rank}" if info.rank else info.backend
             table.add_row("●" if info.path in self.marked else " ", info.path.name, backend, info.scenario,
                           info.model, f"{info.duration:.1f}s", human_bytes(info.size), state)

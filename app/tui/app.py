@@ -63,6 +63,7 @@ class AppOptions:
     block_size: int | None = None
     slab_blocks: int | None = None
     gate: float = 1.15
+    shrink: str = "off"  # the pool backends' shrink policy for live runs (pool/shrink_types.py)
     autostart: bool = True
     open_paths: list[Path] = field(default_factory=list)
     recordings_dir: Path = field(default_factory=sources.recordings_dir)
@@ -126,7 +127,8 @@ class SlabscopeApp(App):
             self.open_recordings(list(self.options.open_paths))
         elif self.options.autostart:
             self.start_run(RunChoice(self.options.scenario, self.options.model, list(self.options.backends),
-                                     self.options.block_size, self.options.slab_blocks, self.gate))
+                                     self.options.block_size, self.options.slab_blocks, self.gate,
+                                     self.options.shrink))
         self.refresh_views()
 
     # ---- the refresh tick ----------------------------------------------------------------------------------
@@ -206,8 +208,10 @@ class SlabscopeApp(App):
         self.options.scenario, self.options.model, self.options.backends = choice.scenario, choice.model, \
             choice.backends
         self.options.block_size, self.options.slab_blocks = choice.block_size, choice.slab_blocks
+        self.options.shrink = choice.shrink
+        shrink = {} if choice.shrink == "off" else {"shrink": choice.shrink}  # RunSpec's default is off
         self.controller.start(choice.backends, scenario=choice.scenario, model=choice.model,
-                              block_size=choice.block_size, slab_blocks=choice.slab_blocks)
+                              block_size=choice.block_size, slab_blocks=choice.slab_blocks, **shrink)
         self.mode, self.cursor, self.playing = "LIVE", None, False
 
     def action_new_run(self) -> None:
@@ -217,7 +221,7 @@ class SlabscopeApp(App):
             self.notify(f"cannot list scenarios: {exc}", severity="error")
             return
         initial = RunChoice(self.options.scenario, self.options.model, list(self.options.backends),
-                            self.options.block_size, self.options.slab_blocks, self.gate)
+                            self.options.block_size, self.options.slab_blocks, self.gate, self.options.shrink)
         self.push_screen(RunFormScreen(scenarios, initial), self._on_form_done)
 
     def _on_form_done(self, choice: RunChoice | None) -> None:

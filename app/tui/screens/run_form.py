@@ -1,4 +1,5 @@
-"""Run form: choose scenario, model, backends, block size and slab size (and the ratio gate) for a new live run."""
+"""Run form: choose scenario, model, backends, block size, slab size and shrink policy (and the ratio gate) for a new
+live run."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select
 
 BACKENDS = ("slab", "dense", "monolithic")
+SHRINK_MODES = ("off", "release", "compact")  # pool.shrink_types.SHRINK_MODES (the TUI stays import-light)
 
 
 @dataclass
@@ -23,6 +25,7 @@ class RunChoice:
     block_size: int | None
     slab_blocks: int | None
     gate: float
+    shrink: str = "off"  # the pool backends' shrink policy (pool/shrink_types.py)
 
 
 class RunFormScreen(ModalScreen[RunChoice | None]):
@@ -53,6 +56,9 @@ class RunFormScreen(ModalScreen[RunChoice | None]):
                 yield Label("slab blocks")
                 yield Input("" if init.slab_blocks is None else str(init.slab_blocks), id="form-slab",
                             placeholder="scenario default (32)", type="integer", compact=True)
+                yield Label("shrink")
+                yield Select([(mode, mode) for mode in SHRINK_MODES], value=init.shrink if init.shrink in SHRINK_MODES
+                             else "off", id="form-shrink", allow_blank=False, compact=True)
                 yield Label("ratio gate")
                 yield Input(f"{init.gate:g}", id="form-gate", type="number", compact=True)
             with Horizontal(id="form-backends"):
@@ -95,7 +101,8 @@ class RunFormScreen(ModalScreen[RunChoice | None]):
         if gate <= 0:
             raise ValueError("ratio gate must be > 0")
         return RunChoice(str(scenario), model, backends, _positive(self, "#form-block", "block size"),
-                         _positive(self, "#form-slab", "slab blocks"), gate)
+                         _positive(self, "#form-slab", "slab blocks"), gate,
+                         str(self.query_one("#form-shrink", Select).value))
 
 
 def _positive(screen: ModalScreen, selector: str, name: str) -> int | None:

@@ -8,7 +8,7 @@ import time
 import mlx.core as mx
 
 from pool import PagedKVPool, PoolConfig, ShrinkPolicy
-from probes.events import Step
+from probes.events import Shrunk, Step
 from probes.live import WorkerProbes
 from probes.synthetic import ScriptedTraffic
 
@@ -41,7 +41,9 @@ def record_scripted(path, design: str = "slab", slab_blocks: int = 4, block_size
     tokens = 0
     for step in range(1, steps + 1):
         traffic.step()
-        pool.shrink()
+        report = pool.shrink()
+        if report.did_something:  # as the workload's shrink points report it (app/workloads/shrink_points.py)
+            probes.emit(Shrunk(report=report))
         for seq in traffic.live:
             for layer in range(num_layers):
                 pool.gather_visible(layer, seq)

@@ -67,6 +67,7 @@ class RowBook:
         shrink.validate()
         self.shrink_policy = shrink  # what BlockBook.shrink does at each shrink point (pool/shrink_types.py)
         self.shrunk = False  # a shrink released every free chunk it could and no row was freed since (integrity)
+        self.shrink_idle: dict[int, tuple] = {}  # layers a shrink found nothing to do in, by state (book_shrink)
         self.num_layers = num_layers
         self.block_size = block_size
         self.design = design

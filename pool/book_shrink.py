@@ -53,18 +53,28 @@ class ShrinkPlan:
 
 
 def plan_shrink(book, policy: ShrinkPolicy) -> ShrinkPlan:
-    """What ``policy`` does to ``book`` now. Reads only."""
+    """What ``policy`` does to ``book`` now. Reads only, but for a memo (``book.shrink_idle``) of the layers found
+    to have nothing to do, keyed by everything the plan reads, so a shrink point where nothing changed costs a
+    dict lookup per layer (it runs after every workload step)."""
     old = [rows.capacity for rows in book.layers]
     plan = ShrinkPlan([[] for _ in book.layers], list(old), old, copied_rows=[0] * book.num_layers)
     if not policy.active:
         return plan
     share = policy.budget_bytes // book.num_layers  # bytes each layer may move
+    idle = book.shrink_idle
     for layer in range(book.num_layers):
+        key = (book.versions[layer], old[layer], book.bytes_per_row)
+        memo = idle.get(layer)
+        if memo is not None and memo[0] == key:
+            plan.declined = plan.declined or memo[1]
+            continue
         moves, capacity, declined = _plan_layer(book, layer, policy, share)
         plan.moves[layer], plan.capacity[layer] = moves, capacity
         if book.design != "slab" and capacity < old[layer]:
             plan.copied_rows[layer] = _kept_rows(book, layer, capacity)
         plan.declined = plan.declined or declined
+        if not moves and capacity == old[layer]:
+            idle[layer] = (key, declined)
     return plan
 
 
@@ -79,19 +89,25 @@ def _plan_layer(book, layer: int, policy: ShrinkPolicy, share: int) -> tuple[lis
     state the budget affords (``_afforded``)."""
     rows = book.layers[layer]
     chunk = chunk_rows(book.design, book.slab_blocks)
-    free_sorted = rows.free.sorted_rows()
+    minted = len(rows.row_block)
+    if len(rows.free) < minted - (rows.capacity - chunk):
+        # releasing the highest chunk needs its minted rows free, or moved into free rows below: either way at
+        # least that many free rows (an O(1) answer for the common case)
+        return [], rows.capacity, ""
+    free_sorted: list[int] | None = None     # the free rows ascending, sorted only if a move is planned
     used = 0                                 # destinations taken from free_sorted (lowest first)
     moved_in: set[int] = set()               # rows that receive a block in this plan
     moves: list[tuple[int, int]] = []
     states = [(0, rows.capacity)]            # (moves so far, capacity) after each chunk released
     top = rows.capacity // chunk
-    minted = len(rows.row_block)
     while top > 0:
         lo = (top - 1) * chunk
         live = [r for r in range(lo, min(minted, top * chunk)) if rows.row_block[r] != -1 or r in moved_in]
         if live:
             if policy.mode != "compact" or not book.bytes_per_row or len(live) > policy.max_fill * chunk:
                 break
+            if free_sorted is None:
+                free_sorted = rows.free.sorted_rows()
             below = bisect.bisect_left(free_sorted, lo, used) - used  # free rows below this chunk, not yet taken
             if len(live) > below or moved_in.intersection(live):
                 break

@@ -20,7 +20,7 @@ SMALL = {
     "multiturn": {"turns": 3, "user_tokens": 24, "gen_tokens": 6},
     "seqshare": {"prefix_tokens": 64, "n": 3, "suffix_tokens": 8, "gen_tokens": 4},
     "shared_prefix_burst": {"prefix_tokens": 64, "n": 3, "suffix_min": 4, "suffix_max": 16, "gen_tokens": 4},
-    "burst_then_idle": {"burst_n": 3, "burst_prompt": 64, "burst_gen": 4, "tail_n": 6, "tail_prompt_max": 24,
+    "burst_then_idle": {"burst_n": 3, "burst_prompt": 64, "burst_gen_max": 12, "tail_n": 6, "tail_prompt_max": 24,
                         "tail_gen_max": 6},
 }
 GEOMETRY = {"block_size": 4, "slab_blocks": 2, "prefill_chunk": 16}

@@ -25,6 +25,6 @@ __all__ = [
     "FusedDecision", "GatherResult", "KernelCaps", "LayerGeometry", "LayerSnapshot", "LayerView",
     "MONOLITHIC_CHUNK_BLOCKS", "ObservedFigures", "Op", "Owner", "PagedKVPool", "PoolConfig", "PoolCounters",
     "PoolError", "PoolGeometry", "PoolSnapshot", "PoolStats", "PrefixHandle", "RowState", "SEQUENCE_OPS",
-    "SHRINK_MODES", "SequenceOp", "ShrinkPolicy", "ShrinkReport", "SizeLimitError", "WritePlan", "apply_op", "build_snapshot", "register_kernel", "row_state",
-    "unregister_kernel",
+    "SHRINK_MODES", "SequenceOp", "ShrinkPolicy", "ShrinkReport", "SizeLimitError", "WritePlan", "apply_op",
+    "build_snapshot", "register_kernel", "row_state", "unregister_kernel",
 ]

@@ -278,6 +278,8 @@ class BlockBook(RowBook):
             self._emit(SlabRelease, layers=len(released), count=rows // chunk, bytes=rows * self.bytes_per_row,
                        capacity_rows=self.layers[0].capacity,
                        copied_bytes=sum(plan.copied_rows) * self.bytes_per_row)
+
+    # ---- loose blocks (serialization restore path) -----------------------------------------------------------
     def acquire_block(self, layer: int) -> tuple[int, int, list]:
         """A fresh block in one layer, referenced once by the caller. Returns (block id, row, growth)."""
         self.check_layer(layer)

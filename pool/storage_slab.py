@@ -2,8 +2,9 @@
 
 Growth appends zero-filled slabs and never copies or frees one, so MLX's allocator high-water mark is exactly the
 live capacity and no ladder of ever-larger freed buffers accumulates in its cache. A shrink (pool/shrink_types.py)
-drops the highest slabs from the lists: their buffers go back to MLX (and, trimmed, to the system) with no copy. ``bytes_copied`` is measured
-from the allocator (``pool/copy_meter.py``) like every design's, and reads 0 because nothing is copied.
+drops the highest slabs from the lists: their buffers go back to MLX (and, trimmed, to the system) with no copy.
+``bytes_copied`` is measured from the allocator (``pool/copy_meter.py``) like every design's, and reads 0 because
+nothing is copied.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ round, rounds interleaved (the policy order rotates), every run in a fresh worke
 ratio ``footprint / (weights + pool_live)`` (footprint = MLX active + cache, the sampler's figure; weights and
 live KV from the same sample). Per run: the worst ratio in the first ``within`` seconds after the burst's end, the
 worst from then to the end of the run (the target: at most ``target``), the first time the ratio is at or below
-the target and the time from which it stays there, and what the shrink points did (``Shrunk`` events: blocks moved, bytes
-moved as measured by the copy meter, the moves' wall time, slabs and bytes released, MLX cache trimmed, footprint
-reclaimed) plus the summary's tally of every shrink point's wall time.
+the target and the time from which it stays there, and what the shrink points did (``Shrunk`` events: blocks
+moved, bytes moved as measured by the copy meter, the moves' wall time, slabs and bytes released, MLX cache
+trimmed, footprint reclaimed) plus the summary's tally of every shrink point's wall time.
 
 Throughput (``cost``): ``churn`` (by default) in one process (model loaded once, a warm-up run per policy), then
 interleaved rounds of policy off and the chosen policy: decode tok/s (decode tokens / decode wall time; a shrink

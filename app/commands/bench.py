@@ -17,8 +17,8 @@ BENCH_KINDS = {
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks that print figures (growth, decode, probes, snapshot, throughput, model, "
-                       "shrink)")
+    p = sub.add_parser("bench", help="benchmarks that print figures (growth, decode, probes, snapshot, throughput, "
+                       "model, shrink)")
     kinds = p.add_subparsers(dest="bench_kind", metavar="KIND")
     for kind, help_text in BENCH_KINDS.items():
         try:

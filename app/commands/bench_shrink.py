@@ -108,8 +108,9 @@ def format_report(result: dict) -> str:
                          f"{_cell(s.get('max_ratio_after_within')):>22} "
                          f"{_cell(s.get('stays_at_or_below_target_from_s'), fmt='.2f'):>24} "
                          f"{_cell(s.get('bytes_moved'), 1 / 2**20, '.2f'):>24} "
-                         f"{_cell(s.get('move_s'), 1e3, '.1f'):>20} {_cell(s.get('bytes_released'), 1 / 2**20, '.1f'):>22}"
-                         f" {_cell(s.get('trimmed_bytes'), 1 / 2**20, '.1f'):>22}")
+                         f"{_cell(s.get('move_s'), 1e3, '.1f'):>20} "
+                         f"{_cell(s.get('bytes_released'), 1 / 2**20, '.1f'):>22} "
+                         f"{_cell(s.get('trimmed_bytes'), 1 / 2**20, '.1f'):>22}")
     cost = result.get("cost")
     if cost:
         lines += ["", f"cost: {config['throughput_scenario']} {config['throughput_overrides']}, decode tok/s and the "

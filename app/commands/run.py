@@ -200,9 +200,10 @@ def print_summary(summary: dict, meta: dict, out) -> None:
           f"{s['live_blocks']} live blocks, {s['num_sequences']} sequences, {s['num_handles']} prefix handles")
     shrink = summary.get("shrink")
     if shrink and shrink["policy"] != "off":
-        w(f"shrink ({shrink['policy']}): {shrink['slabs_released']} slabs released ({shrink['bytes_released'] / MIB:.1f}"
-          f" MiB), {shrink['blocks_moved']} block moves ({shrink['bytes_moved'] / MIB:.2f} MiB measured, "
-          f"{shrink['bytes_moved_model'] / MIB:.2f} MiB model, {shrink['move_s'] * 1e3:.1f} ms), MLX cache trimmed "
+        w(f"shrink ({shrink['policy']}): {shrink['slabs_released']} slabs released "
+          f"({shrink['bytes_released'] / MIB:.1f} MiB), {shrink['blocks_moved']} blocks moved "
+          f"({shrink['bytes_moved'] / MIB:.2f} MiB measured, {shrink['bytes_moved_model'] / MIB:.2f} MiB model, "
+          f"{shrink['move_s'] * 1e3:.1f} ms), MLX cache trimmed "
           f"{shrink['trimmed_bytes'] / MIB:.1f} MiB ({shrink['trim_s'] * 1e3:.1f} ms); footprint fell "
           f"{shrink['reclaimed_bytes'] / MIB:.1f} MiB over {shrink['events']} points; all {shrink['points']} "
           f"shrink points took {shrink['seconds'] * 1e3:.1f} ms")

@@ -3,9 +3,9 @@
 The engine asks for one after every step (its time counts in that step's wall time) and the runner for one at every
 idle tick. On a pool backend, ``run_shrink_point`` calls ``PagedKVPool.shrink`` (logged as a ``shrink`` op whatever
 the policy, so a what-if can run another policy at the same points) and, when memory was given back, returns a
-``Shrunk`` event with the pool's report (MLX's active + cache around it included). ``ShrinkTally`` sums the run's points for the summary:
-how many, their wall time (all of them, the no-op ones included: that is what the policy costs a step), and what
-the ones that did something moved, released, trimmed and reclaimed.
+``Shrunk`` event with the pool's report (MLX's active + cache around it included). ``ShrinkTally`` sums the run's
+points for the summary: how many, their wall time (all of them, the no-op ones included: that is what the policy
+costs a step), and what the ones that did something moved, released, trimmed and reclaimed.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ Every invalid call must raise PoolError and leave the pool exactly as it was (``
 every sequence still gathers its reference bytes, so a partial store cannot hide). Every valid call must keep
 each sequence's gather byte-identical to a dense reference (numpy arrays of everything written) and the pool's
 integrity. Shrink points (``shrink``, a valid call) run the seed's shrink policy (off, release or compact, with a
-budget from nothing to everything): moves and releases must leave every gather and the integrity intact. Valid calls that a limit refuses (budget, device room) count as clear errors and must change nothing
-too. Run from tests/pool/test_pool_fuzz.py (CI size) and ``make fuzz`` (SLABSCOPE_FUZZ_SCALE times larger).
+budget from nothing to everything): moves and releases must leave every gather and the integrity intact. Valid
+calls that a limit refuses (budget, device room) count as clear errors and must change nothing too. Run from
+tests/pool/test_pool_fuzz.py (CI size) and ``make fuzz`` (SLABSCOPE_FUZZ_SCALE times larger).
 """
 
 from __future__ import annotations

@@ -80,3 +80,28 @@ def test_compaction_moves_blocks_on_churn_and_keeps_the_monolithic_baseline_iden
             assert counters["blocks_moved"] > 0 and counters["bytes_moved"] >= counters["bytes_moved_model"] > 0
         else:
             assert counters["bytes_moved"] > 0  # the kept rows, copied into the smaller tensor
+
+
+def test_a_shrink_points_time_counts_in_its_steps_wall_time(tiny_llama, monkeypatch):
+    """The engine's shrink point after each step is work on the serving path: its time is in the step's wall
+    time (so decode tok/s pays for it) and in the run's tally."""
+    import time
+
+    from app.workloads.backends import PagedBackend
+
+    real = PagedBackend.shrink_point
+
+    def slow(self):
+        time.sleep(0.02)
+        return real(self)
+
+    monkeypatch.setattr(PagedBackend, "shrink_point", slow)
+    summary, events, _ = run_backend(tiny_llama, "churn", "slab", overrides=dict(SMALL["churn"], n=2), **GEOMETRY,
+                                     **COMPACT)
+    from probes.events import Step
+
+    steps = [e for e in events if isinstance(e, Step)]
+    assert steps and all(step.wall_s >= 0.02 for step in steps)
+    assert summary["shrink"]["points"] == len(steps) and summary["shrink"]["seconds"] >= 0.02 * len(steps)
+    decode = [s for s in steps if s.type == "decode"]
+    assert summary["shrink"]["decode_seconds"] >= 0.02 * len(decode)

@@ -136,6 +136,21 @@ def test_compaction_moves_the_highest_slabs_blocks_into_the_lowest_free_rows():
     ref.check()
 
 
+def test_a_move_reads_its_source_row_and_writes_its_destination_row_across_slab_positions():
+    """Source and destination at different positions in their slabs (row 10 = slab 2 position 2 -> row 0 = slab 0
+    position 0): a move that mixed the two up would copy the wrong row."""
+    pool = _pool("compact", slab_blocks=4)
+    ref = Reference(pool)
+    for seq, blocks in enumerate((4, 4, 2, 1)):  # rows 0-3, 4-7, 8-9, 10
+        ref.sequence(seq, blocks * BLOCK)
+    ref.release(2)
+    ref.release(0)
+    report, ops = ref.shrink()
+    assert ops[0] == BlockMove(layers=2, moves=[(10, 0)], count=2, bytes=2 * ROW) and report.slabs_released == 2
+    assert _rows(pool, 3) == [[0], [0]]
+    ref.check()
+
+
 def test_compaction_leaves_a_slab_fuller_than_max_fill_or_without_room_below():
     pool = _pool("compact", max_fill=0.5)
     ref = _three_sequences(pool)

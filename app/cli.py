@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "compare": "compare",
     "report": "report",
     "whatif": "whatif",
+    "export": "export",
     "migrate": "migrate",
     "bench": "bench",
     "warmup": "warmup",

@@ -17,7 +17,7 @@ from pool.config import PoolConfig, blocks_for_tokens, capacity_for, chunk_rows
 from pool.errors import PoolError
 from pool.fused_decision import DecisionCounters, FusedDecision, decide
 from pool.layer_view import LayerView
-from pool.limits import MemoryLimits, check_pool_capacity
+from pool.limits import MemoryLimits, check_pool_capacity, largest_buffer_elements
 from pool.shrink_types import ShrinkReport
 from pool.snapshot import SnapshotCache, build_snapshot
 from pool.snapshot_types import ObservedFigures, PoolSnapshot
@@ -330,9 +330,20 @@ class PagedKVPool:
         ``readiness(num_slabs)``: the kernel builds' probe (None: ready), see ``fused_decision.decide``."""
         self.book.check_layer(layer)
         decision = decide(num_slabs=self.storage.num_buffers(layer), dtype=dtype, head_dim=head_dim,
-                          batch_size=batch_size, context_len=context_len, readiness=readiness)
+                          batch_size=batch_size, context_len=context_len, readiness=readiness,
+                          buffer_elements=self._largest_buffer_elements(layer))
         self.decisions.record(layer, decision)
         return decision
+
+    def _largest_buffer_elements(self, layer: int) -> int | None:
+        """Elements of the layer's largest K tensor (what the fused kernel would index), None before its first
+        write."""
+        geometry = self.storage.geometry[layer]
+        if geometry is None:
+            return None
+        capacity = self.storage.capacity_rows(layer)
+        return largest_buffer_elements(self.config.design, self.config.slab_blocks, [capacity], self.config.block_size,
+                                       geometry.n_kv_heads, geometry.head_dim)
 
     def num_buffers(self, layer: int) -> int:
         """Storage tensors a kernel reads for ``layer``: its slabs (slab design), 1 (monolithic), 0 before the

@@ -97,38 +97,63 @@ def recorded_config(view) -> dict:
         raise ReplayError("session has no pool (dense backend?): nothing to replay")
     return {"num_layers": geometry.num_layers, "block_size": geometry.block_size,
             "slab_blocks": geometry.slab_blocks, "design": geometry.design, "shrink": geometry.shrink.mode,
-            "shrink_budget": geometry.shrink.budget_bytes}
+            "shrink_budget": geometry.shrink.budget_bytes, "shrink_max_fill": geometry.shrink.max_fill}
 
 
-def run_whatif(view, *, slab_blocks: int | None = None, block_size: int | None = None,
-               design: str | None = None, shrink: str | None = None, shrink_budget: int | None = None) -> WhatIfResult:
-    """Replay ``view``'s op log (a ``SessionModel``: a recording or a live run) with the given overrides; None keeps
-    the recorded value. ``shrink``/``shrink_budget``: the shrink policy run at the recorded shrink points
-    (pool/shrink_types.py)."""
+def replay_config(view, *, slab_blocks: int | None = None, block_size: int | None = None,
+                  design: str | None = None, shrink: str | None = None,
+                  shrink_budget: int | None = None) -> tuple[dict, dict]:
+    """(recorded geometry, what-if geometry): the recorded one with the given overrides (None keeps a value).
+    ``shrink``/``shrink_budget``: the shrink policy run at the recorded shrink points (pool/shrink_types.py)."""
     base = recorded_config(view)
     cfg = dict(base)
     for name, value in (("slab_blocks", slab_blocks), ("block_size", block_size), ("design", design),
                         ("shrink", shrink), ("shrink_budget", shrink_budget)):
         if value is not None:
             cfg[name] = value
-    recorded_policy = view.geometry.shrink
-    policy = ShrinkPolicy(cfg["shrink"], cfg["shrink_budget"], recorded_policy.max_fill)
-    try:
-        book = BlockBook(cfg["num_layers"], cfg["block_size"], cfg["design"], cfg["slab_blocks"], None,
-                         shrink=policy)
-    except PoolError as exc:
-        raise ReplayError(str(exc)) from None
-    result = WhatIfResult(config=cfg, recorded_config=base)
-    handles: dict = {}
+    return base, cfg
+
+
+class Replay:
+    """A fresh ``BlockBook`` of geometry ``cfg`` re-executing a session's op log one op at a time (``step``),
+    adapting what the geometry changes; ``result`` collects the ops it cannot execute."""
+
+    def __init__(self, cfg: dict, base: dict) -> None:
+        try:
+            policy = ShrinkPolicy(cfg["shrink"], cfg["shrink_budget"], cfg["shrink_max_fill"])
+            self.bookkeeping = BlockBook(cfg["num_layers"], cfg["block_size"], cfg["design"], cfg["slab_blocks"], None,
+                                         shrink=policy)
+        except PoolError as exc:
+            raise ReplayError(str(exc)) from None
+        self.cfg, self.base = cfg, base
+        self.handles: dict = {}
+        self.result = WhatIfResult(config=cfg, recorded_config=base)
+
+    def step(self, entry) -> None:
+        _replay_one(self.bookkeeping, entry, self.handles, self.cfg, self.base, self.result)
+
+    def reserved_bytes(self) -> int:
+        """K+V bytes of the capacity reserved now (rows x the replay's bytes per row)."""
+        return sum(layer.capacity for layer in self.bookkeeping.layers) * self.bookkeeping.bytes_per_row
+
+
+def run_whatif(view, *, slab_blocks: int | None = None, block_size: int | None = None,
+               design: str | None = None, shrink: str | None = None, shrink_budget: int | None = None) -> WhatIfResult:
+    """Replay ``view``'s op log (a ``SessionModel``: a recording or a live run) with the given overrides; None keeps
+    the recorded value. ``shrink``/``shrink_budget``: the shrink policy run at the recorded shrink points."""
+    base, cfg = replay_config(view, slab_blocks=slab_blocks, block_size=block_size, design=design, shrink=shrink,
+                              shrink_budget=shrink_budget)
+    replay = Replay(cfg, base)
+    result = replay.result
     marks = [(s.op_index, s.t) for s in view.snapshots]
     mark = 0
     for entry in view.all_ops():
         while mark < len(marks) and marks[mark][0] <= entry.i:
-            result.points.append(_measure(book, marks[mark]))
+            result.points.append(_measure(replay.bookkeeping, marks[mark]))
             mark += 1
-        _replay_one(book, entry, handles, cfg, base, result)
+        replay.step(entry)
     for op_index, t in marks[mark:]:
-        result.points.append(_measure(book, (op_index, t)))
+        result.points.append(_measure(replay.bookkeeping, (op_index, t)))
     return result
 
 

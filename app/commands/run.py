@@ -16,6 +16,7 @@ from app.models.registry import DTYPE_NAMES
 from app.workloads.limits import check_fits_context
 from app.workloads.scenarios import DEFAULT_SCENARIO, ScenarioError, list_scenarios, load_scenario, parse_overrides
 from app.commands.arg_types import add_mlx_cache_arguments, add_shrink_arguments
+from app.commands.metrics_args import add_metrics_arguments, hold_metrics, start_metrics
 from app.workloads.spec import BACKENDS, RunSpec
 from pool.errors import PoolError
 
@@ -50,6 +51,7 @@ def add_parser(sub) -> None:
     add_shrink_arguments(p, who="this run (slab and monolithic backends)")
     p.add_argument("--record", default=None, metavar="PATH", help="record the session to PATH (probes format)")
     p.add_argument("--worker", action="store_true", help="run in a spawned worker process (as the TUI does)")
+    add_metrics_arguments(p)
     p.set_defaults(func=main)
 
 
@@ -85,7 +87,16 @@ def main(args) -> int:
         spec = build_spec(args)
     except (ScenarioError, ValueError) as exc:
         return _error(str(exc))
-    progress = Progress(sys.stderr if args.json else sys.stdout)
+    metrics = start_metrics(args)  # before any work: a port in use is one line and nothing runs
+    progress = Progress(sys.stderr if args.json else sys.stdout,
+                        observe=None if metrics is None else lambda event: metrics.observe(event, spec.backend))
+    try:
+        return _run_and_print(args, spec, progress)
+    finally:
+        hold_metrics(args, metrics)
+
+
+def _run_and_print(args, spec: RunSpec, progress: "Progress") -> int:
     if args.worker:
         summary = _run_in_worker(spec, progress)
     else:
@@ -141,16 +152,20 @@ def _run_in_worker(spec: RunSpec, progress: "Progress") -> dict | None:
 
 
 class Progress:
-    """Prints phase edges and a progress line every ~2 s; keeps the meta event for the summary."""
+    """Prints phase edges and a progress line every ~2 s; keeps the meta event for the summary; hands every event
+    to ``observe`` too (the metrics endpoint), when given."""
 
-    def __init__(self, out):
+    def __init__(self, out, observe=None):
         self.out = out
         self.meta: dict = {}
         self._last = 0.0
+        self._observe = observe
 
     def on_event(self, event) -> None:
         from probes.events import LogLine, MetaUpdate, PhaseEdge, Step, WorkerError
 
+        if self._observe is not None:
+            self._observe(event)
         match event:
             case MetaUpdate(meta=meta):
                 self.meta = meta

@@ -1,4 +1,6 @@
-"""``slabscope whatif SESSION``: replay a session's op log through the pool bookkeeping with another geometry."""
+"""``slabscope whatif SESSION``: replay a session's op log through the pool bookkeeping with another geometry, and
+size it: the peak footprint under that geometry (a model built on the measured samples), whether it fits given
+memory sizes, the largest batch and context that fit, and the hard limits a size hits (probes/sizing.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,12 @@ def add_parser(sub) -> None:
                    help="shrink policy run at the recorded shrink points (default: the recorded one)")
     p.add_argument("--shrink-budget", type=byte_size, default=None, metavar="BYTES",
                    help="bytes one shrink point may move (default: the recorded budget)")
-    p.add_argument("--json", action="store_true", help="print both summaries as JSON")
+    p.add_argument("--memory", type=byte_size, action="append", default=None, metavar="SIZE",
+                   help="memory size to size against, e.g. 24G (binary units; repeatable; default: 16G, 32G, 64G "
+                        "and 128G)")
+    p.add_argument("--max-buffer", type=byte_size, default=None, metavar="SIZE",
+                   help="the device's largest single buffer (default: the recording device's, where recorded)")
+    p.add_argument("--json", action="store_true", help="print both summaries and the sizing as JSON")
     p.set_defaults(func=main)
 
 
@@ -46,11 +53,14 @@ def main(args) -> int:
     from probes.replay import Session
     from probes.whatif import mismatches_with_recording, run_whatif
 
+    from app.commands.whatif_sizing import print_sizing, sizing
+
     try:
         session = Session.open(args.session)
         recorded = run_whatif(session)
         proposed = run_whatif(session, slab_blocks=args.slab_blocks, block_size=args.block_size, design=args.design,
                               shrink=args.shrink, shrink_budget=args.shrink_budget)
+        sized = sizing(session, args)
     except (RecordingError, ReplayError) as exc:
         print(f"slabscope whatif: {exc}", file=sys.stderr)
         return 2
@@ -58,7 +68,7 @@ def main(args) -> int:
     a, b = recorded.summary(), proposed.summary()
     if args.json:
         print(json.dumps({"recorded": a, "whatif": b, "recorded_replay_mismatches": problems,
-                          "skipped_ops": proposed.skipped}, indent=2))
+                          "skipped_ops": proposed.skipped, "sizing": sized.to_json()}, indent=2))
         return 0
     fmt_cfg = lambda c: (f"{c['design']}, block {c['block_size']}, slab {c['slab_blocks']}, "  # noqa: E731
                          f"shrink {c['shrink']}")
@@ -74,4 +84,5 @@ def main(args) -> int:
         print("the recording has no shrink points (made before shrink existed): the policy had nowhere to run")
     if proposed.skipped:
         print(f"{len(proposed.skipped)} ops not replayable with the new geometry (skipped), first: {proposed.skipped[0]}")
+    print_sizing(sized)
     return 0

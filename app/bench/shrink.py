@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -225,18 +224,7 @@ def fresh_throughput(config: ShrinkBenchConfig, progress=None, timeout_s: float 
     return out
 
 
-# ---- statistics ----------------------------------------------------------------------------------------------
-def stats(runs: list[dict], keys) -> dict:
-    """{key: {"median", "min", "max", "n"}} over runs (None values skipped)."""
-    out = {}
-    for key in keys:
-        values = [r[key] for r in runs if r.get(key) is not None]
-        if values:
-            out[key] = {"median": statistics.median(values), "min": min(values), "max": max(values),
-                        "n": len(values)}
-    return out
-
-
+# ---- statistics (median and range per figure: app.bench.throughput.summarize) ----------------------------------
 def throughput_verdict(off: dict, on: dict, policy: str) -> str:
     """Decode tok/s of ``policy`` against off: the medians' ratio, and a winner only when the ranges do not
     overlap."""

@@ -170,10 +170,10 @@ def fresh_runs(config: BenchConfig, progress=None, timeout_s: float = 900.0) -> 
     return out
 
 
-def summarize(runs: list[dict]) -> dict:
+def summarize(runs: list[dict], metrics=METRICS) -> dict:
     """{metric: {"median", "min", "max", "n"}} over runs (metrics a run lacks are skipped)."""
     out = {}
-    for metric in METRICS:
+    for metric in metrics:
         values = [r[metric] for r in runs if r.get(metric) is not None]
         if values:
             out[metric] = {"median": statistics.median(values), "min": min(values), "max": max(values),

@@ -45,8 +45,9 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from app.bench.shrink import (ShrinkBenchConfig, fresh_throughput, recovery_rounds, stats, throughput_rounds,
+    from app.bench.shrink import (ShrinkBenchConfig, fresh_throughput, recovery_rounds, throughput_rounds,
                                   throughput_verdict)
+    from app.bench.throughput import summarize
     from app.workloads.scenarios import ScenarioError, load_scenario, parse_overrides
 
     try:
@@ -67,12 +68,12 @@ def main(args) -> int:
     result: dict = {"config": {**config.__dict__, "policies": list(config.policies)}}
     if args.part in ("recovery", "both"):
         runs = recovery_rounds(config, say)
-        result["recovery"] = {"runs": runs, "stats": {p: stats(r, RECOVERY_KEYS) for p, r in runs.items()}}
+        result["recovery"] = {"runs": runs, "stats": {p: summarize(r, RECOVERY_KEYS) for p, r in runs.items()}}
     if args.part in ("cost", "both"):
         warmup, runs = throughput_rounds(config, say)
         fresh = fresh_throughput(config, say) if config.fresh_rounds else {}
-        warm_stats = {p: stats(r, COST_KEYS) for p, r in runs.items()}
-        fresh_stats = {p: stats(r, COST_KEYS) for p, r in fresh.items()}
+        warm_stats = {p: summarize(r, COST_KEYS) for p, r in runs.items()}
+        fresh_stats = {p: summarize(r, COST_KEYS) for p, r in fresh.items()}
         result["cost"] = {"warmup": warmup, "runs": runs, "fresh": fresh, "stats": warm_stats,
                           "fresh_stats": fresh_stats,
                           "verdict": throughput_verdict(warm_stats["off"], warm_stats[config.throughput_policy],

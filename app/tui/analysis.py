@@ -9,15 +9,17 @@ cells, totals over layers, the next request's need, who freed a run.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 
+from app.workloads.shrink_points import ShrinkTally
 from pool import LayerSnapshot, PoolSnapshot, RowState, row_state
 from pool.free_rows import free_runs as pool_free_runs
 from pool.gather_runs import split_runs, table_runs
 from pool.ops import Detach, Release, Trim
-from probes.meta import memory_model_of
 from probes.events import Shrunk
+from probes.meta import memory_model_of
 from probes.sampler import AccountingPart, accounting_parts
 from probes.store import SessionModel
 
@@ -198,33 +200,17 @@ def _freeing_op(model: SessionModel, seq: int, after: float, until: float | None
 
 @dataclass
 class ShrinkSoFar:
-    """What a session's shrink points gave back up to an instant (the ``Shrunk`` events, pool/shrink_types.py)."""
+    """What a session's shrink points gave back up to an instant: the ``Shrunk`` events' sums (``ShrinkTally``,
+    the run summary's own arithmetic) and the latest of them."""
 
-    events: int = 0
-    slabs_released: int = 0
-    bytes_released: int = 0
-    blocks_moved: int = 0
-    bytes_moved: int = 0   # measured
-    move_s: float = 0.0
-    trimmed_bytes: int = 0
-    reclaimed_bytes: int = 0  # MLX active + cache fallen across the points
+    tally: ShrinkTally
     last: Shrunk | None = None
 
 
 def shrink_so_far(model: SessionModel, until: float | None) -> ShrinkSoFar:
-    """Sums of the session's ``Shrunk`` events at or before ``until`` (None: all), and the latest of them."""
-    out = ShrinkSoFar()
-    for event in model.events_of(Shrunk):
-        if until is not None and event.t > until:
-            break
-        report = event.report
-        out.events += 1
-        out.slabs_released += report.slabs_released
-        out.bytes_released += report.bytes_released
-        out.blocks_moved += report.blocks_moved
-        out.bytes_moved += report.bytes_moved
-        out.move_s += report.move_s
-        out.trimmed_bytes += report.trimmed_bytes
-        out.reclaimed_bytes += report.reclaimed
-        out.last = event
-    return out
+    """The session's ``Shrunk`` events at or before ``until`` (None: all), summed, and the latest of them."""
+    events = model.events_of(Shrunk)
+    upto = len(events) if until is None else bisect.bisect_right(events, until, key=lambda e: e.t)
+    tally = ShrinkTally()
+    tally.add_events(events[:upto])
+    return ShrinkSoFar(tally, events[upto - 1] if upto else None)

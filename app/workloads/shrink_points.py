@@ -36,10 +36,15 @@ class ShrinkTally:
     trim_s: float = 0.0
 
     def add(self, seconds: float, after_decode: bool, events: list) -> None:
+        """One shrink point: its wall time and the ``Shrunk`` events it returned."""
         self.points += 1
         self.seconds += seconds
         if after_decode:
             self.decode_seconds += seconds
+        self.add_events(events)
+
+    def add_events(self, events: list) -> None:
+        """Fold ``Shrunk`` events in (what the points that gave memory back did)."""
         for event in events:
             report = event.report
             self.events += 1

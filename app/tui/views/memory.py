@@ -152,7 +152,7 @@ class MemoryView(Vertical):
         for tr in frame.sessions.sessions.values():
             part = f"{tr.label} max since start {human_bytes(max_footprint(tr, frame.cursor))}"
             shrink = shrink_so_far(tr, frame.cursor)
-            if shrink.events:  # what the footprint fell by across the shrink points (measured around each)
-                part += f", reclaimed {human_bytes(shrink.reclaimed_bytes)} ({shrink.slabs_released} slabs)"
+            if shrink.tally.events:  # what the footprint fell by across the shrink points (measured around each)
+                part += f", reclaimed {human_bytes(shrink.tally.reclaimed_bytes)} ({shrink.tally.slabs_released} slabs)"
             parts.append(part)
         return " | ".join(parts)

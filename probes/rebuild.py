@@ -25,13 +25,15 @@ from probes.errors import RecordingError
 
 
 class MeasuredCopies(NamedTuple):
-    """Bytes storage measured copying since the keyframe (the sum of the ``copied`` ops replayed)."""
+    """Bytes storage measured copying since the keyframe (the sum of the ``copied`` ops replayed): by growth, by
+    copy-on-write, by shrinks (block moves, monolithic allocate-smaller-and-copy)."""
 
     growth: int = 0
     cow: int = 0
+    moved: int = 0
 
     def add(self, op: Copied) -> "MeasuredCopies":
-        return MeasuredCopies(self.growth + op.bytes, self.cow + op.cow_bytes)
+        return MeasuredCopies(self.growth + op.bytes, self.cow + op.cow_bytes, self.moved + op.moved_bytes)
 
 
 def growth_counters(book, base: PoolCounters, book_base, copied: MeasuredCopies) -> dict:
@@ -48,7 +50,15 @@ def growth_counters(book, base: PoolCounters, book_base, copied: MeasuredCopies)
     return dict(figures, bytes_copied=base.bytes_copied + copied.growth,
                 bytes_copied_model=base.bytes_copied_model + modelled,
                 cow_bytes_copied=(base.cow_bytes_copied or 0) + copied.cow,
-                cow_bytes_copied_model=c.cow_copies * book.bytes_per_row)
+                cow_bytes_copied_model=c.cow_copies * book.bytes_per_row, bytes_moved=base.bytes_moved + copied.moved)
+
+
+def shrink_counters(book) -> dict:
+    """The shrink counters the bookkeeping decides (exact at the replayed instant: the keyframe's book state carries
+    them and the replayed ``shrink`` points add to them)."""
+    c = book.counters
+    return {"slab_releases": c.slab_releases, "bytes_released": c.bytes_released, "blocks_moved": c.blocks_moved,
+            "bytes_moved_model": c.bytes_moved}
 
 
 def observed_from(book, recorded: PoolSnapshot, growth: dict) -> ObservedFigures:
@@ -57,7 +67,7 @@ def observed_from(book, recorded: PoolSnapshot, growth: dict) -> ObservedFigures
     histograms, gather counts and fused decisions (as of ``recorded``)."""
     counters = msgspec.structs.replace(recorded.counters, cow_copies=book.counters.cow_copies,
                                        rows_minted=book.counters.rows_minted, rows_reused=book.counters.rows_reused,
-                                       **growth)
+                                       **shrink_counters(book), **growth)
     layers = recorded.layers
     hist = [dict(layers[i].gather_runs_hist) if i < len(layers) else {} for i in range(book.num_layers)]
     decisions = [layers[i].fused if i < len(layers) else FusedDecision(False, "no decision recorded")
@@ -71,7 +81,8 @@ def modelled_observed(book) -> ObservedFigures:
     were measured)."""
     c = book.counters
     counters = PoolCounters(slab_appends=c.slab_appends, grow_events=c.grow_events, bytes_copied=c.bytes_copied,
-                            cow_copies=c.cow_copies, rows_minted=c.rows_minted, rows_reused=c.rows_reused)
+                            cow_copies=c.cow_copies, rows_minted=c.rows_minted, rows_reused=c.rows_reused,
+                            bytes_moved=c.bytes_moved, **shrink_counters(book))
     return ObservedFigures(book.stats(), counters, [{} for _ in range(book.num_layers)],
                            [FusedDecision(False, "no decision recorded")] * book.num_layers)
 

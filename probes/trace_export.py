@@ -29,8 +29,8 @@ from pathlib import Path
 
 import msgspec
 
-from pool.ops import (Clone, Copied, CopyOnWrite, Detach, Grow, Release, ReleaseHandle, SlabAppend, StorageInit,
-                      Trim)
+from pool.ops import (BlockMove, Clone, Copied, CopyOnWrite, Detach, Grow, Release, ReleaseHandle, SlabAppend,
+                      SlabRelease, StorageInit, Trim)
 from probes.events import (FusedChange, GatherRuns, PhaseEdge, ProbeStats, Step, TimelineEvent, WorkerError)
 
 # Sample column -> (counter name, unit). ``pool reserved`` is live + free (the pool's reserved capacity).
@@ -53,6 +53,8 @@ OP_INSTANTS: dict[type, str] = {
     Clone: "clone",
     Trim: "trim",
     StorageInit: "storage init",
+    SlabRelease: "slab release",
+    BlockMove: "blocks moved",
 }
 
 # Timeline events drawn elsewhere (slices, counters) or too frequent to be useful as instants.

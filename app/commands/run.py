@@ -15,7 +15,7 @@ from app.commands.errors import output_file
 from app.models.registry import DTYPE_NAMES
 from app.workloads.limits import check_fits_context
 from app.workloads.scenarios import DEFAULT_SCENARIO, ScenarioError, list_scenarios, load_scenario, parse_overrides
-from app.commands.arg_types import add_mlx_cache_arguments
+from app.commands.arg_types import add_mlx_cache_arguments, add_shrink_arguments
 from app.commands.metrics_args import add_metrics_arguments, hold_metrics, start_metrics
 from app.workloads.spec import BACKENDS, RunSpec
 from pool.errors import PoolError
@@ -48,6 +48,7 @@ def add_parser(sub) -> None:
                    help="share full prompt blocks across requests (default: the scenario's choice)")
     p.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false")
     add_mlx_cache_arguments(p, who="this run")
+    add_shrink_arguments(p, who="this run (slab and monolithic backends)")
     p.add_argument("--record", default=None, metavar="PATH", help="record the session to PATH (probes format)")
     p.add_argument("--worker", action="store_true", help="run in a spawned worker process (as the TUI does)")
     add_metrics_arguments(p)
@@ -73,7 +74,8 @@ def build_spec(args) -> RunSpec:
                    slab_blocks=args.slab_blocks, prefill_chunk=args.prefill_chunk, seed=args.seed,
                    dtype=args.dtype, device=args.device, overrides=overrides,
                    prefix_cache=args.prefix_cache, max_blocks_per_layer=args.budget,
-                   record_path=args.record, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim)
+                   record_path=args.record, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim,
+                   shrink=args.shrink, shrink_budget=args.shrink_budget)
 
 
 def main(args) -> int:
@@ -211,6 +213,15 @@ def print_summary(summary: dict, meta: dict, out) -> None:
           f"({(c.get('bytes_copied_model') or 0) / MIB:.1f} MiB model), reserved "
           f"{s['bytes_reserved'] / MIB:.1f} MiB, copy-on-write block copies {c['cow_copies']}; at end: "
           f"{s['live_blocks']} live blocks, {s['num_sequences']} sequences, {s['num_handles']} prefix handles")
+    shrink = summary.get("shrink")
+    if shrink and shrink["policy"] != "off":
+        w(f"shrink ({shrink['policy']}): {shrink['slabs_released']} slabs released "
+          f"({shrink['bytes_released'] / MIB:.1f} MiB), {shrink['blocks_moved']} blocks moved "
+          f"({shrink['bytes_moved'] / MIB:.2f} MiB measured, {shrink['bytes_moved_model'] / MIB:.2f} MiB model, "
+          f"{shrink['move_s'] * 1e3:.1f} ms), MLX cache trimmed "
+          f"{shrink['trimmed_bytes'] / MIB:.1f} MiB ({shrink['trim_s'] * 1e3:.1f} ms); footprint fell "
+          f"{shrink['reclaimed_bytes'] / MIB:.1f} MiB over {shrink['events']} points; all {shrink['points']} "
+          f"shrink points took {shrink['seconds'] * 1e3:.1f} ms")
     fused = summary.get("fused_decode")
     if fused:
         reasons = "; ".join(f"{reason} x{n}" for reason, n in fused["reasons"].items()) or "no decode step"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.commands.arg_types import BACKENDS, backends_list, finite_float, positive_int
+from app.commands.arg_types import BACKENDS, SHRINK_MODES, backends_list, finite_float, positive_int
 from app.workloads.launch import LAUNCH_BACKENDS
 from app.commands.errors import UsageError
 
@@ -27,6 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma list of slab,dense,monolithic, each in its own worker (default slab,dense)")
     p.add_argument("--block-size", type=positive_int, default=None, help="tokens per block (default: scenario's)")
     p.add_argument("--slab-blocks", type=positive_int, default=None, help="blocks per slab (default: scenario's)")
+    p.add_argument("--shrink", choices=SHRINK_MODES, default="off",
+                   help="live runs' pool shrink policy: off, release (drop all-free highest slabs), compact (also "
+                        "move live blocks down); default off")
     p.add_argument("--gate", type=finite_float(0.0, above=True), default=1.15,
                    help="slab/dense footprint ratio gate line (default 1.15)")
     p.add_argument("--ranks", type=positive_int, default=1, metavar="N",
@@ -57,7 +60,7 @@ def build_options(args: argparse.Namespace):
         check_scenario(scenario, args.model)
     opts = AppOptions(scenario=scenario, model=args.model, backends=list(args.backends), block_size=args.block_size,
                       slab_blocks=args.slab_blocks, gate=args.gate, ranks=args.ranks,
-                      launch_backend=args.launch_backend, autostart=not args.no_start,
+                      launch_backend=args.launch_backend, shrink=args.shrink, autostart=not args.no_start,
                       open_paths=[Path(p) for p in args.open])
     if args.ranks > 1 and not args.open:
         check_ranks(opts)

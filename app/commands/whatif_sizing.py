@@ -32,7 +32,8 @@ def sizing(session, args) -> Sizing:
     from probes.sizing import (GIB as _GIB, PRESETS_GIB, buffer_flags, fit_table, footprint_model, pool_timeline,
                                recorded_max_buffer)
 
-    timeline = pool_timeline(session, slab_blocks=args.slab_blocks, block_size=args.block_size, design=args.design)
+    timeline = pool_timeline(session, slab_blocks=args.slab_blocks, block_size=args.block_size, design=args.design,
+                             shrink=args.shrink, shrink_budget=args.shrink_budget)
     model = footprint_model(session, timeline)
     if args.max_buffer is not None:
         max_buffer, source = args.max_buffer, "--max-buffer"

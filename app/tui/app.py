@@ -69,6 +69,7 @@ class AppOptions:
     gate: float = 1.15
     ranks: int = 1  # > 1: a live distributed run (``record --ranks``)
     launch_backend: str = "ring"
+    shrink: str = "off"  # the pool backends' shrink policy for live runs (pool/shrink_types.py)
     autostart: bool = True
     open_paths: list[Path] = field(default_factory=list)
     recordings_dir: Path = field(default_factory=sources.recordings_dir)
@@ -138,7 +139,7 @@ class SlabscopeApp(App):
         elif self.options.autostart:
             self.start_run(RunChoice(self.options.scenario, self.options.model, list(self.options.backends),
                                      self.options.block_size, self.options.slab_blocks, self.gate,
-                                     self.options.ranks, self.options.launch_backend))
+                                     self.options.ranks, self.options.launch_backend, self.options.shrink))
         self.refresh_views()
 
     # ---- the refresh tick ----------------------------------------------------------------------------------
@@ -241,16 +242,19 @@ class SlabscopeApp(App):
             choice.backends
         self.options.block_size, self.options.slab_blocks = choice.block_size, choice.slab_blocks
         self.options.ranks, self.options.launch_backend = choice.ranks, choice.launch_backend
+        self.options.shrink = choice.shrink
         if choice.ranks > 1:
             out = new_run_dir(self.options.recordings_dir, choice.scenario)
             self.controller.start_ranks(RankRunChoice(choice.scenario, choice.model, list(choice.backends),
                                                       choice.ranks, choice.launch_backend, choice.block_size,
-                                                      choice.slab_blocks, tuple(self.options.rank_args)), out)
+                                                      choice.slab_blocks, tuple(self.options.rank_args),
+                                                      choice.shrink), out)
             self.notify(f"{choice.ranks} ranks via mlx.launch ({choice.launch_backend}), one backend after another; "
                         f"recording every rank into {out}/")
         else:
+            shrink = {} if choice.shrink == "off" else {"shrink": choice.shrink}  # RunSpec's default is off
             self.controller.start(choice.backends, scenario=choice.scenario, model=choice.model,
-                                  block_size=choice.block_size, slab_blocks=choice.slab_blocks)
+                                  block_size=choice.block_size, slab_blocks=choice.slab_blocks, **shrink)
         self.mode, self.cursor, self.playing, self.pool_name = "LIVE", None, False, None
 
     def action_new_run(self) -> None:
@@ -261,7 +265,7 @@ class SlabscopeApp(App):
             return
         initial = RunChoice(self.options.scenario, self.options.model, list(self.options.backends),
                             self.options.block_size, self.options.slab_blocks, self.gate, self.options.ranks,
-                            self.options.launch_backend)
+                            self.options.launch_backend, self.options.shrink)
         self.push_screen(RunFormScreen(scenarios, initial, check=sources.check_run_choice), self._on_form_done)
 
     def _on_form_done(self, choice: RunChoice | None) -> None:
@@ -425,7 +429,7 @@ class SlabscopeApp(App):
         self.mode, self.playing, self.pool_name = "REPLAY", False, None
         self.cursor = self._primary_peak() or self.store.duration()
         self.notify(f"replaying {', '.join(Path(p).name for p in paths)}")
-        for session in sessions:
+        for session in [*(s for run in opened.runs for s in run.sessions), *opened.plain]:
             if session.damage is not None:
                 self.notify(f"{session.path}: {session.damage}; showing the {session.duration:.1f} s before it",
                             severity="warning", timeout=30)

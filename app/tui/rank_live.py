@@ -49,6 +49,7 @@ class RankRunChoice:
     block_size: int | None = None
     slab_blocks: int | None = None
     extra_args: tuple[str, ...] = ()   # more ``record`` flags (tests shorten the scenario with --set)
+    shrink: str = "off"                # the pool backends' shrink policy (``record --shrink``)
 
 
 def record_command(choice: RankRunChoice, out: Path) -> list[str]:
@@ -56,6 +57,8 @@ def record_command(choice: RankRunChoice, out: Path) -> list[str]:
     command = [sys.executable, "-m", "app", "record", "--ranks", str(choice.ranks), "--launch-backend",
                choice.launch_backend, "--scenario", choice.scenario, "--model", choice.model, "--backends",
                ",".join(choice.backends), "--out", str(out), "--stop-with-parent"]
+    if choice.shrink != "off":
+        command += ["--shrink", choice.shrink]
     for flag, value in (("--block-size", choice.block_size), ("--slab-blocks", choice.slab_blocks)):
         if value is not None:
             command += [flag, str(value)]

@@ -1,6 +1,6 @@
-"""Run form: choose scenario, model, backends, block size and slab size (and the ratio gate) for a new live run, and
-how many ranks it runs across (ranks > 1: tensor parallel through ``mlx.launch`` with the chosen launch backend,
-every rank recorded: ``slabscope record --ranks``)."""
+"""Run form: choose scenario, model, backends, block size, slab size and shrink policy (and the ratio gate) for a new
+live run, and how many ranks it runs across (ranks > 1: tensor parallel through ``mlx.launch`` with the chosen launch
+backend, every rank recorded: ``slabscope record --ranks``)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from textual.widgets import Button, Checkbox, Input, Label, Select
 
 BACKENDS = ("slab", "dense", "monolithic")
 LAUNCH_BACKENDS = ("ring", "mpi", "nccl", "jaccl")  # mx.distributed's backends (app.workloads.launch)
+SHRINK_MODES = ("off", "release", "compact")  # pool.shrink_types.SHRINK_MODES (the TUI stays import-light)
 
 
 @dataclass
@@ -29,6 +30,7 @@ class RunChoice:
     gate: float
     ranks: int = 1
     launch_backend: str = "ring"
+    shrink: str = "off"  # the pool backends' shrink policy (pool/shrink_types.py)
 
 
 class RunFormScreen(ModalScreen[RunChoice | None]):
@@ -62,6 +64,9 @@ class RunFormScreen(ModalScreen[RunChoice | None]):
                 yield Label("slab blocks")
                 yield Input("" if init.slab_blocks is None else str(init.slab_blocks), id="form-slab",
                             placeholder="scenario default (32)", type="integer", compact=True)
+                yield Label("shrink")
+                yield Select([(mode, mode) for mode in SHRINK_MODES], value=init.shrink if init.shrink in SHRINK_MODES
+                             else "off", id="form-shrink", allow_blank=False, compact=True)
                 yield Label("ratio gate")
                 yield Input(f"{init.gate:g}", id="form-gate", type="number", compact=True)
                 yield Label("ranks")
@@ -116,7 +121,8 @@ class RunFormScreen(ModalScreen[RunChoice | None]):
         ranks = _positive(self, "#form-ranks", "ranks") or 1
         launch = str(self.query_one("#form-launch", Select).value)
         return RunChoice(str(scenario), model, backends, _positive(self, "#form-block", "block size"),
-                         _positive(self, "#form-slab", "slab blocks"), gate, ranks, launch)
+                         _positive(self, "#form-slab", "slab blocks"), gate, ranks, launch,
+                         str(self.query_one("#form-shrink", Select).value))
 
 
 def _positive(screen: ModalScreen, selector: str, name: str) -> int | None:

@@ -1,5 +1,6 @@
-"""Memory view: footprint and RSS per backend, phase lines and names, peak markers, when requests finished, the
-slab/dense ratio against the gate, tok/s per backend, and the accounting stack at the cursor."""
+"""Memory view: footprint and RSS per backend, phase lines and names, peak markers, when requests finished and when
+shrink points gave memory back (with the bytes reclaimed), the slab/dense ratio against the gate, tok/s per
+backend, and the accounting stack at the cursor."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from app.tui.analysis import accounting
+from app.tui.analysis import accounting, shrink_so_far
 from app.tui.data import ViewState
 from app.tui.views import frame_key, unchanged
 from app.tui.widgets.accounting_bar import AccountingBar
 from app.tui.widgets.lane import Lane
 from app.tui.widgets.memory_chart import ChartData, MemoryChart, Series
 from app.tui.widgets.palette import OK_STYLE, WARN_STYLE, backend_colour, human_bytes
-from probes.events import RequestDone
+from probes.events import RequestDone, Shrunk
 from probes.store import SessionModel
 
 X_LABELS = {"time": "time (s)", "step": "step", "tokens": "tokens"}
@@ -147,11 +148,18 @@ class MemoryView(Vertical):
             finished = tr.events_of(RequestDone)
             if finished:  # when requests finished: memory falls when their rows are freed
                 lanes[f"✓ {tr.label}"] = [(shared(tr, e.t), "│", colour) for e in finished]
+            shrunk = tr.events_of(Shrunk)
+            if shrunk:  # when shrink points gave slabs (and MLX's cache) back
+                lanes[f"↓ {tr.label}"] = [(shared(tr, e.t), "▼", colour) for e in shrunk]
         return lanes
 
     @staticmethod
     def _peak_caption(frame: ViewState) -> str:
         parts = []
         for tr in frame.sessions.sessions.values():
-            parts.append(f"{tr.label} max since start {human_bytes(max_footprint(tr, frame.cursor_in(tr)))}")
+            part = f"{tr.label} max since start {human_bytes(max_footprint(tr, frame.cursor_in(tr)))}"
+            shrink = shrink_so_far(tr, frame.cursor_in(tr))
+            if shrink.tally.events:  # what the footprint fell by across the shrink points (measured around each)
+                part += f", reclaimed {human_bytes(shrink.tally.reclaimed_bytes)} ({shrink.tally.slabs_released} slabs)"
+            parts.append(part)
         return " | ".join(parts)

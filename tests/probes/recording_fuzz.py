@@ -56,7 +56,8 @@ from probes.trace_export import trace_processes
 from probes.whatif import mismatches_with_recording, run_whatif
 from app.commands.whatif_sizing import sizing
 
-SIZING_ARGS = argparse.Namespace(slab_blocks=3, block_size=8, design=None, max_buffer=None, memory=None)
+SIZING_ARGS = argparse.Namespace(slab_blocks=3, block_size=8, design=None, max_buffer=None, memory=None,
+                                 shrink="compact", shrink_budget=None)  # sizing under another policy too
 CASE_SECONDS = 20.0
 MEMORY_STEP = 1024 * limits.MIB
 HOSTILE = [math.nan, math.inf, -math.inf, -1, -(2**63), 2**63 - 1, 10**12, 1e300, -1e300, "lots", None, [], {},

@@ -90,6 +90,14 @@ class SetLogicalStart(SequenceOp, tag="set_logical_start"):
     logical_start: int
 
 
+class Reserve(SequenceOp, tag="reserve"):
+    """Hold capacity for sequences ``seqs`` to reach ``lengths`` tokens (their blocks still to come) in one growth,
+    so the writes that fill them grow nothing (``BlockBook.reserve``)."""
+
+    seqs: list[int]
+    lengths: list[int]
+
+
 # ---- derived -------------------------------------------------------------------------------------------------
 class RowMint(DerivedOp, tag="row_mint"):
     """Rows given to new or copied blocks by one prepare_write: ``rows`` in layer 0, totals over layers."""

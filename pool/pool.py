@@ -127,6 +127,12 @@ class PagedKVPool:
         plan = self.book.prepare_write(seq_id, start, num_tokens)
         self._execute(plan)
 
+    def reserve(self, lengths: dict[int, int]) -> None:
+        """Grow once, now, to hold the blocks sequences still need to reach ``lengths`` (seq id -> tokens; see
+        BlockBook.reserve), so the writes that fill them grow nothing: a growth is measured (copy_meter.py), and
+        measuring waits for the device, which would drain a pipelined prefill at every slab it appends."""
+        self._execute(self.book.reserve(lengths))
+
     def _execute(self, plan: WritePlan) -> None:
         if not plan.growth and not any(plan.cow_pairs):
             return  # storage already holds the book's capacity (kept equal after every operation)

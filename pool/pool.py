@@ -179,7 +179,9 @@ class PagedKVPool:
 
         self.book.check_layer(layer)
         check_batch(seq_ids, starts, keys, values)
-        per_seq = [(keys[i], values[i]) for i in range(len(seq_ids))]
+        # views, not ``keys[i]``: MLX turns an integer index into a Gather that copies the sequence's K/V once more
+        # before the slab update copies it in (per layer per prefill chunk); a slice and a squeeze copy nothing
+        per_seq = [(keys[i:i + 1].squeeze(0), values[i:i + 1].squeeze(0)) for i in range(len(seq_ids))]
         geometry = geometry_of(*per_seq[0])  # one geometry: check_batch made K and V one shape and dtype
         self.storage.check_geometry(layer, geometry)
         num_tokens = int(keys.shape[1])

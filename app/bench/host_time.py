@@ -114,8 +114,9 @@ class EngineSteps:
         else:
             session.backend.finish_decode()
             session.scheduler.complete_decode(plan, arrays[0].tolist())
-        self.steps[kind].append({"build_ms": (t1 - t0) * 1e3, "build_cpu_ms": (c1 - c0) * 1e3, "dispatch_ms": (t3 - t2) * 1e3,
-                                 "host_ms": (t1 - t0 + t3 - t2) * 1e3, "wait_ms": (t4 - t3) * 1e3,
+        self.steps[kind].append({"build_ms": (t1 - t0) * 1e3, "build_cpu_ms": (c1 - c0) * 1e3,
+                                 "dispatch_ms": (t3 - t2) * 1e3, "host_ms": (t1 - t0 + t3 - t2) * 1e3,
+                                 "wait_ms": (t4 - t3) * 1e3,
                                  "ops": sum(ops.values()) if ops is not None else None,
                                  "primitives": dict(ops) if ops is not None else None})
         return True

@@ -25,7 +25,7 @@ if ! $py -c "import msgspec" 2>/dev/null; then
     || { echo "msgspec is missing and no wheel was found in ${WHEELS:-.whl}/" >&2; exit 3; }
 fi
 say "warm-up"
-$py app/bench/device/final_run.py --half warm $small --out "$OUT/a" --deadline-s 150 > "$OUT/a/warm.txt" 2>&1
+$py app/bench/device/final_run.py --half warm $small --out "$OUT/a" --deadline-s 90 > "$OUT/a/warm.txt" 2>&1
 say "halves start"
 CUDA_VISIBLE_DEVICES=0 $py app/bench/device/final_run.py --half a $small --out "$OUT/a" --deadline-s "$deadline" \
   > "$OUT/a/stdout.txt" 2>&1 &

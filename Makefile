@@ -10,7 +10,8 @@ test: venv
 	@.venv/bin/python -m pytest -q -p no:cacheprovider
 fuzz: venv
 	@SLABSCOPE_FUZZ_SCALE=$${SLABSCOPE_FUZZ_SCALE:-20} .venv/bin/python -m pytest -q -s -p no:cacheprovider \
-		tests/pool/test_pool_fuzz.py
+		tests/pool/test_pool_fuzz.py tests/probes/test_recording_fuzz.py \
+		tests/tui/test_hostile_recordings.py::test_randomly_damaged_recordings_never_stop_the_dashboard
 
 # MUTATE: mutant name globs (module paths with dots); default: the modules whose figures slabscope prints. Two
 # workers: the machine is shared. Results stay in mutants/ (git-ignored); `mutmut show NAME` prints a mutant.

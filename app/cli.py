@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 from app.commands.arg_types import OneLineParser
 from app.commands.errors import RunError, UsageError
+from probes.errors import RecordingDamage, RecordingError, ReplayError
 
 # name -> module under app.commands; order is the order shown in --help.
 COMMANDS: dict[str, str] = {
@@ -22,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "compare": "compare",
     "report": "report",
     "whatif": "whatif",
+    "export": "export",
     "migrate": "migrate",
     "bench": "bench",
     "warmup": "warmup",
@@ -60,8 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     if not hasattr(args, "func"):
         parser.print_help()
         return 2
+    warnings.simplefilter("ignore", RecordingDamage)  # commands print a damaged recording's warning their own way
     try:
         return int(args.func(args) or 0)
+    except (RecordingError, ReplayError) as exc:  # an unreadable input met after opening (a lazily decoded record)
+        print(f"slabscope {args.command}: {exc}", file=sys.stderr)
+        return 2
     except UsageError as exc:
         print(f"slabscope {args.command}: {exc}", file=sys.stderr)
         return 2

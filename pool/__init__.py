@@ -14,6 +14,7 @@ from pool.layer_view import LayerView
 from pool.op_apply import SEQUENCE_OPS, apply_op
 from pool.ops import AnyOp, Copied, DerivedOp, Op, SequenceOp
 from pool.pool import BlockContents, GatherResult, PagedKVPool
+from pool.shrink_types import SHRINK_MODES, ShrinkPolicy, ShrinkReport
 from pool.snapshot import build_snapshot
 from pool.snapshot_types import LayerSnapshot, ObservedFigures, Owner, PoolSnapshot, RowState, row_state
 from pool.stats import PoolCounters, PoolStats
@@ -24,6 +25,6 @@ __all__ = [
     "FusedDecision", "GatherResult", "KernelCaps", "LayerGeometry", "LayerSnapshot", "LayerView",
     "MONOLITHIC_CHUNK_BLOCKS", "ObservedFigures", "Op", "Owner", "PagedKVPool", "PoolConfig", "PoolCounters",
     "PoolError", "PoolGeometry", "PoolSnapshot", "PoolStats", "PrefixHandle", "RowState", "SEQUENCE_OPS",
-    "SequenceOp", "SizeLimitError", "WritePlan", "apply_op", "build_snapshot", "register_kernel", "row_state",
-    "unregister_kernel",
+    "SHRINK_MODES", "SequenceOp", "ShrinkPolicy", "ShrinkReport", "SizeLimitError", "WritePlan", "apply_op",
+    "build_snapshot", "register_kernel", "row_state", "unregister_kernel",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from pool.config import blocks_for_tokens, capacity_for
+from pool.config import blocks_for_tokens, capacity_for, chunk_rows
 from pool.errors import PoolError
 
 
@@ -17,12 +17,30 @@ def _fail(invariant: str, detail: str) -> None:
 
 
 def check_book(book) -> None:
-    """Check tables, refcounts, row ownership, free lists, capacity, budget and counters."""
+    """Check tables, refcounts, row ownership, free lists, capacity, budget and counters. Shrink keeps them all
+    (a moved block's tables, location and refcount follow it; a release drops only free rows, keeping capacity the
+    minted rows rounded up to whole chunks) and adds the release accounting and the policy's own postcondition
+    (``_check_shrunk``)."""
     refs = _count_references(book)
     _check_blocks(book, refs)
     for layer in range(book.num_layers):
         _check_layer_rows(book, layer)
     _check_counters(book)
+    _check_shrunk(book)
+
+
+def _check_shrunk(book) -> None:
+    """Right after a shrink point under ``release`` or ``compact`` (``book.shrunk``: set by the shrink, cleared when a
+    row is freed; a monolithic release the budget declined does not set it), no layer's highest chunk is entirely
+    free: the policy released every free chunk it could reach."""
+    if not book.shrunk or not book.shrink_policy.active:
+        return
+    chunk = chunk_rows(book.design, book.slab_blocks)
+    for layer, rows in enumerate(book.layers):
+        top = rows.capacity - chunk
+        if rows.capacity and all(block == -1 for block in rows.row_block[top:rows.capacity]):
+            _fail("a shrink point leaves no entirely free highest chunk", f"layer {layer}: rows [{top}, "
+                  f"{rows.capacity}) are all free after a {book.shrink_policy.mode} shrink")
 
 
 def _count_references(book) -> Counter:
@@ -103,9 +121,16 @@ def _check_layer_rows(book, layer: int) -> None:
 
 
 def _check_counters(book) -> None:
+    counters = book.counters
     minted = sum(len(rows.row_block) for rows in book.layers)
-    if book.counters.rows_minted != minted:
-        _fail("rows_minted == rows minted", f"{book.counters.rows_minted} != {minted}")
+    if counters.rows_minted - counters.rows_released != minted:
+        _fail("rows_minted - rows_released == rows minted now",
+              f"{counters.rows_minted} - {counters.rows_released} != {minted}")
+    if book.design == "slab":
+        slabs = sum(rows.capacity for rows in book.layers) // book.slab_blocks
+        if counters.slab_appends - counters.slab_releases != slabs:
+            _fail("slabs appended - slabs released == slabs reserved",
+                  f"{counters.slab_appends} - {counters.slab_releases} != {slabs}")
     created = book.counters.blocks_created
     live = len(book.blocks)
     if created - book.counters.rows_freed != live:

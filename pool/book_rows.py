@@ -24,6 +24,7 @@ from pool.errors import BudgetExceeded, PoolError
 from pool.free_rows import FreeRows
 from pool.limits import MemoryLimits, check_pool_capacity
 from pool.ops import Copied, Grow, Op, RowsFreed, SetSlabBlocks, SlabAppend, StorageInit
+from pool.shrink_types import ShrinkPolicy
 from pool.stats import BookCounters, PoolBytes, PoolStats
 
 OpListener = Callable[[Op], None]
@@ -58,9 +59,15 @@ class RowBook:
     tables of sequences and handles that :class:`pool.bookkeeping.BlockBook` operates on."""
 
     def __init__(self, num_layers: int, block_size: int = 32, design: str = "slab", slab_blocks: int = 32,
-                 max_blocks_per_layer: int | None = None, bytes_per_row: int = 0) -> None:
+                 max_blocks_per_layer: int | None = None, bytes_per_row: int = 0,
+                 shrink: ShrinkPolicy | None = None) -> None:
         if design not in DESIGNS:
             raise PoolError(f"unknown pool design {design!r}; choose one of {', '.join(DESIGNS)}")
+        shrink = ShrinkPolicy() if shrink is None else shrink
+        shrink.validate()
+        self.shrink_policy = shrink  # what BlockBook.shrink does at each shrink point (pool/shrink_types.py)
+        self.shrunk = False  # a shrink released every free chunk it could and no row was freed since (integrity)
+        self.shrink_idle: dict[int, tuple] = {}  # layers a shrink found nothing to do in, by state (book_shrink)
         self.num_layers = num_layers
         self.block_size = block_size
         self.design = design
@@ -122,10 +129,10 @@ class RowBook:
         now.reserved += rows.capacity * row_bytes
         now.slabs += rows.capacity // chunk_rows(self.design, self.slab_blocks)
 
-    def note_measured_copies(self, growth_bytes: int, cow_bytes: int) -> None:
+    def note_measured_copies(self, growth_bytes: int, cow_bytes: int, moved_bytes: int = 0) -> None:
         """Record what storage measured one operation copying (pool/copy_meter.py) as a ``copied`` op, so a
         recording can rebuild the measured counters at any instant. The bookkeeping itself models nothing here."""
-        self._emit(Copied, bytes=growth_bytes, cow_bytes=cow_bytes)
+        self._emit(Copied, bytes=growth_bytes, cow_bytes=cow_bytes, moved_bytes=moved_bytes)
 
     # ---- lookups ---------------------------------------------------------------------------------------------
     def tables(self, seq_id: int) -> list[BlockTable]:
@@ -246,6 +253,8 @@ class RowBook:
                 layer_rows.free.push(row)
                 freed.append(row)
         self.counters.rows_freed += len(freed)
+        if freed:
+            self.shrunk = False
         self.bytes_now.live -= len(freed) * self.row_bytes[layer]
         self.versions[layer] += 1
         return freed

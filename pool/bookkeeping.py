@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from pool import book_state
 from pool.block_table import BlockTable, PrefixHandle
+from pool.book_shrink import ShrinkPlan, apply_shrink, plan_shrink
 from pool.book_rows import LayerRows, OpListener, RowBook, WritePlan
 from pool.book_state import BookState
-from pool.config import blocks_for_tokens
+from pool.config import blocks_for_tokens, chunk_rows
 from pool.errors import PoolError
-from pool.ops import (Adopt, AddSequence, Clone, CopyOnWrite, Detach, PrepareWrite, Release, ReleaseHandle, Reserve,
-                      RowMint, SetLogicalStart, Trim)
+from pool.ops import (Adopt, AddSequence, BlockMove, Clone, CopyOnWrite, Detach, PrepareWrite, Release, ReleaseHandle,
+                      Reserve, RowMint, SetLogicalStart, ShrinkTick, SlabRelease, Trim)
 
 __all__ = ["BlockBook", "LayerRows", "OpListener", "WritePlan"]
 
@@ -275,6 +276,33 @@ class BlockBook(RowBook):
         for table in tables:
             table.logical_start = logical_start
         self._emit(SetLogicalStart, seq=seq_id, logical_start=logical_start)
+
+    # ---- shrink (pool/shrink_types.py, pool/book_shrink.py) ---------------------------------------------------
+    def shrink(self) -> ShrinkPlan:
+        """A shrink point: run the book's shrink policy (``shrink_policy``) now. Moves live blocks down and drops
+        released capacity in the bookkeeping (blocks keep ids, refcounts and sharing; every table referencing a
+        moved block follows it) and returns the plan for storage to execute. Emits ``block_move`` and
+        ``slab_release`` when they happen, then ``shrink`` (always: a replay runs its own policy here)."""
+        plan = plan_shrink(self, self.shrink_policy)
+        if not plan.empty:
+            apply_shrink(self, plan)
+            self._emit_shrink(plan)
+        self.shrunk = self.design == "slab" or not plan.declined  # a free slab costs no budget to release
+        self._emit(ShrinkTick)
+        return plan
+
+    def _emit_shrink(self, plan: ShrinkPlan) -> None:
+        moved = sum(len(moves) for moves in plan.moves)
+        if moved:
+            self._emit(BlockMove, layers=sum(1 for moves in plan.moves if moves), moves=list(plan.moves[0]),
+                       count=moved, bytes=moved * self.bytes_per_row)
+        released = plan.released_layers()
+        if released:
+            chunk = chunk_rows(self.design, self.slab_blocks)
+            rows = sum(old - new for _, old, new in released)
+            self._emit(SlabRelease, layers=len(released), count=rows // chunk, bytes=rows * self.bytes_per_row,
+                       capacity_rows=self.layers[0].capacity,
+                       copied_bytes=sum(plan.copied_rows) * self.bytes_per_row)
 
     # ---- loose blocks (serialization restore path) -----------------------------------------------------------
     def acquire_block(self, layer: int) -> tuple[int, int, list]:

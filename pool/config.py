@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import msgspec
 
 from pool.errors import PoolError
+from pool.shrink_types import ShrinkPolicy
 
 DESIGNS = ("slab", "monolithic")
 DEFAULT_BLOCK_SIZE = 32
@@ -45,20 +46,24 @@ class PoolGeometry(msgspec.Struct, frozen=True):
     slab_blocks: int = DEFAULT_SLAB_BLOCKS
     design: str = "slab"
     max_blocks_per_layer: int | None = None
+    shrink: ShrinkPolicy = ShrinkPolicy()  # how the pool gives capacity back (pool/shrink_types.py); older: off
 
 
 @dataclass
 class PoolConfig:
-    """What a :class:`pool.PagedKVPool` is built from. ``max_blocks_per_layer=None`` means no budget."""
+    """What a :class:`pool.PagedKVPool` is built from. ``max_blocks_per_layer=None`` means no budget; ``shrink``:
+    how it gives capacity back (``pool.shrink_types.ShrinkPolicy``; default off, the origin design)."""
 
     num_layers: int
     block_size: int = DEFAULT_BLOCK_SIZE
     slab_blocks: int = DEFAULT_SLAB_BLOCKS
     design: str = "slab"
     max_blocks_per_layer: int | None = None
+    shrink: ShrinkPolicy = ShrinkPolicy()
 
     def geometry(self) -> PoolGeometry:
-        return PoolGeometry(self.num_layers, self.block_size, self.slab_blocks, self.design, self.max_blocks_per_layer)
+        return PoolGeometry(self.num_layers, self.block_size, self.slab_blocks, self.design, self.max_blocks_per_layer,
+                            self.shrink)
 
     def validate(self) -> None:
         """Raise PoolError naming the first bad field."""
@@ -71,6 +76,9 @@ class PoolConfig:
         budget = self.max_blocks_per_layer
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 0):
             raise PoolError(f"PoolConfig.max_blocks_per_layer must be None or an int >= 0, got {budget!r}")
+        if not isinstance(self.shrink, ShrinkPolicy):
+            raise PoolError(f"PoolConfig.shrink must be a ShrinkPolicy, got {self.shrink!r}")
+        self.shrink.validate()
 
 
 def chunk_rows(design: str, slab_blocks: int) -> int:

@@ -37,6 +37,14 @@ class FreeRows:
         self._members.discard(row)
         return row
 
+    def drop_from(self, first: int) -> int:
+        """Forget every free row ``>= first`` (a shrink released the capacity holding them). Returns how many."""
+        dropped = [row for row in self._members if row >= first]
+        if dropped:
+            self._members.difference_update(dropped)
+            self._heap = sorted(self._members)
+        return len(dropped)
+
     def sorted_rows(self) -> list[int]:
         return sorted(self._members)
 

@@ -9,9 +9,13 @@ checked in a fixed order, first match wins:
 3. No kernel registered for the backend -> gather ("no fused kernel for this backend").
 4. dtype / head_dim the kernel does not support -> gather.
 5. batch outside the kernel's [min_batch, max_batch] -> gather.
-6. the layer has more than one slab and the kernel reads a single pool buffer (``multi_slab=False``) -> gather.
-7. context below the kernel's measured break-even (``min_context``) -> gather.
-8. the kernel variant for this slab count is not built yet (``readiness``, a probe the caller passes: the CUDA
+6. one K/V tensor of the layer (a slab; the monolithic design's whole layer) holds more elements than the kernel
+   addresses (``max_buffer_elements``: 2^32 - 1, a 32-bit index) -> gather. A hard limit, like the dtype: the
+   kernel must decline rather than compute wrong attention (docs/sizing.md has the audit of the kernels' index
+   arithmetic; the kernel entry refuses the same sizes, ``pool/kernels/plan.py``).
+7. the layer has more than one slab and the kernel reads a single pool buffer (``multi_slab=False``) -> gather.
+8. context below the kernel's measured break-even (``min_context``) -> gather.
+9. the kernel variant for this slab count is not built yet (``readiness``, a probe the caller passes: the CUDA
    kernels compile in the background, ``pool/kernels/cuda_builds.py``) -> gather ("kernel for N slabs compiling").
 Otherwise fused. This module imports mlx only inside :func:`detect_backend`.
 """
@@ -22,6 +26,8 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
+
+from pool.limits import INDEX_LIMIT, index_range_problem
 
 ENV_VAR = "SLABSCOPE_PAGED_ATTENTION_NATIVE"
 Readiness = Callable[[int], "str | None"]  # num_slabs -> None (kernel ready) or the reason it is not
@@ -39,6 +45,7 @@ class KernelCaps:
     min_batch: int = 1
     max_batch: int | None = None
     min_context: int = 0              # measured break-even context length (tokens)
+    max_buffer_elements: int = INDEX_LIMIT - 1  # largest K/V tensor (elements) the kernel indexes correctly
 
 
 @dataclass(frozen=True)
@@ -77,10 +84,12 @@ def detect_backend() -> str:
 
 
 def decide(*, num_slabs: int, dtype: str, head_dim: int, batch_size: int, context_len: int | None = None,
-           backend: str | None = None, caps: KernelCaps | None = None,
-           environ: dict | None = None, readiness: Readiness | None = None) -> FusedDecision:
+           backend: str | None = None, caps: KernelCaps | None = None, environ: dict | None = None,
+           readiness: Readiness | None = None, buffer_elements: int | None = None) -> FusedDecision:
     """The decision for one layer. ``backend``/``caps``/``environ`` default to the live ones (tests inject).
-    ``readiness(num_slabs)``: None when the kernel for that many slabs can launch now, else why not."""
+    ``readiness(num_slabs)``: None when the kernel for that many slabs can launch now, else why not.
+    ``buffer_elements``: elements of the layer's largest K (or V) tensor (``pool.limits.largest_buffer_elements``;
+    None: unknown, not checked)."""
     env = os.environ if environ is None else environ
     if env.get(ENV_VAR, "").strip() == "0":
         return FusedDecision(False, f"disabled by {ENV_VAR}=0")
@@ -93,6 +102,11 @@ def decide(*, num_slabs: int, dtype: str, head_dim: int, batch_size: int, contex
     rejected = _unsupported(caps, dtype, head_dim, batch_size)
     if rejected:
         return FusedDecision(False, rejected)
+    if buffer_elements is not None:
+        too_big = index_range_problem(buffer_elements, f"one K/V tensor of the layer exceeds the {backend} kernel's "
+                                      "index range", caps.max_buffer_elements)
+        if too_big:
+            return FusedDecision(False, too_big)
     if num_slabs > 1 and not caps.multi_slab:
         return FusedDecision(False, f"layer has {num_slabs} slabs; the {backend} kernel reads one pool buffer")
     if context_len is not None and context_len < caps.min_context:

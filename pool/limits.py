@@ -10,8 +10,9 @@ tensors shaped ``[rows, block_size, n_kv_heads, head_dim]``; ``bytes_per_row`` c
 tensor holds ``slab_blocks`` rows; the monolithic design holds a layer's whole capacity in one tensor.
 
 Users: the pool (first write of a layer, every growth: ``check_pool_capacity``), the workloads before a run
-starts (``check_pool_capacity`` on the first slab of every layer), and later what-if sizing and the fused
-kernel's guard (``elements_per_slab``, ``check_index_range``).
+starts (``check_pool_capacity`` on the first slab of every layer), what-if sizing (``probes/sizing.py``) and the
+fused kernel's guard (``largest_buffer_elements``, ``index_range_problem``: pool/fused_decision.py and the
+kernels' entry, pool/kernels/plan.py).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import Sequence
 from pool.config import MAX_DIMENSION, chunk_rows
 from pool.errors import SizeLimitError
 
-INDEX_LIMIT = 2**32         # elements a 32-bit unsigned index can address (kernels index slabs with uint32)
+INDEX_LIMIT = 2**32         # elements a 32-bit unsigned index can address: the fused kernels decline a K/V tensor
+                            # past it (pool/fused_decision.py rule 6, pool/kernels/plan.py)
 
 
 @dataclass(frozen=True)
@@ -73,11 +75,26 @@ def largest_buffer_rows(design: str, slab_blocks: int, capacities: Sequence[int]
     return max(capacities, default=0)
 
 
+def largest_buffer_elements(design: str, slab_blocks: int, capacities: Sequence[int], block_size: int,
+                            n_kv_heads: int, head_dim: int) -> int:
+    """Elements of the largest single K (or V) tensor: one slab, or a monolithic layer's whole tensor."""
+    return largest_buffer_rows(design, slab_blocks, capacities) * elements_per_row(block_size, n_kv_heads, head_dim)
+
+
 # ---- checks --------------------------------------------------------------------------------------------------
+def index_range_problem(elements: int, what: str, limit: int = INDEX_LIMIT - 1) -> str | None:
+    """Why ``elements`` cannot be addressed by a 32-bit unsigned index (or by ``limit``), or None when they can."""
+    if elements > limit:
+        bound = "a 32-bit index addresses at most" if limit == INDEX_LIMIT - 1 else "the limit is"
+        return f"{what}: {elements:,} elements; {bound} {limit:,}"
+    return None
+
+
 def check_index_range(elements: int, what: str) -> None:
     """SizeLimitError when ``elements`` cannot be addressed by a 32-bit unsigned index."""
-    if elements >= INDEX_LIMIT:
-        raise SizeLimitError(f"{what}: {elements:,} elements; a 32-bit index addresses at most {INDEX_LIMIT - 1:,}")
+    problem = index_range_problem(elements, what)
+    if problem:
+        raise SizeLimitError(problem)
 
 
 def check_buffer(nbytes: int, limits: MemoryLimits, what: str) -> None:

@@ -2,7 +2,8 @@
 
 A what-if replay builds a fresh BlockBook with other geometry (block size, slab size, design, budget) and feeds it
 the recorded sequence-level ops; derived ops are consequences it recomputes, so they are skipped here. Handle ids in
-the log are the recording's; ``handles`` maps them to the replaying book's handles.
+the log are the recording's; ``handles`` maps them to the replaying book's handles. A ``shrink`` point runs the
+replaying book's shrink policy (the recorded one reproduces the recorded moves and releases exactly).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from pool.block_table import PrefixHandle
 from pool.errors import PoolError
 from pool.ops import (Adopt, AddSequence, Clone, DerivedOp, Detach, Op, PrepareWrite, Release, ReleaseHandle,
-                      Reserve, SequenceOp, SetLogicalStart, SetSlabBlocks, StorageInit, Trim)
+                      Reserve, SequenceOp, SetLogicalStart, SetSlabBlocks, ShrinkTick, StorageInit, Trim)
 
 SEQUENCE_OPS = frozenset(cls.__struct_config__.tag for cls in SequenceOp.__subclasses__())
 
@@ -51,6 +52,8 @@ def apply_op(book, op: Op, handles: dict[int, PrefixHandle]) -> bool:
             book.set_logical_start(seq, start)
         case Reserve(seqs=seqs, lengths=lengths):
             book.reserve(dict(zip(seqs, lengths)))
+        case ShrinkTick():
+            book.shrink()  # under the replaying book's own policy (a what-if may run another one)
         case _:
             raise PoolError(f"unknown pool op {op!r}")
     return True

@@ -98,6 +98,12 @@ class Reserve(SequenceOp, tag="reserve"):
     lengths: list[int]
 
 
+class ShrinkTick(SequenceOp, tag="shrink"):
+    """A shrink point (one per workload step, and per idle tick): the book ran its shrink policy here
+    (pool/shrink_types.py). Logged whatever the policy, ``off`` included, so a what-if replay can run another
+    policy at the same points."""
+
+
 # ---- derived -------------------------------------------------------------------------------------------------
 class RowMint(DerivedOp, tag="row_mint"):
     """Rows given to new or copied blocks by one prepare_write: ``rows`` in layer 0, totals over layers."""
@@ -149,12 +155,38 @@ class StorageInit(DerivedOp, tag="storage_init"):
     bytes_per_row: int
 
 
-class Copied(DerivedOp, tag="copied"):
+class Copied(DerivedOp, tag="copied", omit_defaults=True):
     """What storage *measured* one operation copying (pool/copy_meter.py): ``bytes`` by growth, ``cow_bytes`` by
-    copy-on-write. A replay has no storage to measure: it adds these to rebuild the measured counters exactly."""
+    copy-on-write, ``moved_bytes`` by a shrink's block moves (and a monolithic shrink's allocate-smaller-and-copy).
+    A replay has no storage to measure: it adds these to rebuild the measured counters exactly. A field at its
+    default is left out of the log (the op's wire shape from before shrink existed)."""
 
     bytes: int
     cow_bytes: int
+    moved_bytes: int = 0
+
+
+class BlockMove(DerivedOp, tag="block_move"):
+    """A shrink moved live blocks down (compaction): ``moves`` are (source row, destination row) pairs in layer 0;
+    ``count`` row moves over ``layers`` layers; ``bytes`` their K+V bytes (rows x bytes per row: the model; storage
+    measures the copies, ``Copied.moved_bytes``). Blocks keep their ids, refcounts and sharing."""
+
+    layers: int
+    moves: list[tuple[int, int]]
+    count: int
+    bytes: int
+
+
+class SlabRelease(DerivedOp, tag="slab_release"):
+    """A shrink gave capacity back: ``count`` slabs (monolithic: 32-block chunks) over ``layers`` layers, ``bytes``
+    of K+V (0 before storage_init fixed the row size); ``capacity_rows``: layer 0's capacity after it;
+    ``copied_bytes``: the monolithic design's modelled allocate-smaller-and-copy of the kept rows (0 for slabs)."""
+
+    layers: int
+    count: int
+    bytes: int
+    capacity_rows: int
+    copied_bytes: int = 0
 
 
 def _leaves(cls: type) -> list[type]:

@@ -17,7 +17,8 @@ from pool.config import PoolConfig, blocks_for_tokens, capacity_for, chunk_rows
 from pool.errors import PoolError
 from pool.fused_decision import DecisionCounters, FusedDecision, decide
 from pool.layer_view import LayerView
-from pool.limits import MemoryLimits, check_pool_capacity
+from pool.limits import MemoryLimits, check_pool_capacity, largest_buffer_elements
+from pool.shrink_types import ShrinkReport
 from pool.snapshot import SnapshotCache, build_snapshot
 from pool.snapshot_types import ObservedFigures, PoolSnapshot
 from pool.stats import PoolCounters, PoolStats
@@ -57,7 +58,7 @@ class PagedKVPool:
         config.validate()
         self.config = replace(config)  # own copy: set_slab_blocks updates it
         self.book = BlockBook(config.num_layers, config.block_size, config.design, config.slab_blocks,
-                              config.max_blocks_per_layer)
+                              config.max_blocks_per_layer, shrink=config.shrink)
         self.storage = _make_storage(config)
         self.gathers = 0
         self.gather_runs_total = 0
@@ -67,6 +68,7 @@ class PagedKVPool:
         self._snapshot_backend: str | None = None  # the fused-decision backend defaults are computed for
         self.limits = limits
         self.book.limits = limits
+        self.cache_release = None  # pool.shrink_exec.CacheRelease: the trim budget after releases (first shrink)
 
     # ---- configuration and sequences -------------------------------------------------------------------------
     def set_slab_blocks(self, slab_blocks: int) -> None:
@@ -119,6 +121,25 @@ class PagedKVPool:
 
     def trim(self, seq_id: int, num_tokens: int) -> None:
         self.book.trim(seq_id, num_tokens)
+
+    # ---- shrink (pool/shrink_types.py) -------------------------------------------------------------------------
+    def shrink(self) -> ShrinkReport:
+        """A shrink point (call it between steps: nothing may be mid-write): the bookkeeping runs the pool's shrink
+        policy (``config.shrink``: block moves, capacity released; pool/book_shrink.py), storage executes it
+        (moves measured, slabs dropped or the monolithic tensor reallocated smaller) and MLX's cache is trimmed
+        within its budget (pool/shrink_exec.py). Logged as a ``shrink`` op whatever the policy (``off``: nothing
+        else happens); what storage measured copying becomes a ``copied`` op. Returns what it did."""
+        plan = self.book.shrink()
+        if plan.empty and (self.cache_release is None or not self.cache_release.pending):
+            return ShrinkReport(declined=plan.declined)
+        from pool.shrink_exec import CacheRelease, execute_shrink
+
+        if self.cache_release is None:
+            self.cache_release = CacheRelease()
+        report = execute_shrink(self.storage, plan, self.book, self.cache_release)
+        if report.bytes_moved:
+            self.book.note_measured_copies(0, 0, report.bytes_moved)
+        return report
 
     # ---- writes ----------------------------------------------------------------------------------------------
     def prepare_write(self, seq_id: int, start: int, num_tokens: int) -> None:
@@ -317,9 +338,20 @@ class PagedKVPool:
         ``readiness(num_slabs)``: the kernel builds' probe (None: ready), see ``fused_decision.decide``."""
         self.book.check_layer(layer)
         decision = decide(num_slabs=self.storage.num_buffers(layer), dtype=dtype, head_dim=head_dim,
-                          batch_size=batch_size, context_len=context_len, readiness=readiness)
+                          batch_size=batch_size, context_len=context_len, readiness=readiness,
+                          buffer_elements=self._largest_buffer_elements(layer))
         self.decisions.record(layer, decision)
         return decision
+
+    def _largest_buffer_elements(self, layer: int) -> int | None:
+        """Elements of the layer's largest K tensor (what the fused kernel would index), None before its first
+        write."""
+        geometry = self.storage.geometry[layer]
+        if geometry is None:
+            return None
+        capacity = self.storage.capacity_rows(layer)
+        return largest_buffer_elements(self.config.design, self.config.slab_blocks, [capacity], self.config.block_size,
+                                       geometry.n_kv_heads, geometry.head_dim)
 
     def num_buffers(self, layer: int) -> int:
         """Storage tensors a kernel reads for ``layer``: its slabs (slab design), 1 (monolithic), 0 before the
@@ -359,7 +391,9 @@ class PagedKVPool:
             cow_bytes_copied_model=book.cow_copies * self.book.bytes_per_row, cow_copies=book.cow_copies,
             rows_minted=book.rows_minted, rows_reused=book.rows_reused, gathers=self.gathers,
             gather_runs_total=self.gather_runs_total, fused_decisions=self.decisions.fused,
-            gather_decisions=self.decisions.gather)
+            gather_decisions=self.decisions.gather, slab_releases=book.slab_releases,
+            bytes_released=book.bytes_released, blocks_moved=book.blocks_moved, bytes_moved=self.storage.bytes_moved,
+            bytes_moved_model=book.bytes_moved)
 
     def snapshot(self) -> PoolSnapshot:
         """The pool now (docs/contracts.md; pool/snapshot.py has its cost and the fragmentation index). Mutates only
@@ -426,10 +460,17 @@ class PagedKVPool:
                 raise PoolError(f"integrity: storage capacity == booked capacity: layer {layer} has {real} rows, "
                                 f"bookkeeping reserved {booked}")
         self._check_byte_counters()
-        # measured, so a tolerance for allocator rounding (0 on CPU); a re-copy of the existing slabs trips it
-        if self.config.design == "slab" and self.storage.bytes_copied > self.storage.bytes_reserved() // 100:
+        if self.config.design == "slab":
+            held = sum(self.storage.num_slabs(layer) for layer in range(self.config.num_layers))
+            if held != self.storage.slab_appends - self.storage.slab_releases:
+                raise PoolError(f"integrity: storage slabs == appended - released: {held} held, "
+                                f"{self.storage.slab_appends} appended, {self.storage.slab_releases} released")
+        # measured, so a tolerance for allocator rounding (0 on CPU); a re-copy of the existing slabs trips it. Over
+        # every slab ever appended: a shrink may have released the ones the growth was measured on
+        appended = self.storage.slab_appends * self.config.slab_blocks * self.book.bytes_per_row
+        if self.config.design == "slab" and self.storage.bytes_copied > appended // 100:
             raise PoolError(f"integrity: slab growth copies nothing: {self.storage.bytes_copied} bytes copied "
-                            f"(measured; over 1% of {self.storage.bytes_reserved()} bytes reserved)")
+                            f"(measured; over 1% of the {appended} bytes of slabs appended)")
         if self.gather_runs_total != sum(r * n for hist in self.gather_runs_hist for r, n in hist.items()):
             raise PoolError("integrity: gather run histogram sums to gather_runs_total")
 

@@ -43,7 +43,10 @@ class PoolCounters(msgspec.Struct, frozen=True):
     bytes per row per grow-by-copy; copy-on-write copies x bytes per row). All but ``bytes_copied`` are None where
     copies were not measured (a recording made before they were, a synthetic session): it is the model there.
     cow_copies, rows_minted, rows_reused: bookkeeping; gathers, gather_runs_total: reads; fused_decisions /
-    gather_decisions: fused paged-decode decisions by outcome.
+    gather_decisions: fused paged-decode decisions by outcome. Shrink (pool/shrink_types.py): slab_releases (slabs,
+    monolithic: chunks, given back over layers), bytes_released (their K+V bytes), blocks_moved (row moves over
+    layers), bytes_moved (measured from the allocator, like ``bytes_copied``) beside bytes_moved_model (moved rows,
+    and a monolithic shrink's kept rows, x bytes per row). Recordings made before shrink existed read 0 there.
     """
 
     slab_appends: int = 0
@@ -59,6 +62,11 @@ class PoolCounters(msgspec.Struct, frozen=True):
     gather_runs_total: int = 0
     fused_decisions: int = 0
     gather_decisions: int = 0
+    slab_releases: int = 0
+    bytes_released: int = 0
+    blocks_moved: int = 0
+    bytes_moved: int = 0
+    bytes_moved_model: int = 0
 
     def to_dict(self) -> dict:
         return msgspec.structs.asdict(self)
@@ -67,7 +75,10 @@ class PoolCounters(msgspec.Struct, frozen=True):
 @dataclass
 class BookCounters:
     """What the bookkeeping did, summed over layers. ``slab_appends``/``grow_events``/``bytes_copied`` here are the
-    *modelled* growth (from the capacity arithmetic and ``bytes_per_row``); storage keeps the measured ones."""
+    *modelled* growth (from the capacity arithmetic and ``bytes_per_row``); storage keeps the measured ones. Shrink:
+    ``slab_releases`` (slabs or chunks given back), ``rows_released`` (minted rows dropped with them),
+    ``bytes_released``, ``blocks_moved`` (row moves) and ``bytes_moved`` (modelled: moved rows plus a monolithic
+    shrink's kept rows, x bytes per row)."""
 
     rows_minted: int = 0
     rows_reused: int = 0
@@ -77,6 +88,11 @@ class BookCounters:
     slab_appends: int = 0
     grow_events: int = 0
     bytes_copied: int = 0
+    slab_releases: int = 0
+    rows_released: int = 0
+    bytes_released: int = 0
+    blocks_moved: int = 0
+    bytes_moved: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -95,6 +95,8 @@ class RowStorage:
         self.grow_events = 0
         self.bytes_copied = 0      # measured by the allocator during growth (pool/copy_meter.py), not modelled
         self.cow_bytes_copied = 0  # measured likewise during copy-on-write
+        self.bytes_moved = 0       # measured likewise during a shrink's moves and allocate-smaller-and-copy
+        self.slab_releases = 0     # slabs (monolithic: 32-block chunks) given back by shrinks, over layers
         self.after_alloc: Callable[[], None] | None = None  # called after allocations are evaluated (sampling)
         self._window: CopyWindow | None = None  # open while a growth is measured (checkpointed by _allocated)
         self._zero_scalars: dict = {}  # one evaluated 0 per dtype: mx.zeros would allocate a scalar per call
@@ -111,6 +113,11 @@ class RowStorage:
 
     def ensure_rows(self, layer: int, rows: int) -> None:
         """Grow ``layer`` so rows ``[0, rows)`` exist (``rows`` is already rounded by the bookkeeping)."""
+        raise NotImplementedError
+
+    def release_rows(self, layer: int, rows: int) -> int:
+        """Give back capacity so ``layer`` keeps rows ``[0, rows)`` (rounded by the bookkeeping; the rows beyond are
+        free). Returns the bytes MLX allocated doing it (measured: a design that copies to shrink)."""
         raise NotImplementedError
 
     def num_slabs(self, layer: int) -> int:
@@ -194,6 +201,55 @@ class RowStorage:
                 self.copy_row(layer, src, dst, sources[src])
         window.checkpoint()
         self.cow_bytes_copied += window.copied
+
+    def move_rows(self, pairs: dict[int, list[tuple[int, int]]]) -> int:
+        """A shrink's compaction: copy row ``src`` into row ``dst`` for each ``(src, dst)`` pair per layer (the
+        bookkeeping already moved the blocks; destinations are free rows below the sources). Per layer and per
+        (source tensor, destination tensor) pair: one ``take`` of the source rows (staged and evaluated, so the
+        destination's update can donate its buffer even when both are one tensor) and one scatter into the
+        destination. Returns the bytes MLX allocated (measured like copy-on-write: the staging, one copy of each
+        moved row's K and V) and adds them to ``bytes_moved``."""
+        layers = [layer for layer, layer_pairs in pairs.items() if layer_pairs]
+        if not layers:
+            return 0
+        groups = {layer: self._move_groups(pairs[layer]) for layer in layers}
+        mx.eval([index for layer in layers for _, _, src, dst in groups[layer] for index in (src, dst)])
+        window = CopyWindow(lambda: self.tensor_lists(layers))  # opened after the indices: it charges the copies
+        for tensors in (self.keys, self.values):
+            self._move_staged(tensors, groups)
+            window.checkpoint()  # K's staging is freed before V's: a window charges its peak, so one per kind
+        self.bytes_moved += window.copied
+        return window.copied
+
+    @staticmethod
+    def _move_staged(tensors: list[list[mx.array]], groups: dict[int, list[tuple]]) -> None:
+        """Stage every group's source rows (evaluated), then scatter them into their destinations (lazy). The
+        staged copies die with this frame, so the window's checkpoint sees them freed."""
+        staged = [(layer, dst_slab, dst, mx.take(tensors[layer][src_slab], src, axis=0))
+                  for layer, layer_groups in groups.items() for src_slab, dst_slab, src, dst in layer_groups]
+        mx.eval([block for *_, block in staged])
+        for layer, dst_slab, dst, block in staged:
+            tensors[layer][dst_slab][dst] = block
+
+    def _move_groups(self, pairs: list[tuple[int, int]]) -> list[tuple[int, int, mx.array, mx.array]]:
+        """(source tensor, destination tensor, source rows, destination rows) per tensor pair, rows as int32
+        arrays in the pairs' order."""
+        grouped: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+        for src, dst in pairs:
+            (src_slab, src_local), (dst_slab, dst_local) = self._slab_for_row(src), self._slab_for_row(dst)
+            entry = grouped.setdefault((src_slab, dst_slab), ([], []))
+            entry[0].append(src_local)
+            entry[1].append(dst_local)
+        return [(src_slab, dst_slab, mx.array(src, dtype=mx.int32), mx.array(dst, dtype=mx.int32))
+                for (src_slab, dst_slab), (src, dst) in grouped.items()]
+
+    def release(self, capacities: dict[int, int]) -> int:
+        """Bring every layer in ``capacities`` down to that many rows (``release_rows``); returns the bytes MLX
+        allocated doing it (0 for slabs: dropping a slab copies nothing), also added to ``bytes_moved``."""
+        allocated = sum(self.release_rows(layer, rows) for layer, rows in capacities.items()
+                        if self.capacity_rows(layer) > rows)
+        self.bytes_moved += allocated
+        return allocated
 
     def materialize(self) -> bool:
         """Start evaluating every tensor allocated since the last call (one ``mx.async_eval`` for all layers, not

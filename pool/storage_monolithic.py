@@ -5,12 +5,17 @@ tensor, copies the old contents in, evaluates it, and drops the old one: O(pool)
 GPU backends each freed old tensor stays in MLX's buffer cache as one rung of a ladder of ever-larger sizes. The
 copies are measured from the allocator (``pool/copy_meter.py``): a checkpoint after each tensor charges its old
 contents, so the figure is their sum (a window charges its peak, and the old K is freed before V grows).
+
+Shrinking this design (pool/shrink_types.py) is the same move in reverse: allocate smaller and copy the kept rows,
+K then V, each measured as the bytes MLX allocates for it (the smaller tensor: the kept rows' copy).
 """
 
 from __future__ import annotations
 
 import mlx.core as mx
 
+from pool.config import MONOLITHIC_CHUNK_BLOCKS
+from pool.copy_meter import allocated_during
 from pool.storage_base import RowStorage
 
 
@@ -41,3 +46,30 @@ class MonolithicStorage(RowStorage):
                 tensors.append(grown)
             self._allocated()
         self.grow_events += 1  # bytes_copied is charged by the copy window at each _allocated() above
+
+    def release_rows(self, layer: int, rows: int) -> int:
+        """Allocate-smaller-and-copy: the tensor keeps rows ``[0, rows)``, K then V (each evaluated before the old
+        one is dropped, so one old+new pair at a time). Returns the bytes MLX allocated for the copies (measured,
+        ``allocated_during``: the smaller tensors)."""
+        old_rows = self.capacity_rows(layer)
+        if rows >= old_rows:
+            return 0
+        allocated = 0
+        start = mx.array([0])
+        for tensors in (self.keys[layer], self.values[layer]):
+            if rows == 0:
+                tensors.clear()
+                continue
+            smaller, nbytes = self._kept_prefix(layer, tensors[0], rows, start)
+            tensors[0] = smaller
+            allocated += nbytes
+            self._allocated()
+        self.slab_releases += (old_rows - rows) // MONOLITHIC_CHUNK_BLOCKS
+        return allocated
+
+    def _kept_prefix(self, layer: int, old: mx.array, rows: int, start: mx.array) -> tuple[mx.array, int]:
+        """Rows ``[0, rows)`` of ``old`` in a fresh buffer (a plain slice, or assigning one whole, is a view that
+        keeps the old buffer alive), evaluated; and the bytes MLX allocated for it."""
+        (smaller,), nbytes = allocated_during(
+            lambda: [mx.slice_update(self._zeros(layer, rows), old[:rows], start, axes=(0,))], [old, start])
+        return smaller, nbytes

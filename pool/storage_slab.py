@@ -1,8 +1,10 @@
 """Slab storage: per layer, a list of fixed-size K and V slab tensors ``[slab_blocks, block_size, H, D]``.
 
 Growth appends zero-filled slabs and never copies or frees one, so MLX's allocator high-water mark is exactly the
-live capacity and no ladder of ever-larger freed buffers accumulates in its cache. ``bytes_copied`` is measured
-from the allocator (``pool/copy_meter.py``) like every design's, and reads 0 because nothing is copied.
+live capacity and no ladder of ever-larger freed buffers accumulates in its cache. A shrink (pool/shrink_types.py)
+drops the highest slabs from the lists: their buffers go back to MLX (and, trimmed, to the system) with no copy.
+``bytes_copied`` is measured from the allocator (``pool/copy_meter.py``) like every design's, and reads 0 because
+nothing is copied.
 """
 
 from __future__ import annotations
@@ -35,3 +37,13 @@ class SlabStorage(RowStorage):
             self.values[layer].append(values)
             self._unevaluated.extend((keys, values))
         self.slab_appends += missing
+
+    def release_rows(self, layer: int, rows: int) -> int:
+        """Drop the slabs above row ``rows`` (a multiple of slab_blocks: the bookkeeping released them, their rows
+        are free). Nothing is copied; the dropped tensors' buffers return to MLX once nothing references them."""
+        keep = rows // self.slab_blocks
+        dropped = len(self.keys[layer]) - keep
+        if dropped > 0:
+            del self.keys[layer][keep:], self.values[layer][keep:]
+            self.slab_releases += dropped
+        return 0

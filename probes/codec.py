@@ -2,8 +2,10 @@
 
 Format v2 payloads are msgpack of these Structs (``encode``); ``decode`` turns a record of either format into them,
 v1's JSON dicts going through ``probes.v1``. Every way a payload can be malformed (undecodable bytes, a wrong
-type, a missing field, an unknown op or event kind, an inconsistent book state) ends here as one ``RecordingError``
-line naming the file, the record kind and its byte offset: readers never see another exception.
+type, a missing field, an unknown op or event kind, an inconsistent book state, and what ``probes.checks`` and
+``probes.block_checks`` find:
+a time that is not a session time, a NaN, a size past ``probes.limits``) ends here as one ``RecordingError`` line
+naming the file, the record kind and its byte offset: readers never see another exception.
 
 Payloads per record kind (times are seconds since the session start):
 
@@ -20,23 +22,18 @@ Payloads per record kind (times are seconds since the session start):
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Union
 
 import msgspec
 
 from pool import AnyOp, BookState, PoolError, PoolGeometry, PoolSnapshot
+from probes import block_checks, checks
 from probes import format as fmt
 from probes.errors import RecordingError
 from probes.events import MetaUpdate, Sample, timeline_types
 from probes.v1 import adapted_snapshot, book_state_from_v1, events_from_v1, ops_from_v1, snapshot_from_v1
 
 SAMPLE_FIELDS = Sample.__struct_fields__
-_SAMPLE_DEFAULTS = {f.name: f.default for f in msgspec.structs.fields(Sample)}  # read once: fields() is slow
-# t/step/tokens have defaults on the wire (the probes stamp them) but every recorded sample has them
-_REQUIRED_SAMPLE_FIELDS = {f.name for f in msgspec.structs.fields(Sample) if f.required} | {"t", "step", "tokens"}
-_NOT_NONE_SAMPLE_FIELDS = [name for name in SAMPLE_FIELDS if _SAMPLE_DEFAULTS[name] is not None]
-
 
 class Meta(msgspec.Struct, frozen=True):
     """The metadata fields slabscope reads itself (the META dict holds many more: versions, model, scenario...)."""
@@ -117,9 +114,15 @@ def decode(image: fmt.FileImage, ref: fmt.RecordRef):
             payload = _decoder(ref.kind).decode(raw)
         else:
             payload = _from_v1(ref.kind, json.loads(raw))
-        return _checked(ref.kind, payload)
+        if ref.kind == fmt.META:
+            meta_of(payload)
+            return payload
+        if ref.kind == fmt.END:
+            block_checks.check_end(payload)
+            return payload
+        return checks.check_record(ref.kind, payload, ref.t)
     except (msgspec.ValidationError, msgspec.DecodeError, PoolError, ValueError, TypeError, KeyError, IndexError,
-            AttributeError, RecursionError) as exc:
+            AttributeError, RecursionError, OverflowError) as exc:
         problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise RecordingError(image.path, f"malformed {fmt.KIND_NAMES[ref.kind]} record at byte {ref.offset}: "
                                          f"{problem}") from None
@@ -154,34 +157,9 @@ def _events_v2(raw: bytes) -> DecodedEvents:
 def meta_of(meta: dict) -> Meta:
     """The typed part of a META dict (v1 dicts lack ``session_id``/``geometry``)."""
     known = {key: meta[key] for key in Meta.__struct_fields__ if key in meta}
-    return msgspec.convert(known, Meta)
-
-
-def _checked(kind: int, payload):
-    """Checks the type system cannot express: sample columns complete, aligned and with finite times (a column an
-    older writer did not have takes its field's default); one time per op."""
-    if kind == fmt.META:
-        meta_of(payload)
-    elif kind == fmt.SAMPLES:
-        return SampleBlock(_complete_columns(payload.columns))
-    elif kind == fmt.OPS and len(payload.t) != len(payload.ops):
-        raise ValueError(f"{len(payload.ops)} ops with {len(payload.t)} times")
-    return payload
-
-
-def _complete_columns(columns: dict[str, list]) -> dict[str, list]:
-    present = [name for name in SAMPLE_FIELDS if name in columns]
-    missing = [name for name in SAMPLE_FIELDS if name not in columns and name in _REQUIRED_SAMPLE_FIELDS]
-    if missing:
-        raise ValueError(f"sample columns {missing} missing")
-    rows = len(columns["t"])
-    if any(len(columns[name]) != rows for name in present):
-        raise ValueError("sample columns of different lengths")
-    if any(None in columns[name] for name in _NOT_NONE_SAMPLE_FIELDS if name in columns):
-        raise ValueError("a sample figure that is always recorded is null")
-    if not all(math.isfinite(t) for t in columns["t"]):
-        raise ValueError("a sample time is not finite")
-    return {name: columns[name] if name in columns else [_SAMPLE_DEFAULTS[name]] * rows for name in SAMPLE_FIELDS}
+    typed = msgspec.convert(known, Meta)
+    block_checks.check_meta(meta, typed)
+    return typed
 
 
 # ---- format v1 (JSON dicts) ----------------------------------------------------------------------------------
@@ -216,12 +194,12 @@ def _samples_from_v1(blocks: list) -> SampleBlock:
     columns: dict[str, list] = {name: [] for name in SAMPLE_FIELDS}
     for keys, rows in blocks:
         index = {key: i for i, key in enumerate(_expect(keys, list))}
-        missing = [name for name in SAMPLE_FIELDS if name not in index and name in _REQUIRED_SAMPLE_FIELDS]
+        missing = [name for name in SAMPLE_FIELDS if name not in index and name in checks.REQUIRED_SAMPLE_FIELDS]
         if missing:
             raise ValueError(f"sample fields {missing} missing")
         for name in SAMPLE_FIELDS:
             position = index.get(name)
-            default = _SAMPLE_DEFAULTS[name]
+            default = checks.SAMPLE_DEFAULTS[name]
             columns[name].extend(row[position] if position is not None else default for row in _expect(rows, list))
     return msgspec.convert({"columns": columns}, SampleBlock)
 

@@ -18,3 +18,9 @@ class RecordingError(Exception):
 
 class ReplayError(Exception):
     """A replay/what-if request cannot be served (for example a session without an op log)."""
+
+
+class RecordingDamage(UserWarning):
+    """Warned (``warnings.warn``) when ``Session.open`` reads a damaged file's valid prefix; the message is the one
+    line ``Session.damage`` holds. Command-line tools print that line themselves (``slabscope`` filters this
+    warning class); a library user sees it on stderr unless filtered."""

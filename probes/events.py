@@ -24,7 +24,7 @@ from typing import Any, Literal, Union
 
 import msgspec
 
-from pool import AnyOp, BookState, PoolSnapshot
+from pool import AnyOp, BookState, PoolSnapshot, ShrinkReport
 
 
 class Event(msgspec.Struct, frozen=True, tag_field="kind", kw_only=True):
@@ -118,6 +118,14 @@ class ClockSync(TimelineEvent, tag="clock"):
     offset_s: float
     bound_s: float = 0.0
     residual_s: float = 0.0
+
+
+class Shrunk(TimelineEvent, tag="shrink"):
+    """A shrink point gave memory back (pool/shrink_types.py): ``report`` is what the pool did and measured (blocks
+    moved, bytes moved, slabs and bytes released, MLX cache trimmed, seconds, and MLX's active + cache around it:
+    ``report.reclaimed`` is what the process footprint really fell by)."""
+
+    report: ShrinkReport
 
 
 class ProbeOverhead(msgspec.Struct, frozen=True):

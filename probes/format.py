@@ -21,10 +21,13 @@ This module owns only bytes <-> records (headers, checksums, compression); ``pro
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import zlib
 from typing import NamedTuple
 
+from probes import limits
+from probes.damage import Damage, classify, next_valid_record
 from probes.errors import RecordingError
 
 MAGIC = b"SLABSCOPEREC"
@@ -35,7 +38,7 @@ RECORD_HEADER = struct.Struct("<2sBBIIIdI")  # v2
 RECORD_HEADER_V1 = struct.Struct("<2sBBIdI")
 RECORD_MARKER = b"\xa5R"
 FLAG_ZLIB = 1
-MAX_PAYLOAD = 256 * 1024 * 1024
+MAX_PAYLOAD = limits.MAX_RECORD_BYTES  # stored and inflated
 COMPRESS_OVER = 2048  # payloads above this many bytes are zlib-compressed (level 1: cheap for the writer)
 
 # Record kinds.
@@ -114,23 +117,28 @@ class RecordWriter:
 
 
 class FileImage:
-    """A session file read into memory and indexed: ``refs`` lists every valid record in order.
+    """A session file read into memory and indexed: ``refs`` lists the records of its valid prefix, in order.
 
-    ``incomplete_tail`` is the number of trailing bytes that form a torn record (a writer killed mid-write).
-    Raises ``RecordingError`` for anything that is not a (possibly torn) slabscope recording, and (v2) for a
-    record out of sequence or from another session.
+    The prefix ends at the first record that does not check out (header, checksum) or does not continue the
+    session (sequence number, session tag, a second META, a record after END, a duplicate, a SAMPLES/OPS/
+    SNAPSHOTS/KEYFRAME record older than the previous one of its kind, a time that is not a session time).
+    ``incomplete_tail`` is the size of a torn last record (a writer killed mid-write: normal after a crash);
+    ``damage`` (``probes.damage.Damage``, None when intact) says what lies past the prefix otherwise, with its
+    byte offset. Raises ``RecordingError`` for what is not a slabscope recording at all: not a regular file, over
+    the size limit, bad magic, an unsupported version.
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
-        try:
-            with open(self.path, "rb") as fh:
-                self.data = fh.read()
-        except OSError as exc:
-            raise RecordingError(self.path, f"cannot read: {exc.strerror or exc}") from None
+        self.data = read_bounded(self.path)
         self.version = self._check_file_header()
         self.refs: list[RecordRef] = []
-        self.session_tag: int | None = None
+        self.session_tag: int | None = None  # the tag every record carries (v2; None for v1)
+        self.damage: Damage | None = None
+        # continuity state of the walk (kept so a walk over appended bytes continues it: probes.follow)
+        self._last_t: dict[int, float] = {}            # kind -> time of its last record (ordered kinds)
+        self._seen: dict[tuple, int] = {}              # (kind, t, length) -> payload offset: duplicate check
+        self._ended = False                            # an END record was indexed
         self.incomplete_tail = self._index_records()
         self.by_kind: dict[int, list[RecordRef]] = {kind: [] for kind in KIND_NAMES}
         for ref in self.refs:
@@ -150,55 +158,152 @@ class FileImage:
                                             f"(this slabscope reads v{OLDEST_VERSION}..v{FORMAT_VERSION})")
         return version
 
-    def _index_records(self) -> int:
-        """Walk record headers, verify CRCs (and v2 sequence numbers and session tags), fill ``refs``; return the
-        size of a torn tail (0 if none). This loop is what opening a long session costs (one iteration per
-        record), hence the local names."""
-        data, pos, end = self.data, FILE_HEADER.size, len(self.data)
+    def _index_records(self, pos: int = FILE_HEADER.size) -> int:
+        """Walk record headers from byte ``pos`` (a record start: the first one, or where the last indexed record
+        ended, for a file that grew), verify CRCs and continuity, append to ``refs``; return the size of a torn
+        tail (0 if none), setting ``damage`` for anything else that ends the prefix. The continuity state (last
+        time per kind, records seen, END seen) lives on the image so a later walk continues it. This loop is what
+        opening a long session costs (one iteration per record), hence the local names."""
+        data, end = self.data, len(self.data)
         v2 = self.version >= 2
         header = RECORD_HEADER if v2 else RECORD_HEADER_V1
         view = memoryview(data)
         unpack, hsize, crc32 = header.unpack_from, header.size, zlib.crc32
         refs, make, kinds = self.refs, RecordRef._make, KIND_NAMES
+        ordered, last_t, seen, max_t = _ORDERED, self._last_t, self._seen, limits.MAX_SESSION_S
+        ended = self._ended
         while pos < end:
             if end - pos < hsize:
-                return end - pos
+                return self._stop(pos, "incomplete record header", RECORD_MARKER.startswith(data[pos:pos + 2]))
             if v2:
                 marker, kind, flags, length, seq, tag, t, crc = unpack(data, pos)
             else:
                 marker, kind, flags, length, t, crc = unpack(data, pos)
                 seq, tag = len(refs), None
             if marker != RECORD_MARKER or kind not in kinds or length > MAX_PAYLOAD:
-                raise RecordingError(self.path, f"corrupt record header at byte {pos}")
+                return self._stop(pos, f"corrupt record header at byte {pos}", False)
             start = pos + hsize
             stop = start + length
             if stop > end:
-                return end - pos
+                return self._stop(pos, f"record at byte {pos} runs past the end of the file", True)
             if crc32(view[start:stop], crc32(view[pos:start - 4])) != crc:
-                raise RecordingError(self.path, f"corrupt record at byte {pos} (checksum mismatch)")
-            if v2:
-                self._check_sequence(pos, seq, tag)
+                return self._stop(pos, f"corrupt record at byte {pos} (checksum mismatch)", False)
+            if self.session_tag is None:
+                self.session_tag = tag
+            index = len(refs)
+            # does it continue the session? (the common case in one expression; _discontinuity says why not)
+            if ended or (v2 and (tag != self.session_tag or seq != index)) or (kind == META and index) or \
+                    not 0.0 <= t <= max_t or (kind in ordered and t < last_t.get(kind, 0.0)):  # NaN fails too
+                self.damage = Damage(pos, end - pos, _discontinuity(pos, kind, t, seq, tag, self.session_tag,
+                                                                    index, ended, last_t))
+                return 0
+            first = seen.setdefault((kind, t, length), start)
+            if first != start and data[first:first + length] == data[start:stop]:
+                self.damage = Damage(pos, end - pos, f"record at byte {pos} duplicates the one at byte "
+                                                     f"{first - hsize}")
+                return 0
+            if kind in ordered:
+                last_t[kind] = t
+            if kind == END:
+                ended = self._ended = True
             refs.append(make((kind, t, start, length, flags, seq)))
             pos = stop
         return 0
 
-    def _check_sequence(self, pos: int, seq: int, tag: int) -> None:
-        if self.session_tag is None:
-            self.session_tag = tag
-        elif tag != self.session_tag:
-            raise RecordingError(self.path, f"record at byte {pos} belongs to another session "
-                                            f"(tag {tag:08x}, this session's is {self.session_tag:08x})")
-        if seq != len(self.refs):
-            raise RecordingError(self.path, f"record at byte {pos} is out of sequence (number {seq}, expected "
-                                            f"{len(self.refs)}): a duplicated, reordered or missing record")
+    def _stop(self, pos: int, problem: str, torn: bool) -> int:
+        """End the prefix at ``pos``: a torn tail (returns its size) or damage (sets ``damage``, returns 0)."""
+        header = RECORD_HEADER if self.version >= 2 else RECORD_HEADER_V1
+        follows = next_valid_record(self.data, pos, header, RECORD_MARKER, KIND_NAMES, MAX_PAYLOAD)
+        self.damage = classify(self.data, pos, problem, torn, follows)
+        return len(self.data) - pos if self.damage is None else 0
 
     def payload(self, ref: RecordRef) -> bytes:
-        """One record's payload bytes, decompressed; ``RecordingError`` if it does not inflate."""
+        """One record's payload bytes, decompressed; ``RecordingError`` if it does not inflate, or inflates past
+        ``MAX_PAYLOAD`` (a zlib bomb is stopped there, not inflated whole)."""
         raw = self.data[ref.offset:ref.offset + ref.length]
         if not ref.flags & FLAG_ZLIB:
             return raw
+        what = f"{KIND_NAMES[ref.kind]} record at byte {ref.offset}"
+        inflater = zlib.decompressobj()
         try:
-            return zlib.decompress(raw)
+            out = inflater.decompress(raw, MAX_PAYLOAD)
         except zlib.error as exc:
-            raise RecordingError(self.path, f"undecodable {KIND_NAMES[ref.kind]} record at byte {ref.offset}: "
-                                            f"{exc}") from None
+            raise RecordingError(self.path, f"undecodable {what}: {exc}") from None
+        if inflater.unconsumed_tail:
+            raise RecordingError(self.path, f"{what} inflates past {MAX_PAYLOAD:,} bytes (the limit for one record)")
+        if not inflater.eof:
+            raise RecordingError(self.path, f"undecodable {what}: incomplete compressed data")
+        return out
+
+
+def read_bounded(path: str) -> bytes:
+    """The bytes of the regular file at ``path``, refused (``RecordingError``) before reading when it is not a
+    regular file (a FIFO would block, /dev/zero never ends), when it is larger than ``limits.max_file_bytes()``,
+    or when it does not start with the magic bytes (a 1 GiB sparse file is refused after 16 bytes). Opened
+    non-blocking, so a FIFO without a writer cannot block the open itself."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise RecordingError(path, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RecordingError(path, f"not a regular file ({_file_type(info.st_mode)}): a recording is a file")
+        head = _read_upto(fd, FILE_HEADER.size)
+        if len(head) < FILE_HEADER.size or not head.startswith(MAGIC):
+            return head  # the header check names the problem; nothing more is read
+        if info.st_size > limits.max_file_bytes():
+            raise RecordingError(path, f"{info.st_size:,} bytes, over the {limits.max_file_bytes():,}-byte limit "
+                                       "for a recording (SLABSCOPE_MAX_RECORDING_MIB raises it)")
+        os.lseek(fd, 0, os.SEEK_SET)
+        return _read_upto(fd, info.st_size)  # what was there at open (a live file grows)
+    except OSError as exc:
+        raise RecordingError(path, f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def _read_upto(fd: int, count: int) -> bytes:
+    """At most ``count`` bytes from ``fd`` (fewer at the end of the file): one read, more only if it comes short."""
+    data = os.read(fd, count)
+    if len(data) == count or not data:
+        return data
+    parts = [data]
+    left = count - len(data)
+    while left > 0:
+        chunk = os.read(fd, left)
+        if not chunk:
+            break
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _file_type(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+_ORDERED = frozenset((SAMPLES, OPS, SNAPSHOTS, KEYFRAME))  # one clock, one stream: never older than the last
+
+
+def _discontinuity(pos: int, kind: int, t: float, seq: int, tag: int | None, session_tag: int | None, index: int,
+                   ended: bool, last_t: dict[int, float]) -> str:
+    """Why the CRC-valid record at ``pos`` (the ``index``-th) does not continue the session, in words."""
+    if tag != session_tag:
+        return f"record at byte {pos} belongs to another session (tag {tag:08x}, this session's is {session_tag:08x})"
+    if seq != index:
+        return f"record at byte {pos} is out of sequence (number {seq}, expected {index}): a duplicated, reordered " \
+               "or missing record"
+    if ended:
+        return f"record at byte {pos} follows the end record (records appended after the session ended)"
+    if kind == META:
+        return f"second metadata record at byte {pos} (another session's records appended)"
+    problem = limits.time_problem(t)
+    if problem is not None:
+        return f"record at byte {pos}: {problem}"
+    return f"{KIND_NAMES[kind]} record at byte {pos} is older than the previous one ({t:.3f} s < " \
+           f"{last_t[kind]:.3f} s): reordered records"

@@ -63,6 +63,24 @@ def device_memory_model() -> str:
         return "unified"
 
 
+def device_memory_figures() -> dict:
+    """What MLX reports of the default device's memory: ``memory_bytes`` (total) and ``max_buffer_bytes`` (its
+    largest single allocation), each only where reported (CPU reports neither). ``slabscope whatif`` sizes
+    against them."""
+    try:
+        import mlx.core as mx
+
+        info = dict(mx.device_info())
+    except Exception:  # device_info is optional per backend
+        return {}
+    figures = {}
+    for key, name in (("memory_size", "memory_bytes"), ("total_memory", "memory_bytes"),
+                      ("max_buffer_length", "max_buffer_bytes")):
+        if info.get(key):
+            figures[name] = int(info[key])
+    return figures
+
+
 def memory_model_of(meta: dict) -> str:
     """The memory model a session ran under (mlx-free): its ``memory_model`` field, or, for sessions recorded
     before that field existed, inferred from a Linux GPU device (MLX's GPU backend on Linux is CUDA)."""
@@ -84,6 +102,7 @@ def collect_meta(extra: dict | None = None) -> dict:
         "host": socket.gethostname(),
         "device": device_description(),
         "memory_model": device_memory_model(),
+        "device_limits": device_memory_figures(),
         "commit": git_commit(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "pid": os.getpid(),

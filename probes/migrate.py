@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+import msgspec
+
 from probes import codec
 from probes import format as fmt
 from probes.errors import RecordingError
@@ -23,8 +25,12 @@ def migrate(src: str | os.PathLike, dst: str | os.PathLike) -> tuple[int, int]:
     image = fmt.FileImage(src)
     if image.version != 1:
         raise RecordingError(src, f"is format v{image.version}: only v1 recordings are migrated")
+    if image.damage is not None:
+        raise RecordingError(src, f"{image.damage}; only intact recordings are migrated")
     original = Session(image)
     meta = dict(original.meta, session_id=new_session_id(), migrated_from_format=1)
+    if original.geometry is not None:  # v2 keeps the pool geometry in META (a v1 file named it in its snapshots)
+        meta["geometry"] = msgspec.to_builtins(original.geometry)
     records = [(fmt.META, 0.0, codec.encode(meta))]
     for ref in image.refs[1:]:
         payload = codec.decode(image, ref)

@@ -59,7 +59,9 @@ class RankClock:
 
     def offset(self, t: float) -> float:
         """The offset at rank-relative time ``t``: linear between anchors, the nearest one outside them."""
-        times = [a[0] for a in self.anchors]
+        return self._offset_at([a[0] for a in self.anchors], t)
+
+    def _offset_at(self, times: list[float], t: float) -> float:
         i = bisect.bisect_right(times, t)
         if i == 0:
             return self.anchors[0][1]
@@ -71,6 +73,11 @@ class RankClock:
     def to_reference(self, t: float) -> float:
         """Rank-relative seconds -> seconds since rank 0's session start, on rank 0's clock."""
         return t + self.shift_s + self.offset(t)
+
+    def to_reference_many(self, ts) -> list[float]:
+        """``to_reference`` of every time in ``ts`` (a whole sample column: the anchor times are listed once)."""
+        times = [a[0] for a in self.anchors]
+        return [t + self.shift_s + self._offset_at(times, t) for t in ts]
 
     def from_reference(self, t_ref: float) -> float:
         """The inverse: this rank's session time at rank 0's ``t_ref`` (a shared cursor seeking every rank), by

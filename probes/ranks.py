@@ -157,7 +157,7 @@ def rank_lanes(run: RankRun, field: str = "footprint") -> list[list[tuple[float,
     lanes = []
     for session, clock in zip(run.sessions, run.clocks):
         window = session.samples.window()
-        lanes.append([(clock.to_reference(t), float(v)) for t, v in zip(window.t, getattr(window, field))])
+        lanes.append([(t, float(v)) for t, v in zip(clock.to_reference_many(window.t), getattr(window, field))])
     return lanes
 
 
@@ -278,7 +278,8 @@ def describe_run(run: RankRun) -> list[str]:
         heads = shard.get("kv_heads", ["?", "?"])
         mem = (info.get("device_memory") or {}).get("bytes")
         error = (session.summary.summary if session.summary is not None else {}).get("error")
-        state = ("INCOMPLETE (the rank died without closing its recording)" if not session.complete
+        state = (f"DAMAGED FILE (read up to byte {session.damage.offset})" if session.damage is not None
+                 else "INCOMPLETE (the rank died without closing its recording)" if not session.complete
                  else f"stopped: {error}" if error else "complete")
         where = ("the reference clock" if rank == 0 else
                  f"clock offset {_ms(clock.offset(0.0))} ms (bound {_ms(clock.bound_s)} ms, residual "

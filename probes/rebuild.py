@@ -19,17 +19,21 @@ import msgspec
 
 from pool import BlockBook, Copied, FusedDecision, ObservedFigures, PoolCounters, PoolError, PoolSnapshot, \
     apply_op, build_snapshot
+from pool.errors import BudgetExceeded
+from probes import limits
 from probes.errors import RecordingError
 
 
 class MeasuredCopies(NamedTuple):
-    """Bytes storage measured copying since the keyframe (the sum of the ``copied`` ops replayed)."""
+    """Bytes storage measured copying since the keyframe (the sum of the ``copied`` ops replayed): by growth, by
+    copy-on-write, by shrinks (block moves, monolithic allocate-smaller-and-copy)."""
 
     growth: int = 0
     cow: int = 0
+    moved: int = 0
 
     def add(self, op: Copied) -> "MeasuredCopies":
-        return MeasuredCopies(self.growth + op.bytes, self.cow + op.cow_bytes)
+        return MeasuredCopies(self.growth + op.bytes, self.cow + op.cow_bytes, self.moved + op.moved_bytes)
 
 
 def growth_counters(book, base: PoolCounters, book_base, copied: MeasuredCopies) -> dict:
@@ -46,7 +50,15 @@ def growth_counters(book, base: PoolCounters, book_base, copied: MeasuredCopies)
     return dict(figures, bytes_copied=base.bytes_copied + copied.growth,
                 bytes_copied_model=base.bytes_copied_model + modelled,
                 cow_bytes_copied=(base.cow_bytes_copied or 0) + copied.cow,
-                cow_bytes_copied_model=c.cow_copies * book.bytes_per_row)
+                cow_bytes_copied_model=c.cow_copies * book.bytes_per_row, bytes_moved=base.bytes_moved + copied.moved)
+
+
+def shrink_counters(book) -> dict:
+    """The shrink counters the bookkeeping decides (exact at the replayed instant: the keyframe's book state carries
+    them and the replayed ``shrink`` points add to them)."""
+    c = book.counters
+    return {"slab_releases": c.slab_releases, "bytes_released": c.bytes_released, "blocks_moved": c.blocks_moved,
+            "bytes_moved_model": c.bytes_moved}
 
 
 def observed_from(book, recorded: PoolSnapshot, growth: dict) -> ObservedFigures:
@@ -55,7 +67,7 @@ def observed_from(book, recorded: PoolSnapshot, growth: dict) -> ObservedFigures
     histograms, gather counts and fused decisions (as of ``recorded``)."""
     counters = msgspec.structs.replace(recorded.counters, cow_copies=book.counters.cow_copies,
                                        rows_minted=book.counters.rows_minted, rows_reused=book.counters.rows_reused,
-                                       **growth)
+                                       **shrink_counters(book), **growth)
     layers = recorded.layers
     hist = [dict(layers[i].gather_runs_hist) if i < len(layers) else {} for i in range(book.num_layers)]
     decisions = [layers[i].fused if i < len(layers) else FusedDecision(False, "no decision recorded")
@@ -69,7 +81,8 @@ def modelled_observed(book) -> ObservedFigures:
     were measured)."""
     c = book.counters
     counters = PoolCounters(slab_appends=c.slab_appends, grow_events=c.grow_events, bytes_copied=c.bytes_copied,
-                            cow_copies=c.cow_copies, rows_minted=c.rows_minted, rows_reused=c.rows_reused)
+                            cow_copies=c.cow_copies, rows_minted=c.rows_minted, rows_reused=c.rows_reused,
+                            bytes_moved=c.bytes_moved, **shrink_counters(book))
     return ObservedFigures(book.stats(), counters, [{} for _ in range(book.num_layers)],
                            [FusedDecision(False, "no decision recorded")] * book.num_layers)
 
@@ -90,25 +103,48 @@ class SnapshotRebuilder:
         keyframe = model.keyframes[i - 1].load()
         if keyframe.book_state is None:
             return keyframe.snapshot  # a keyframe without bookkeeping state: the best exact answer is itself
-        book = BlockBook.from_state(keyframe.book_state)
+        book = BlockBook.from_state(keyframe.book_state, max_blocks_per_layer=limits.rows_per_layer(
+            keyframe.book_state.config.num_layers))  # a replay holds what the recording could: no runaway op
         handles = book.handle_map()
         book_base = replace(book.counters)
         copied = MeasuredCopies()
         recorded = model.summary_at(t)
         # A snapshot taken exactly at t decides ties: ops stamped at the same instant came after it.
         limit = recorded.op_index if recorded is not None and recorded.t == t else None
+        replayed = keyframe.op_index
         for entry in model.ops_range(keyframe.op_index, t):
             if limit is not None and entry.i >= limit:
                 break
+            if entry.i != replayed:
+                raise RecordingError(model.source, f"op {replayed} is missing from the op log (found op {entry.i})")
+            replayed += 1
             match entry.op:
                 case Copied() as op:
                     copied = copied.add(op)
                 case op:
                     try:
                         apply_op(book, op, handles)
+                    except BudgetExceeded:
+                        raise RecordingError(model.source, f"op {entry.i} ({op.name}) would hold more than "
+                                                           f"{book.max_blocks_per_layer:,} blocks per layer, the most "
+                                                           "a replay holds (SLABSCOPE_MAX_REPLAY_ROWS)") from None
                     except PoolError as exc:
                         raise RecordingError(model.source, f"op {entry.i} ({op.name}) does not replay on the "
                                                            f"keyframe at {keyframe.t:.3f} s: {exc}") from None
+        _check_replayed(model, book, keyframe, recorded, replayed)
         recorded_snap = recorded.snapshot if recorded is not None and recorded.t >= keyframe.t else keyframe.snapshot
         growth = growth_counters(book, keyframe.snapshot.counters, book_base, copied)
         return build_snapshot(book, observed_from(book, recorded_snap, growth))
+
+
+def _check_replayed(model, book, keyframe, recorded, replayed: int) -> None:
+    """RecordingError unless the replay reached the op count the latest snapshot summary names (an op log that
+    ends early, or an ``op_index`` past it, would otherwise rebuild an older pool silently), and the rebuilt
+    capacity is one a reader holds."""
+    if recorded is not None and recorded.t >= keyframe.t and replayed < recorded.op_index:
+        raise RecordingError(model.source, f"the snapshot at {recorded.t:.3f} s counts {recorded.op_index} ops "
+                                           f"before it; the op log replays only up to op {replayed}")
+    rows = sum(layer.capacity for layer in book.layers)
+    if rows > limits.max_replay_rows():
+        raise RecordingError(model.source, f"the replayed pool reserves {rows:,} rows, over the "
+                                           f"{limits.max_replay_rows():,} a reader holds (SLABSCOPE_MAX_REPLAY_ROWS)")

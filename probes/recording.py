@@ -15,7 +15,7 @@ from probes import codec
 from probes import format as fmt
 from probes.codec import EndRecord, KeyframeRecord, OpsRecord, SampleBlock, SnapshotRecord
 from probes.columns import FIELDS as SAMPLE_FIELDS
-from probes.events import Done, Event, MetaUpdate, OpBatch, Sample, SnapshotTaken, rebased
+from probes.events import Done, Event, LogLine, MetaUpdate, OpBatch, Sample, SnapshotTaken, rebased
 
 
 def new_session_id() -> str:
@@ -75,8 +75,23 @@ class SessionRecorder:
             records.append((fmt.SNAPSHOTS, summaries[0].t, codec.encode(summaries)))
         if samples:
             records.append((fmt.SAMPLES, samples[0][0], codec.encode(_columns(samples))))
-        records += [(fmt.KEYFRAME, keyframe.t, codec.encode(keyframe)) for keyframe in keyframes]
+        records += self._keyframe_records(keyframes)
         self._writer.append(records)
+
+    def _keyframe_records(self, keyframes: list[KeyframeRecord]) -> list[tuple[int, float, bytes]]:
+        """KEYFRAME records, except one larger than a reader accepts (``fmt.MAX_PAYLOAD``): that one is left out
+        and said in a log line (an earlier keyframe and the op log still rebuild its instant)."""
+        out = []
+        for keyframe in keyframes:
+            payload = codec.encode(keyframe)
+            if len(payload) <= fmt.MAX_PAYLOAD:
+                out.append((fmt.KEYFRAME, keyframe.t, payload))
+                continue
+            note = LogLine(t=keyframe.t, step=keyframe.step, tokens=keyframe.tokens,
+                           text=f"keyframe at {keyframe.t:.3f} s not recorded: {len(payload):,} bytes, over the "
+                                f"{fmt.MAX_PAYLOAD:,} a reader accepts")
+            out.append((fmt.EVENTS, note.t, codec.encode([note])))
+        return out
 
     def _route_snapshot(self, event: SnapshotTaken, summaries: list, keyframes: list) -> None:
         """Every snapshot becomes a summary; the ones the worker flags as keyframes (and the first full one) also

@@ -1,21 +1,28 @@
 """Recorded sessions: ``Session.open(path)`` reads a session file into the read model (``probes.store``; mlx-free).
 
-Opening reads the file, verifies every record's checksum (and, format v2, its sequence number and session tag)
-and decodes metadata, samples, events, snapshot summaries and the END summary through ``probes.codec``; ops and
-keyframes (the bulky part) stay as byte ranges until a query needs them. A torn tail (writer killed mid-write) is
-ignored and reported by ``incomplete_tail_bytes``; every other problem raises ``RecordingError`` with a one-line
-message, at open or when the lazily decoded part is first read.
+Opening reads the file (``probes.format.FileImage``: bounded, regular files only), verifies every record's
+checksum and that it continues the session (format v2: its sequence number and session tag), and decodes
+metadata, samples, events, snapshot summaries and the END summary through ``probes.codec``; ops and keyframes (the
+bulky part) stay as byte ranges until a query needs them.
+
+What lies past the valid prefix: a torn tail (writer killed mid-write) is ignored and reported by
+``incomplete_tail_bytes``; any other damage (corruption, a zeroed tail, records out of sequence, duplicated or of
+another session) is reported by ``damage`` (one line with its byte offset, and a ``RecordingDamage`` warning) and
+the prefix is read, or raises ``RecordingError`` with ``open(path, strict=True)``. A malformed record inside the
+prefix raises ``RecordingError`` (one line), at open or when the lazily decoded part is first read: content is never
+guessed at.
 """
 
 from __future__ import annotations
 
 import bisect
 import os
+import warnings
 
 from pool import BlockBook, PoolError
 from probes import codec
 from probes import format as fmt
-from probes.errors import RecordingError
+from probes.errors import RecordingDamage, RecordingError
 from probes.events import Done
 from probes.store import Keyframe, OpEntry, SessionModel
 
@@ -31,14 +38,24 @@ class Session(SessionModel):
         self.format_version = image.version
         self._image = image
         self.incomplete_tail_bytes = image.incomplete_tail
+        self.damage = image.damage  # probes.damage.Damage past the valid prefix, None when intact
+        self.records_read = len(image.refs)  # records of the valid prefix (all of them when intact)
         self._all_ops: list[OpEntry] | None = None
         self._op_windows: dict[tuple[int, int], list[OpEntry]] = {}
         self._load()
 
     @classmethod
-    def open(cls, path: str | os.PathLike, label: str = "") -> "Session":
-        """Open a session file; raises ``RecordingError`` (one line) if it is not a readable recording."""
-        return cls(fmt.FileImage(path), label)
+    def open(cls, path: str | os.PathLike, label: str = "", strict: bool = False) -> "Session":
+        """Open a session file; raises ``RecordingError`` (one line) if it is not a readable recording. A damaged
+        file opens on its valid prefix with ``damage`` set and a ``RecordingDamage`` warning, or (``strict``)
+        raises ``RecordingError``."""
+        image = fmt.FileImage(path)
+        if image.damage is not None and strict:
+            raise RecordingError(image.path, str(image.damage))
+        session = cls(image, label)
+        if session.damage is not None:
+            warnings.warn(f"{session.path}: {session.damage}", RecordingDamage, stacklevel=2)
+        return session
 
     def _decode(self, ref: fmt.RecordRef):
         return codec.decode(self._image, ref)
@@ -46,9 +63,10 @@ class Session(SessionModel):
     def _load(self) -> None:
         image = self._image
         if not image.refs or image.refs[0].kind != fmt.META:
-            raise RecordingError(self.path, "no metadata record (file truncated right after its header)")
-        if len(image.by_kind[fmt.META]) > 1:
-            raise RecordingError(self.path, f"second metadata record at byte {image.by_kind[fmt.META][1].offset}")
+            why = f": {image.damage}" if image.damage else " (file truncated right after its header)"
+            raise RecordingError(self.path, f"no metadata record{why}")
+        if image.damage is not None and not any(ref.kind not in (fmt.META, fmt.END) for ref in image.refs):
+            raise RecordingError(self.path, f"nothing readable after the metadata record: {image.damage}")
         meta = self._decode(image.refs[0])
         if image.version >= 2 and fmt.session_tag(str(meta.get("session_id"))) != image.session_tag:
             raise RecordingError(self.path, "metadata names another session than its records")
@@ -63,8 +81,9 @@ class Session(SessionModel):
         if any(b < a for a, b in zip(window.t, window.t[1:])):
             raise RecordingError(self.path, "samples out of time order")
         self._load_events()
-        self.snapshots = sorted((record for ref in image.by_kind[fmt.SNAPSHOTS] for record in self._decode(ref)),
-                                key=lambda record: record.t)
+        self.snapshots = [record for ref in image.by_kind[fmt.SNAPSHOTS] for record in self._decode(ref)]
+        if any(b.t < a.t or b.op_index < a.op_index for a, b in zip(self.snapshots, self.snapshots[1:])):
+            raise RecordingError(self.path, "snapshot summaries out of time or op order")
         self.keyframes = [Keyframe(ref.t, self._keyframe_loader(ref)) for ref in image.by_kind[fmt.KEYFRAME]]
 
     def _load_events(self) -> None:
@@ -80,6 +99,11 @@ class Session(SessionModel):
     def _keyframe_loader(self, ref: fmt.RecordRef):
         def load():
             record = self._decode(ref)
+            summary = self.summary_at(record.t)
+            if record.t != ref.t or (summary is not None and summary.t == record.t
+                                     and summary.op_index != record.op_index):
+                raise RecordingError(self.path, f"malformed keyframe record at byte {ref.offset}: its time or "
+                                                "op_index disagrees with the record header or its snapshot summary")
             if record.book_state is not None:
                 try:
                     BlockBook.from_state(record.book_state, check=True)
@@ -92,6 +116,18 @@ class Session(SessionModel):
             return record
 
         return load
+
+    @property
+    def complete(self) -> bool:
+        """True when the worker closed the session normally (an END record) and nothing damaged follows it."""
+        return self.summary is not None and self.damage is None
+
+    @property
+    def status(self) -> str:
+        """As ``SessionModel.status``, and 'damaged' for a file read up to its damage."""
+        if self.error is None and self.damage is not None:
+            return "damaged"
+        return super().status
 
     @property
     def duration(self) -> float:
@@ -114,8 +150,18 @@ class Session(SessionModel):
             ops = self._entries(self._image.by_kind[fmt.OPS])
             if any(entry.i != i for i, entry in enumerate(ops)):
                 raise RecordingError(self.path, "op records out of sequence (numbering has gaps or repeats)")
+            self._check_op_indexes(ops)
             self._all_ops = ops
         return self._all_ops
+
+    def _check_op_indexes(self, ops: list[OpEntry]) -> None:
+        """Every snapshot's ``op_index`` (ops before it) fits the op log: the ops before it are not later than it
+        and the ops from it on not earlier (ops stamped at its very instant may fall on either side)."""
+        for record in self.snapshots:
+            n = record.op_index
+            if n > len(ops) or (n and ops[n - 1].t > record.t) or (n < len(ops) and ops[n].t < record.t):
+                raise RecordingError(self.path, f"the snapshot at {record.t:.3f} s counts {n} ops before it, which "
+                                                f"the op log ({len(ops)} ops) does not match")
 
     def _ops_known(self) -> int:
         return -1  # a recording does not grow: rebuilt snapshots stay valid
@@ -132,7 +178,10 @@ class Session(SessionModel):
         if key not in self._op_windows:
             if len(self._op_windows) >= MAX_OP_WINDOWS:
                 self._op_windows.clear()
-            self._op_windows[key] = self._entries(refs[lo:hi])
+            entries = self._entries(refs[lo:hi])
+            if any(b.i != a.i + 1 for a, b in zip(entries, entries[1:])):
+                raise RecordingError(self.path, "op records out of sequence (numbering has gaps or repeats)")
+            self._op_windows[key] = entries
         return self._op_windows[key]
 
     def ops_range(self, op_index: int, t: float) -> list[OpEntry]:

@@ -135,6 +135,12 @@ def _meta_cell(value) -> str:
     return str(value).replace("|", "/")
 
 
+def _completeness(view) -> str:
+    if view.damage is not None:
+        return f"NO (damaged file: {str(view.damage).replace('|', '/')}; the valid part before it is shown)"
+    return "yes" if view.complete else "NO (writer died)"
+
+
 def _meta_table(views) -> list[str]:
     keys = ("backend", "scenario", "model", "device", "mlx_version", "mlx_lm_version", "slabscope_version", "commit",
             "pool")
@@ -142,7 +148,7 @@ def _meta_table(views) -> list[str]:
     for key in keys:
         lines.append(f"| {key} | " + " | ".join(_meta_cell(v.meta.get(key)) for v in views) + " |")
     lines.append("| duration | " + " | ".join(f"{v.duration:.1f} s" for v in views) + " |")
-    lines.append("| complete | " + " | ".join("yes" if v.complete else "NO (writer died)" for v in views) + " |")
+    lines.append("| complete | " + " | ".join(_completeness(v) for v in views) + " |")
     cost = [f"{100 * v.overhead.cost_fraction:.2f}% wall" if v.overhead else "-" for v in views]
     lines.append("| probe cost | " + " | ".join(cost) + " |")
     return lines

@@ -22,6 +22,7 @@ from typing import Callable, Iterator, NamedTuple
 import msgspec
 
 from pool import Op, PoolGeometry, PoolSnapshot
+from probes.block_checks import check_meta_geometry
 from probes.codec import KeyframeRecord, Meta, SnapshotRecord, meta_of
 from probes.columns import SampleColumns
 from probes.events import (Done, Dropped, Event, MetaUpdate, OpBatch, PhaseEdge, ProbeOverhead, ProbeStats, Sample,
@@ -104,6 +105,7 @@ class SessionModel:
         self.snapshots: list[SnapshotRecord] = []  # summaries, time-ordered
         self.keyframes: list[Keyframe] = []
         self.skipped_events: dict[str, int] = {}
+        self.damage = None  # probes.damage.Damage: a recording read up to damage in its file (probes.replay.Session)
         self.received = 0  # items appended (live)
         self._meta = Meta()
         self._t_start: float | None = None
@@ -201,14 +203,21 @@ class SessionModel:
     @property
     def geometry(self) -> PoolGeometry | None:
         """The pool's configuration (None: no pool). v1 recordings had no ``geometry`` entry: their ``pool`` entry
-        (when it names the layers) or their first keyframe says it."""
+        (when it names the layers) or their first snapshot summary says it (decoded at open: asking never decodes
+        anything lazily, so it cannot fail)."""
         if self._meta.geometry is not None:
             return self._meta.geometry
         pool = self.meta.get("pool")
         if isinstance(pool, dict) and pool.get("num_layers") and pool.get("design"):
-            return msgspec.convert({k: pool[k] for k in PoolGeometry.__struct_fields__ if k in pool}, PoolGeometry)
-        if self.keyframes:
-            snap = self.keyframes[0].load().snapshot
+            try:
+                geometry = msgspec.convert({k: pool[k] for k in PoolGeometry.__struct_fields__ if k in pool},
+                                           PoolGeometry)
+                check_meta_geometry(geometry)
+                return geometry
+            except (msgspec.ValidationError, ValueError):
+                pass  # a malformed v1 ``pool`` entry: the snapshots say it
+        if self.snapshots:
+            snap = self.snapshots[0].snapshot
             return PoolGeometry(snap.num_layers, snap.block_size, snap.slab_blocks, snap.design)
         return None
 

@@ -12,6 +12,11 @@ every figure that differs (the tests, and the last line ``slabscope whatif`` pri
 Copied bytes here are the bookkeeping's *model* (``bytes_copied_model``: old rows x bytes per row per monolithic
 growth; the slab design copies nothing): a replay has no storage to measure. The recording's measured figure
 (``bytes_copied``, from the allocator) is not replayed.
+
+Shrink (pool/shrink_types.py): the recorded ``shrink`` points (one per workload step and idle tick, logged whatever
+the policy) re-run the replay's own shrink policy, ``--shrink off|release|compact`` (the recorded one by default:
+then releases and moves reproduce the recording exactly). Moved bytes are the model (``bytes_moved_model``).
+A recording made before shrink existed has no shrink points: any policy then replays as ``off``.
 """
 
 from __future__ import annotations
@@ -19,17 +24,19 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pool import BlockBook, PoolError, apply_op
+from pool import BlockBook, PoolError, ShrinkPolicy, apply_op
+from pool.errors import BudgetExceeded
 from pool.config import chunk_rows
 from pool.gather_runs import table_runs, visible_rows
-from pool.ops import SetSlabBlocks, StorageInit, Trim
+from pool.ops import SetSlabBlocks, ShrinkTick, StorageInit, Trim
 from pool.snapshot import free_figures
+from probes import limits
 from probes.errors import ReplayError
 
 CHECKED_STATS = ("allocated_blocks", "live_blocks", "free_blocks", "bytes_reserved", "bytes_in_use",
                  "num_sequences", "num_handles")
 CHECKED_COUNTERS = ("slab_appends", "grow_events", "bytes_copied_model", "cow_copies", "rows_minted",
-                    "rows_reused")
+                    "rows_reused", "slab_releases", "bytes_released", "blocks_moved", "bytes_moved_model")
 CHECKED_LAYER0 = ("num_slabs", "capacity_rows", "free_rows", "holes", "largest_free_run", "fragmentation")
 
 
@@ -52,6 +59,7 @@ class WhatIfResult:
     points: list[WhatIfPoint] = field(default_factory=list)
     ops_replayed: int = 0
     skipped: list[str] = field(default_factory=list)  # ops the new geometry cannot execute, with the reason
+    shrink_points: int = 0  # ``shrink`` ops replayed (where the policy ran; none in recordings made before shrink)
 
     def summary(self) -> dict:
         """Headline figures over the whole replay."""
@@ -76,42 +84,82 @@ class WhatIfResult:
             "slab_appends": last.counters["slab_appends"] if last else 0,
             "grow_events": last.counters["grow_events"] if last else 0,
             "bytes_copied_model": last.counters["bytes_copied_model"] if last else 0,
+            "shrink_points": self.shrink_points,
+            "slab_releases": last.counters["slab_releases"] if last else 0,
+            "bytes_released": last.counters["bytes_released"] if last else 0,
+            "blocks_moved": last.counters["blocks_moved"] if last else 0,
+            "bytes_moved_model": last.counters["bytes_moved_model"] if last else 0,
         }
 
 
 def recorded_config(view) -> dict:
-    """The pool geometry the session ran with (``SessionModel.geometry``: the metadata, else the first keyframe)."""
+    """The pool geometry the session ran with (``SessionModel.geometry``: the metadata, else the first snapshot)."""
     geometry = view.geometry
     if geometry is None:
-        raise ReplayError("session has no pool (dense backend?): nothing to replay")
+        backend = view.meta.get("backend")
+        if backend in ("slab", "monolithic"):
+            raise ReplayError(f"the recording of this {backend} pool ends before it recorded the pool's geometry "
+                              "(a v1 file cut before its first snapshot): nothing to replay")
+        raise ReplayError(f"session has no pool (backend {backend or 'unknown'}): nothing to replay")
     return {"num_layers": geometry.num_layers, "block_size": geometry.block_size,
-            "slab_blocks": geometry.slab_blocks, "design": geometry.design}
+            "slab_blocks": geometry.slab_blocks, "design": geometry.design, "shrink": geometry.shrink.mode,
+            "shrink_budget": geometry.shrink.budget_bytes, "shrink_max_fill": geometry.shrink.max_fill}
+
+
+def replay_config(view, *, slab_blocks: int | None = None, block_size: int | None = None,
+                  design: str | None = None, shrink: str | None = None,
+                  shrink_budget: int | None = None) -> tuple[dict, dict]:
+    """(recorded geometry, what-if geometry): the recorded one with the given overrides (None keeps a value).
+    ``shrink``/``shrink_budget``: the shrink policy run at the recorded shrink points (pool/shrink_types.py)."""
+    base = recorded_config(view)
+    cfg = dict(base)
+    for name, value in (("slab_blocks", slab_blocks), ("block_size", block_size), ("design", design),
+                        ("shrink", shrink), ("shrink_budget", shrink_budget)):
+        if value is not None:
+            cfg[name] = value
+    return base, cfg
+
+
+class Replay:
+    """A fresh ``BlockBook`` of geometry ``cfg`` re-executing a session's op log one op at a time (``step``),
+    adapting what the geometry changes; ``result`` collects the ops it cannot execute."""
+
+    def __init__(self, cfg: dict, base: dict) -> None:
+        try:  # bounded like any replay: an op asking for more rows than a reader holds is an error, not a hang
+            policy = ShrinkPolicy(cfg["shrink"], cfg["shrink_budget"], cfg["shrink_max_fill"])
+            self.bookkeeping = BlockBook(cfg["num_layers"], cfg["block_size"], cfg["design"], cfg["slab_blocks"],
+                                         limits.rows_per_layer(cfg["num_layers"]), shrink=policy)
+        except PoolError as exc:
+            raise ReplayError(str(exc)) from None
+        self.cfg, self.base = cfg, base
+        self.handles: dict = {}
+        self.result = WhatIfResult(config=cfg, recorded_config=base)
+
+    def step(self, entry) -> None:
+        _replay_one(self.bookkeeping, entry, self.handles, self.cfg, self.base, self.result)
+
+    def reserved_bytes(self) -> int:
+        """K+V bytes of the capacity reserved now (rows x the replay's bytes per row)."""
+        return sum(layer.capacity for layer in self.bookkeeping.layers) * self.bookkeeping.bytes_per_row
 
 
 def run_whatif(view, *, slab_blocks: int | None = None, block_size: int | None = None,
-               design: str | None = None) -> WhatIfResult:
+               design: str | None = None, shrink: str | None = None, shrink_budget: int | None = None) -> WhatIfResult:
     """Replay ``view``'s op log (a ``SessionModel``: a recording or a live run) with the given overrides; None keeps
-    the recorded value."""
-    base = recorded_config(view)
-    cfg = dict(base)
-    for name, value in (("slab_blocks", slab_blocks), ("block_size", block_size), ("design", design)):
-        if value is not None:
-            cfg[name] = value
-    try:
-        book = BlockBook(cfg["num_layers"], cfg["block_size"], cfg["design"], cfg["slab_blocks"], None)
-    except PoolError as exc:
-        raise ReplayError(str(exc)) from None
-    result = WhatIfResult(config=cfg, recorded_config=base)
-    handles: dict = {}
+    the recorded value. ``shrink``/``shrink_budget``: the shrink policy run at the recorded shrink points."""
+    base, cfg = replay_config(view, slab_blocks=slab_blocks, block_size=block_size, design=design, shrink=shrink,
+                              shrink_budget=shrink_budget)
+    replay = Replay(cfg, base)
+    result = replay.result
     marks = [(s.op_index, s.t) for s in view.snapshots]
     mark = 0
     for entry in view.all_ops():
         while mark < len(marks) and marks[mark][0] <= entry.i:
-            result.points.append(_measure(book, marks[mark]))
+            result.points.append(_measure(replay.bookkeeping, marks[mark]))
             mark += 1
-        _replay_one(book, entry, handles, cfg, base, result)
+        replay.step(entry)
     for op_index, t in marks[mark:]:
-        result.points.append(_measure(book, (op_index, t)))
+        result.points.append(_measure(replay.bookkeeping, (op_index, t)))
     return result
 
 
@@ -126,6 +174,10 @@ def _replay_one(book, entry, handles: dict, cfg: dict, base: dict, result: WhatI
     try:
         if apply_op(book, entry.op, handles):
             result.ops_replayed += 1
+            result.shrink_points += isinstance(entry.op, ShrinkTick)
+    except BudgetExceeded:
+        raise ReplayError(f"op {entry.i} ({entry.op.name}) would hold more than {book.max_blocks_per_layer:,} blocks "
+                          "per layer, the most a replay holds (SLABSCOPE_MAX_REPLAY_ROWS)") from None
     except PoolError as exc:
         if isinstance(entry.op, Trim):  # a trim aligned to the recorded block size may not align to the new one
             result.skipped.append(f"op {entry.i}: {exc}")
@@ -146,7 +198,8 @@ def _measure(book, mark: tuple[int, float]) -> WhatIfPoint:
         if visible:
             runs.append(table_runs(visible, book.design, book.slab_blocks))
     counters = book.counters.to_dict()
-    counters["bytes_copied_model"] = counters.pop("bytes_copied")  # the book's figure is a model: named so
+    counters["bytes_copied_model"] = counters.pop("bytes_copied")  # the book's figures are models: named so
+    counters["bytes_moved_model"] = counters.pop("bytes_moved")
     return WhatIfPoint(t, op_index, book.stats().to_dict(), counters, layer0, runs)
 
 

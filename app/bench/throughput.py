@@ -46,6 +46,8 @@ class BenchConfig:
     seed: int = 0
     cache_limit: int | None = None   # MLX cache limit in bytes, applied to every engine alike
     prefill_trim: float | None = 0.05  # slabscope engines' cache trim between prefill chunks (cache_trim.py)
+    shrink: str = "off"                # pool engines' shrink policy (pool/shrink_types.py)
+    shrink_budget: int | None = None   # bytes a shrink point may move (None: the pool's default)
 
     def __post_init__(self) -> None:
         unknown = [e for e in self.engines if e not in ENGINES]
@@ -87,7 +89,8 @@ def _slabscope_run(backend: str, config: BenchConfig, loaded) -> dict:
 
     spec = RunSpec(scenario=config.scenario, backend=backend, model=config.model, dtype=config.dtype,
                    device=config.device, overrides=dict(config.overrides), seed=config.seed,
-                   cache_limit=config.cache_limit, prefill_trim=config.prefill_trim)
+                   cache_limit=config.cache_limit, prefill_trim=config.prefill_trim, shrink=config.shrink,
+                   shrink_budget=config.shrink_budget)
     events: list = []
     summary = run_workload(spec, events.append, loaded=loaded)
     decode = [e.wall_s for e in events if isinstance(e, Step) and e.type == "decode"]
@@ -167,10 +170,10 @@ def fresh_runs(config: BenchConfig, progress=None, timeout_s: float = 900.0) -> 
     return out
 
 
-def summarize(runs: list[dict]) -> dict:
+def summarize(runs: list[dict], metrics=METRICS) -> dict:
     """{metric: {"median", "min", "max", "n"}} over runs (metrics a run lacks are skipped)."""
     out = {}
-    for metric in METRICS:
+    for metric in metrics:
         values = [r[metric] for r in runs if r.get(metric) is not None]
         if values:
             out[metric] = {"median": statistics.median(values), "min": min(values), "max": max(values),

@@ -99,3 +99,16 @@ def add_mlx_cache_arguments(parser, *, who: str = "every backend alike") -> None
     parser.add_argument("--prefill-trim", type=trim_fraction, default=0.05, metavar="FRACTION",
                         help="trim MLX's cache between prefill chunks above FRACTION x (weights + cached K/V), "
                              f"never below 64 MiB; 'off' never (default 0.05); {who}")
+
+
+SHRINK_MODES = ("off", "release", "compact")  # pool.shrink_types.SHRINK_MODES, kept import-light for the parsers
+
+
+def add_shrink_arguments(parser, *, who: str = "the pool backends") -> None:
+    """``--shrink`` (the pool's shrink policy, pool/shrink_types.py) and ``--shrink-budget`` (bytes one shrink point
+    may move) for ``who``."""
+    parser.add_argument("--shrink", choices=SHRINK_MODES, default="off",
+                        help=f"give slabs back for {who}: off (never: the origin design), release (drop the highest "
+                             "all-free slabs), compact (also move live blocks down so slabs can go); default off")
+    parser.add_argument("--shrink-budget", type=byte_size, default=None, metavar="BYTES",
+                        help="bytes one shrink point (one step) may move, all layers: e.g. 16M (default 16M)")

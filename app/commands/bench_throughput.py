@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from app.commands.arg_types import add_mlx_cache_arguments, positive_int
+from app.commands.arg_types import add_mlx_cache_arguments, add_shrink_arguments, positive_int
 
 
 def add_arguments(p) -> None:
@@ -28,6 +28,7 @@ def add_arguments(p) -> None:
                    "for a verdict worth reading; default 5)")
     p.add_argument("--fresh-rounds", type=int, default=1, help="fresh-process runs per engine (0: none; default 1)")
     add_mlx_cache_arguments(p, who="every engine alike (the trim: slabscope's engines)")
+    add_shrink_arguments(p, who="slabscope's pool engines (slab, monolithic)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object (progress still on stderr)")
 
@@ -42,7 +43,8 @@ def main(args) -> int:
         config = BenchConfig(scenario=args.scenario, overrides=overrides, model=args.model, dtype=args.dtype,
                              device=args.device, engines=tuple(e.strip() for e in args.engines.split(",") if e.strip()),
                              rounds=args.rounds, fresh_rounds=args.fresh_rounds, seed=args.seed,
-                             cache_limit=args.cache_limit, prefill_trim=args.prefill_trim)
+                             cache_limit=args.cache_limit, prefill_trim=args.prefill_trim, shrink=args.shrink,
+                             shrink_budget=args.shrink_budget)
     except (ScenarioError, ValueError) as exc:
         print(f"slabscope bench throughput: {exc}", file=sys.stderr)
         return 2

@@ -40,8 +40,9 @@ def expand_paths(paths: list[str]) -> list[str]:
     return out
 
 
-def open_sessions(paths: list[str]):
-    """(sessions, None) or (None, one-line error) for the first unreadable file."""
+def open_sessions(paths: list[str], command: str = "compare"):
+    """(sessions, None) or (None, one-line error) for the first unreadable file. A damaged file opens on its valid
+    prefix with one warning line on stderr (``warn_damage``)."""
     from probes.errors import RecordingError
     from probes.replay import Session
 
@@ -51,9 +52,17 @@ def open_sessions(paths: list[str]):
             sessions.append(Session.open(path))
         except RecordingError as exc:
             return None, str(exc)
+        warn_damage(sessions[-1], command)
     if not sessions:
         return None, "no session files found"
     return sessions, None
+
+
+def warn_damage(session, command: str) -> None:
+    """One line on stderr when ``session`` was read from a damaged file (what, where, and what is covered)."""
+    if session.damage is not None:
+        print(f"slabscope {command}: warning: {session.path}: {session.damage}; figures cover the "
+              f"{session.duration:.1f} s before it", file=sys.stderr)
 
 
 def _baseline_keys(session) -> list[str]:
@@ -99,7 +108,7 @@ def main(args) -> int:
         print(f"baseline: {sessions[baseline].meta.get('backend', '?')} ({sessions[baseline].path})")
         print(format_table(rows))
         for s in sessions:
-            if not s.complete:
+            if not s.complete and s.damage is None:  # a damaged file was announced on stderr
                 print(f"note: {s.path} is incomplete (writer stopped early); figures cover what it holds")
         for failure in failures:
             print(f"GATE FAILED: {failure}")

@@ -11,8 +11,10 @@ import os
 import sys
 import time
 
-from app.commands.arg_types import add_mlx_cache_arguments, backends_list, finite_float, positive_int
+from app.commands.arg_types import (add_mlx_cache_arguments, add_shrink_arguments, backends_list, finite_float,
+                                    positive_int)
 from app.commands.errors import output_dir
+from app.commands.metrics_args import add_metrics_arguments, hold_metrics, start_metrics
 from app.models.registry import DTYPE_NAMES
 from app.workloads.limits import MAX_SAMPLE_HZ
 
@@ -45,14 +47,17 @@ def add_parser(sub) -> None:
 
     add_arguments(p)
     add_mlx_cache_arguments(p, who="every backend alike")
+    add_shrink_arguments(p, who="the pool backends (slab, monolithic)")
+    add_metrics_arguments(p)  # not with --ranks
     p.set_defaults(func=main)
 
 
 class _Progress:
-    """Folds a worker's events into one status line per backend (phase, step, tokens, footprint)."""
+    """Folds a worker's events into one status line per backend (phase, step, tokens, footprint); hands each to
+    ``metrics`` (``probes.prometheus.RunMetrics``, labelled with the backend) when given."""
 
-    def __init__(self, backend: str, stream) -> None:
-        self.backend, self.stream = backend, stream
+    def __init__(self, backend: str, stream, metrics=None) -> None:
+        self.backend, self.stream, self.metrics = backend, stream, metrics
         self.phase, self.step, self.tokens, self.footprint = "-", 0, 0, 0
         self._last_print = 0.0
         self.tty = stream.isatty()
@@ -60,6 +65,8 @@ class _Progress:
     def on_event(self, event) -> None:
         from probes.events import PhaseEdge, Sample, WorkerError
 
+        if self.metrics is not None:
+            self.metrics.observe(event, self.backend)
         match event:
             case PhaseEdge(edge="start", name=name):
                 self.phase = name
@@ -98,7 +105,8 @@ def _specs(args, backends: list[str]):
                     dtype=args.dtype, device=args.device, seed=args.seed, overrides=overrides,
                     record_path=os.path.join(args.out, f"{stem}-{b}.slabrec"),
                     blas_threads=1 if args.together else None, cache_limit=args.cache_limit,
-                    prefill_trim=args.prefill_trim) for b in backends]
+                    prefill_trim=args.prefill_trim, shrink=args.shrink, shrink_budget=args.shrink_budget)
+            for b in backends]
 
 
 def _run(handles_and_progress, timeout: float) -> None:
@@ -125,12 +133,14 @@ def _run(handles_and_progress, timeout: float) -> None:
 
 
 def main(args) -> int:
-    from app.workloads import WorkerHandle
+    from app.commands.errors import UsageError
     from app.workloads.scenarios import ScenarioError
 
     if getattr(args, "ranks", None) is not None:
         from app.commands.record_ranks import main as record_ranks
 
+        if args.metrics_port is not None:
+            raise UsageError("--metrics-port serves one process's runs; it does not combine with --ranks")
         return record_ranks(args)
     try:
         specs = _specs(args, args.backends)
@@ -138,13 +148,11 @@ def main(args) -> int:
         print(f"slabscope record: {exc}", file=sys.stderr)
         return 2
     output_dir(args.out, "--out")
-    out = sys.stderr
-    handles = []
-    groups = [specs] if args.together else [[s] for s in specs]
-    for group in groups:
-        started = [(WorkerHandle(spec).start(), _Progress(spec.backend, out)) for spec in group]
-        handles.extend(started)
-        _run(started, args.timeout)
+    metrics = start_metrics(args)
+    try:
+        handles = _record(specs, args, metrics)
+    finally:
+        hold_metrics(args, metrics)
     failed = [h.spec.backend for h, _ in handles if h.error or not h.done]
     for handle, _ in handles:
         state = "ok" if handle.done and not handle.error else f"FAILED: {handle.error}"
@@ -153,6 +161,20 @@ def main(args) -> int:
     if paths:
         _print_compare(paths)
     return 1 if failed else 0
+
+
+def _record(specs, args, metrics) -> list:
+    """Run the backends (one by one, or together) and return (handle, progress) pairs."""
+    from app.workloads import WorkerHandle
+
+    out = sys.stderr
+    handles = []
+    groups = [specs] if args.together else [[s] for s in specs]
+    for group in groups:
+        started = [(WorkerHandle(spec).start(), _Progress(spec.backend, out, metrics)) for spec in group]
+        handles.extend(started)
+        _run(started, args.timeout)
+    return handles
 
 
 def _print_compare(paths: list[str]) -> None:

@@ -9,11 +9,41 @@ hostfile or a missing launcher is a one-line error before anything starts. Parse
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import uuid
 from dataclasses import dataclass
 
 DEFAULT_PEER_TIMEOUT_S = 120.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+class Stopped(Exception):
+    """``record`` was told to stop (SIGTERM, SIGHUP, Ctrl-C, or its parent is gone): the current launch's ranks are
+    stopped (they record why) and no further backend starts."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def stop_on_signals() -> dict:
+    """Turn the stop signals into ``Stopped`` in the main thread (the launcher runs in its own process group, so a
+    signal to ``record`` alone would leave it and its ranks running); returns the handlers it replaced. One stop:
+    a second signal is ignored while the ranks are being stopped."""
+    def handler(signum, _frame):
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    return {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+
+
+def watch_parent() -> None:
+    """Send this process SIGTERM when its parent is gone (a TUI that was killed), so its ranks stop with it."""
+    from app.workloads.parent_watch import ParentWatch
+
+    ParentWatch(os.getppid(), lambda _text: os.kill(os.getpid(), signal.SIGTERM), grace_s=60.0).start()
 
 
 def add_arguments(p) -> None:
@@ -30,6 +60,8 @@ def add_arguments(p) -> None:
                    help="a rank with no progress for S seconds stops with an error (a peer died or hangs)")
     g.add_argument("--sync-interval", type=float, default=2.0, metavar="S",
                    help="seconds between clock/step syncs of the ranks (default 2)")
+    g.add_argument("--stop-with-parent", action="store_true",
+                   help="stop every rank when the process that started record is gone (the TUI's live runs)")
 
 
 @dataclass(frozen=True)
@@ -121,27 +153,50 @@ def main(args) -> int:
     from app.commands.errors import output_dir
 
     output_dir(args.out, "--out")
-    failed, paths = False, []
-    for spec in specs:
-        template = rank_template(args.out, os.path.splitext(os.path.basename(spec.scenario))[0], spec.backend)
-        command = launch_command(plan, _with(spec, record_path=None), record_template=template,
-                                 run_id=uuid.uuid4().hex[:12], peer_timeout=args.peer_timeout,
-                                 sync_interval=args.sync_interval)
-        launch = RankLaunch(command, grace_s=args.peer_timeout + 5.0).start()
-        code = launch.wait(args.timeout)
-        ends = outcomes(template, plan.ranks, launch)
-        ok = code == 0 and all(e.ok for e in ends)
-        failed |= not ok
-        print(f"{spec.backend}: {plan.ranks} ranks via mlx.launch ({plan.backend}): "
-              + ("ok" if ok else f"FAILED (launcher exit {code}{'; ' + launch.killed if launch.killed else ''})"))
-        for end in ends:
-            print(f"  rank {end.rank}: {end.path} ({end.text})")
-        paths += [e.path for e in ends if os.path.exists(e.path)]
+    failed, paths, stopped = False, [], None
+    replaced = stop_on_signals() if _main_thread() else {}
+    try:
+        if args.stop_with_parent:
+            watch_parent()
+        for spec in specs:
+            template = rank_template(args.out, os.path.splitext(os.path.basename(spec.scenario))[0], spec.backend)
+            command = launch_command(plan, _with(spec, record_path=None), record_template=template,
+                                     run_id=uuid.uuid4().hex[:12], peer_timeout=args.peer_timeout,
+                                     sync_interval=args.sync_interval)
+            launch = RankLaunch(command, grace_s=args.peer_timeout + 5.0)
+            try:
+                code = launch.start().wait(args.timeout)
+            except Stopped as stop:  # the ranks are stopped (wait() does it too when the signal lands there)
+                launch.stop(f"stopped by {stop}")
+                stopped, code = stop, launch.returncode
+            ends = outcomes(template, plan.ranks, launch)
+            ok = code == 0 and all(e.ok for e in ends) and stopped is None
+            failed |= not ok
+            print(f"{spec.backend}: {plan.ranks} ranks via mlx.launch ({plan.backend}): "
+                  + ("ok" if ok else f"FAILED (launcher exit {code}{'; ' + launch.killed if launch.killed else ''})"))
+            for end in ends:
+                print(f"  rank {end.rank}: {end.path} ({end.text})")
+            paths += [e.path for e in ends if os.path.exists(e.path)]
+            if stopped is not None:
+                break
+    except Stopped as stop:  # between two launches: no rank is running
+        stopped = stop
+    finally:
+        for sig, previous in replaced.items():
+            signal.signal(sig, previous)
+    if stopped is not None:
+        print(f"slabscope record: stopped by {stopped}: every rank was stopped, no further backend started")
     if paths:
         from app.commands.compare_ranks import print_merged
 
         print_merged(paths)
-    return 1 if failed else 0
+    return 128 + stopped.signum if stopped is not None else 1 if failed else 0
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def _with(spec, **changes):

@@ -19,7 +19,7 @@ def main(args) -> int:
     from app.commands.errors import RunError, output_dir
     from probes.report import write_report
 
-    sessions, error = open_sessions(args.sessions)
+    sessions, error = open_sessions(args.sessions, "report")
     if error:
         print(f"slabscope report: {error}", file=sys.stderr)
         return 2

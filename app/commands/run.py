@@ -15,7 +15,8 @@ from app.commands.errors import output_file
 from app.models.registry import DTYPE_NAMES
 from app.workloads.limits import check_fits_context
 from app.workloads.scenarios import DEFAULT_SCENARIO, ScenarioError, list_scenarios, load_scenario, parse_overrides
-from app.commands.arg_types import add_mlx_cache_arguments
+from app.commands.arg_types import add_mlx_cache_arguments, add_shrink_arguments
+from app.commands.metrics_args import add_metrics_arguments, hold_metrics, start_metrics
 from app.workloads.spec import BACKENDS, RunSpec
 from pool.errors import PoolError
 
@@ -47,8 +48,10 @@ def add_parser(sub) -> None:
                    help="share full prompt blocks across requests (default: the scenario's choice)")
     p.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false")
     add_mlx_cache_arguments(p, who="this run")
+    add_shrink_arguments(p, who="this run (slab and monolithic backends)")
     p.add_argument("--record", default=None, metavar="PATH", help="record the session to PATH (probes format)")
     p.add_argument("--worker", action="store_true", help="run in a spawned worker process (as the TUI does)")
+    add_metrics_arguments(p)
     p.set_defaults(func=main)
 
 
@@ -71,7 +74,8 @@ def build_spec(args) -> RunSpec:
                    slab_blocks=args.slab_blocks, prefill_chunk=args.prefill_chunk, seed=args.seed,
                    dtype=args.dtype, device=args.device, overrides=overrides,
                    prefix_cache=args.prefix_cache, max_blocks_per_layer=args.budget,
-                   record_path=args.record, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim)
+                   record_path=args.record, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim,
+                   shrink=args.shrink, shrink_budget=args.shrink_budget)
 
 
 def main(args) -> int:
@@ -83,7 +87,16 @@ def main(args) -> int:
         spec = build_spec(args)
     except (ScenarioError, ValueError) as exc:
         return _error(str(exc))
-    progress = Progress(sys.stderr if args.json else sys.stdout)
+    metrics = start_metrics(args)  # before any work: a port in use is one line and nothing runs
+    progress = Progress(sys.stderr if args.json else sys.stdout,
+                        observe=None if metrics is None else lambda event: metrics.observe(event, spec.backend))
+    try:
+        return _run_and_print(args, spec, progress)
+    finally:
+        hold_metrics(args, metrics)
+
+
+def _run_and_print(args, spec: RunSpec, progress: "Progress") -> int:
     if args.worker:
         summary = _run_in_worker(spec, progress)
     else:
@@ -139,16 +152,20 @@ def _run_in_worker(spec: RunSpec, progress: "Progress") -> dict | None:
 
 
 class Progress:
-    """Prints phase edges and a progress line every ~2 s; keeps the meta event for the summary."""
+    """Prints phase edges and a progress line every ~2 s; keeps the meta event for the summary; hands every event
+    to ``observe`` too (the metrics endpoint), when given."""
 
-    def __init__(self, out):
+    def __init__(self, out, observe=None):
         self.out = out
         self.meta: dict = {}
         self._last = 0.0
+        self._observe = observe
 
     def on_event(self, event) -> None:
         from probes.events import LogLine, MetaUpdate, PhaseEdge, Step, WorkerError
 
+        if self._observe is not None:
+            self._observe(event)
         match event:
             case MetaUpdate(meta=meta):
                 self.meta = meta
@@ -196,6 +213,15 @@ def print_summary(summary: dict, meta: dict, out) -> None:
           f"({(c.get('bytes_copied_model') or 0) / MIB:.1f} MiB model), reserved "
           f"{s['bytes_reserved'] / MIB:.1f} MiB, copy-on-write block copies {c['cow_copies']}; at end: "
           f"{s['live_blocks']} live blocks, {s['num_sequences']} sequences, {s['num_handles']} prefix handles")
+    shrink = summary.get("shrink")
+    if shrink and shrink["policy"] != "off":
+        w(f"shrink ({shrink['policy']}): {shrink['slabs_released']} slabs released "
+          f"({shrink['bytes_released'] / MIB:.1f} MiB), {shrink['blocks_moved']} blocks moved "
+          f"({shrink['bytes_moved'] / MIB:.2f} MiB measured, {shrink['bytes_moved_model'] / MIB:.2f} MiB model, "
+          f"{shrink['move_s'] * 1e3:.1f} ms), MLX cache trimmed "
+          f"{shrink['trimmed_bytes'] / MIB:.1f} MiB ({shrink['trim_s'] * 1e3:.1f} ms); footprint fell "
+          f"{shrink['reclaimed_bytes'] / MIB:.1f} MiB over {shrink['events']} points; all {shrink['points']} "
+          f"shrink points took {shrink['seconds'] * 1e3:.1f} ms")
     fused = summary.get("fused_decode")
     if fused:
         reasons = "; ".join(f"{reason} x{n}" for reason, n in fused["reasons"].items()) or "no decode step"

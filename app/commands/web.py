@@ -26,6 +26,7 @@ def tui_command(args: argparse.Namespace) -> str:
     """The shell command each browser session runs: this interpreter, ``-m app tui`` and the dashboard options."""
     parts = [sys.executable, "-m", "app", "tui", "--model", args.model, "--backends", ",".join(args.backends),
              "--gate", str(args.gate)]
+    parts += ["--ranks", str(args.ranks), "--launch-backend", args.launch_backend]
     for flag, value in (("--scenario", args.scenario), ("--block-size", args.block_size),
                         ("--slab-blocks", args.slab_blocks), ("--recordings", args.recordings)):
         if value is not None:

@@ -1,15 +1,18 @@
-"""``slabscope whatif SESSION``: replay a session's op log through the pool bookkeeping with another geometry."""
+"""``slabscope whatif SESSION``: replay a session's op log through the pool bookkeeping with another geometry, and
+size it: the peak footprint under that geometry (a model built on the measured samples), whether it fits given
+memory sizes, the largest batch and context that fit, and the hard limits a size hits (probes/sizing.py)."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-from app.commands.arg_types import positive_int
+from app.commands.arg_types import SHRINK_MODES, byte_size, positive_int
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("whatif", help="re-run a session's pool ops with another slab size, block size or design",
+    p = sub.add_parser("whatif", help="re-run a session's pool ops with another slab size, block size, design or "
+                       "shrink policy",
                        description="Replays the recorded pool ops through the bookkeeping only (no model, no "
                        "mlx) and prints slab counts, reserved bytes, fragmentation and gather runs next to the "
                        "recorded configuration's replay.")
@@ -17,7 +20,16 @@ def add_parser(sub) -> None:
     p.add_argument("--slab-blocks", type=positive_int, default=None, help="rows (blocks) per slab")
     p.add_argument("--block-size", type=positive_int, default=None, help="tokens per block")
     p.add_argument("--design", choices=("slab", "monolithic"), default=None, help="storage design")
-    p.add_argument("--json", action="store_true", help="print both summaries as JSON")
+    p.add_argument("--shrink", choices=SHRINK_MODES, default=None,
+                   help="shrink policy run at the recorded shrink points (default: the recorded one)")
+    p.add_argument("--shrink-budget", type=byte_size, default=None, metavar="BYTES",
+                   help="bytes one shrink point may move (default: the recorded budget)")
+    p.add_argument("--memory", type=byte_size, action="append", default=None, metavar="SIZE",
+                   help="memory size to size against, e.g. 24G (binary units; repeatable; default: 16G, 32G, 64G "
+                        "and 128G)")
+    p.add_argument("--max-buffer", type=byte_size, default=None, metavar="SIZE",
+                   help="the device's largest single buffer (default: the recording device's, where recorded)")
+    p.add_argument("--json", action="store_true", help="print both summaries and the sizing as JSON")
     p.set_defaults(func=main)
 
 
@@ -26,7 +38,10 @@ ROWS = (("slabs per layer (max)", "max_slabs_per_layer", "d"), ("slabs per layer
         ("in use MiB (peak)", "peak_bytes_in_use", "mib"), ("fragmentation (max)", "max_fragmentation", ".3f"),
         ("fragmentation (mean)", "mean_fragmentation", ".3f"), ("gather runs (mean)", "mean_gather_runs", ".2f"),
         ("gather runs (max)", "max_gather_runs", "d"), ("slab appends", "slab_appends", "d"),
-        ("grow events", "grow_events", "d"), ("bytes copied MiB (model)", "bytes_copied_model", "mib"))
+        ("grow events", "grow_events", "d"), ("bytes copied MiB (model)", "bytes_copied_model", "mib"),
+        ("shrink points", "shrink_points", "d"), ("slabs released", "slab_releases", "d"),
+        ("released MiB", "bytes_released", "mib"), ("blocks moved (row moves)", "blocks_moved", "d"),
+        ("bytes moved MiB (model)", "bytes_moved_model", "mib"))
 
 
 def _cell(value, spec: str) -> str:
@@ -34,24 +49,31 @@ def _cell(value, spec: str) -> str:
 
 
 def main(args) -> int:
+    from app.commands.compare import warn_damage
     from probes.errors import RecordingError, ReplayError
     from probes.replay import Session
     from probes.whatif import mismatches_with_recording, run_whatif
 
+    from app.commands.whatif_sizing import print_sizing, sizing
+
     try:
         session = Session.open(args.session)
+        warn_damage(session, "whatif")
         recorded = run_whatif(session)
-        proposed = run_whatif(session, slab_blocks=args.slab_blocks, block_size=args.block_size, design=args.design)
+        proposed = run_whatif(session, slab_blocks=args.slab_blocks, block_size=args.block_size, design=args.design,
+                              shrink=args.shrink, shrink_budget=args.shrink_budget)
+        problems = mismatches_with_recording(session, recorded)
+        sized = sizing(session, args)
     except (RecordingError, ReplayError) as exc:
         print(f"slabscope whatif: {exc}", file=sys.stderr)
         return 2
-    problems = mismatches_with_recording(session, recorded)
     a, b = recorded.summary(), proposed.summary()
     if args.json:
         print(json.dumps({"recorded": a, "whatif": b, "recorded_replay_mismatches": problems,
-                          "skipped_ops": proposed.skipped}, indent=2))
+                          "skipped_ops": proposed.skipped, "sizing": sized.to_json()}, indent=2))
         return 0
-    fmt_cfg = lambda c: f"{c['design']}, block {c['block_size']}, slab {c['slab_blocks']}"  # noqa: E731
+    fmt_cfg = lambda c: (f"{c['design']}, block {c['block_size']}, slab {c['slab_blocks']}, "  # noqa: E731
+                         f"shrink {c['shrink']}")
     print(f"session: {session.path}  ({len(session.all_ops())} ops, {len(session.snapshots)} snapshot instants)")
     head = ("", f"recorded: {fmt_cfg(a['config'])}", f"what-if: {fmt_cfg(b['config'])}")
     body = [(label, _cell(a[key], spec), _cell(b[key], spec)) for label, key, spec in ROWS]
@@ -60,6 +82,9 @@ def main(args) -> int:
         print(f"{row[0].ljust(widths[0])}  {row[1].rjust(widths[1])}  {row[2].rjust(widths[2])}")
     verdict = "exact" if not problems else f"{len(problems)} differences, first: {problems[0]}"
     print(f"replay of the recorded configuration vs the recording: {verdict}")
+    if not proposed.shrink_points and args.shrink not in (None, "off"):
+        print("the recording has no shrink points (made before shrink existed): the policy had nowhere to run")
     if proposed.skipped:
         print(f"{len(proposed.skipped)} ops not replayable with the new geometry (skipped), first: {proposed.skipped[0]}")
+    print_sizing(sized)
     return 0

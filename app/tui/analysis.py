@@ -9,13 +9,16 @@ cells, totals over layers, the next request's need, who freed a run.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 
+from app.workloads.shrink_points import ShrinkTally
 from pool import LayerSnapshot, PoolSnapshot, RowState, row_state
 from pool.free_rows import free_runs as pool_free_runs
 from pool.gather_runs import split_runs, table_runs
 from pool.ops import Detach, Release, Trim
+from probes.events import Shrunk
 from probes.meta import memory_model_of
 from probes.sampler import AccountingPart, accounting_parts
 from probes.store import SessionModel
@@ -193,3 +196,21 @@ def _freeing_op(model: SessionModel, seq: int, after: float, until: float | None
             return entry.op.name, entry.t
     return "", None
 
+
+
+@dataclass
+class ShrinkSoFar:
+    """What a session's shrink points gave back up to an instant: the ``Shrunk`` events' sums (``ShrinkTally``,
+    the run summary's own arithmetic) and the latest of them."""
+
+    tally: ShrinkTally
+    last: Shrunk | None = None
+
+
+def shrink_so_far(model: SessionModel, until: float | None) -> ShrinkSoFar:
+    """The session's ``Shrunk`` events at or before ``until`` (None: all), summed, and the latest of them."""
+    events = model.events_of(Shrunk)
+    upto = len(events) if until is None else bisect.bisect_right(events, until, key=lambda e: e.t)
+    tally = ShrinkTally()
+    tally.add_events(events[:upto])
+    return ShrinkSoFar(tally, events[upto - 1] if upto else None)

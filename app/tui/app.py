@@ -7,6 +7,7 @@ visible tab's view plus the scrubber and status bar. Nothing is posted per sampl
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -15,8 +16,9 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, TabbedContent, TabPane
 
-from app.tui.data import SessionSet, ViewState
+from app.tui.data import SessionSet, ViewState, refresh_guarded
 from app.tui.ingest import RunController
+from app.tui.rank_live import RankRunChoice, new_run_dir
 from app.tui.screens.help import HelpScreen
 from app.tui.screens.run_form import RunChoice, RunFormScreen
 from app.tui import sources
@@ -26,6 +28,7 @@ from app.tui.views.gather import GatherView
 from app.tui.views.inspector import InspectorView
 from app.tui.views.memory import MemoryView
 from app.tui.views.occupancy import OccupancyView
+from app.tui.views.ranks import RanksView
 from app.tui.views.sessions import SessionsView
 from app.tui.widgets.scrubber import Scrubber
 from app.tui.widgets.status_bar import StatusBar
@@ -48,7 +51,8 @@ LONG_HELP = {  # action -> what the help screen says (the footer keeps the short
     "jump_peak": "jump to the moment of peak footprint, max(active+cache)",
     "go_live": "back to following live data",
     "cycle_x": "memory x axis: time / decode step / tokens",
-    "cycle_pool": "which pool backend the pool views show (slab / monolithic)",
+    "cycle_pool": "which pool session the pool views show (slab / monolithic / a rank)",
+    "cycle_rank": "pool views: the next rank of a distributed run (same aligned instant)",
     "toggle_theme": "dark / light theme",
 }
 
@@ -63,10 +67,14 @@ class AppOptions:
     block_size: int | None = None
     slab_blocks: int | None = None
     gate: float = 1.15
+    ranks: int = 1  # > 1: a live distributed run (``record --ranks``)
+    launch_backend: str = "ring"
+    shrink: str = "off"  # the pool backends' shrink policy for live runs (pool/shrink_types.py)
     autostart: bool = True
     open_paths: list[Path] = field(default_factory=list)
     recordings_dir: Path = field(default_factory=sources.recordings_dir)
     worker_factory: Callable[..., Any] | None = None
+    rank_args: tuple[str, ...] = ()  # more ``record --ranks`` flags for live distributed runs (tests: --set)
 
 
 class SlabscopeApp(App):
@@ -86,10 +94,12 @@ class SlabscopeApp(App):
         Binding("L", "go_live", "live", show=False),
         Binding("t", "cycle_x", "x axis"),
         Binding("b", "cycle_pool", "pool backend"),
+        Binding("w", "cycle_rank", "rank"),
         Binding("D", "toggle_theme", "dark/light", show=False),
         Binding("s", "show_tab('sessions')", "sessions", show=False),
         *[Binding(str(i + 1), f"show_tab('{tab[0]}')", tab[1], show=False) for i, tab in enumerate(TABS)],
         Binding("7", "show_tab('sessions')", "Sessions", show=False),
+        Binding("8", "show_tab('ranks')", "Ranks", show=False),
         Binding("q", "quit", "quit"),
     ]
 
@@ -116,6 +126,8 @@ class SlabscopeApp(App):
                     yield view(id=f"view-{tab_id}")
             with TabPane("Sessions", id="tab-sessions"):
                 yield SessionsView(self.options.recordings_dir, id="view-sessions")
+            with TabPane("Ranks", id="tab-ranks"):
+                yield RanksView(id="view-ranks")
         yield Scrubber(id="scrubber")
         yield StatusBar(id="status")
         yield Footer()
@@ -126,7 +138,8 @@ class SlabscopeApp(App):
             self.open_recordings(list(self.options.open_paths))
         elif self.options.autostart:
             self.start_run(RunChoice(self.options.scenario, self.options.model, list(self.options.backends),
-                                     self.options.block_size, self.options.slab_blocks, self.gate))
+                                     self.options.block_size, self.options.slab_blocks, self.gate,
+                                     self.options.ranks, self.options.launch_backend, self.options.shrink))
         self.refresh_views()
 
     # ---- the refresh tick ----------------------------------------------------------------------------------
@@ -141,14 +154,13 @@ class SlabscopeApp(App):
         self._advance_playback()
         self._report_recordings()
         self._report_crashes()
+        self._report_rank_run()
         frame = self.frame()
         tabs = base.query_one(TabbedContent)
         with self.batch_update():
             view = base.query_one(f"#view-{(tabs.active or 'tab-memory').removeprefix('tab-')}")
-            view.refresh_view(frame)
-            primary = self._primary_session()
-            peak = primary.peak().t if primary else None
-            base.query_one(Scrubber).show(self.store.duration(), self.cursor, peak)
+            refresh_guarded(view, frame)
+            base.query_one(Scrubber).show(self.store.duration(), self.cursor, self._primary_peak())
             base.query_one(StatusBar).show(self.store, self._mode_label(), self.cursor,
                                            "rec" if self.controller.recording else None)
         self.refreshes += 1
@@ -189,6 +201,17 @@ class SlabscopeApp(App):
                 self._announced.add((generation, "problem", label))
                 self.notify(problem, severity="error", timeout=30)
 
+    def _report_rank_run(self) -> None:
+        """A distributed run whose ``record`` ended before any run was on screen (a bad flag, a launch that failed):
+        one error notification with the last thing it printed."""
+        ranks = self.controller.ranks
+        key = (self.store.generation, "ranks")
+        if ranks is None or not ranks.done or self.store.sessions or key in self._announced:
+            return
+        self._announced.add(key)
+        said = next((line for line in reversed(ranks.output) if line.strip()), "no output")
+        self.notify(f"slabscope record --ranks ended without a rank recording: {said}", severity="error", timeout=30)
+
     def _report_recordings(self) -> None:
         ingest = self.controller.ingest
         if ingest is not None and ingest.record_error:
@@ -199,16 +222,40 @@ class SlabscopeApp(App):
         frame = self.frame()
         return frame.pool_session() or next(iter(self.store.sessions.values()), None)
 
+    def _primary_peak(self) -> float | None:
+        """When the primary session's footprint peaked, on the shared axis (rank 0's clock for a rank)."""
+        primary = self._primary_session()
+        peak = primary.peak().t if primary else None
+        return None if peak is None else self.store.to_shared(primary, peak)
+
+    def launcher_output(self) -> list[str]:
+        """The live distributed run's ``record`` output so far (the Ranks view shows its tail)."""
+        ranks = self.controller.ranks
+        return list(ranks.output) if ranks is not None else []
+
     # ---- runs ----------------------------------------------------------------------------------------------
     def start_run(self, choice: RunChoice) -> None:
-        """Start a live run with one worker per backend; views follow it live."""
+        """Start a live run with one worker per backend (or, with ranks > 1, ``record --ranks`` in the background,
+        its rank recordings followed as they grow); views follow it live."""
         self.gate = choice.gate
         self.options.scenario, self.options.model, self.options.backends = choice.scenario, choice.model, \
             choice.backends
         self.options.block_size, self.options.slab_blocks = choice.block_size, choice.slab_blocks
-        self.controller.start(choice.backends, scenario=choice.scenario, model=choice.model,
-                              block_size=choice.block_size, slab_blocks=choice.slab_blocks)
-        self.mode, self.cursor, self.playing = "LIVE", None, False
+        self.options.ranks, self.options.launch_backend = choice.ranks, choice.launch_backend
+        self.options.shrink = choice.shrink
+        if choice.ranks > 1:
+            out = new_run_dir(self.options.recordings_dir, choice.scenario)
+            self.controller.start_ranks(RankRunChoice(choice.scenario, choice.model, list(choice.backends),
+                                                      choice.ranks, choice.launch_backend, choice.block_size,
+                                                      choice.slab_blocks, tuple(self.options.rank_args),
+                                                      choice.shrink), out)
+            self.notify(f"{choice.ranks} ranks via mlx.launch ({choice.launch_backend}), one backend after another; "
+                        f"recording every rank into {out}/")
+        else:
+            shrink = {} if choice.shrink == "off" else {"shrink": choice.shrink}  # RunSpec's default is off
+            self.controller.start(choice.backends, scenario=choice.scenario, model=choice.model,
+                                  block_size=choice.block_size, slab_blocks=choice.slab_blocks, **shrink)
+        self.mode, self.cursor, self.playing, self.pool_name = "LIVE", None, False, None
 
     def action_new_run(self) -> None:
         try:
@@ -217,8 +264,9 @@ class SlabscopeApp(App):
             self.notify(f"cannot list scenarios: {exc}", severity="error")
             return
         initial = RunChoice(self.options.scenario, self.options.model, list(self.options.backends),
-                            self.options.block_size, self.options.slab_blocks, self.gate)
-        self.push_screen(RunFormScreen(scenarios, initial), self._on_form_done)
+                            self.options.block_size, self.options.slab_blocks, self.gate, self.options.ranks,
+                            self.options.launch_backend, self.options.shrink)
+        self.push_screen(RunFormScreen(scenarios, initial, check=sources.check_run_choice), self._on_form_done)
 
     def _on_form_done(self, choice: RunChoice | None) -> None:
         if choice is not None:
@@ -230,6 +278,9 @@ class SlabscopeApp(App):
             self.notify("stopping workers…")
 
     def action_toggle_record(self) -> None:
+        if self.controller.ranks is not None and self.mode in ("LIVE", "PAUSED"):
+            self.notify(f"a distributed run records every rank already: {self.controller.ranks.out}/")
+            return
         if self.mode not in ("LIVE", "PAUSED") or self.controller.ingest is None:
             self.notify("recording needs a live run (press n to start one)", severity="warning")
             return
@@ -273,6 +324,7 @@ class SlabscopeApp(App):
         times = primary.snapshot_times() if primary else []
         if not times:
             times = [s.t for s in primary.events_of(Step)] if primary else []
+        times = self.store.shared_times(primary, times) if primary else []
         if times:
             if direction > 0:
                 later = [t for t in times if t > self.cursor + 1e-9]
@@ -283,8 +335,7 @@ class SlabscopeApp(App):
         self.refresh_views()
 
     def action_jump_peak(self) -> None:
-        primary = self._primary_session()
-        peak = primary.peak().t if primary else None
+        peak = self._primary_peak()
         if peak is None:
             self.notify("no samples yet")
             return
@@ -306,6 +357,20 @@ class SlabscopeApp(App):
     def action_cycle_x(self) -> None:
         self.x_mode = X_MODES[(X_MODES.index(self.x_mode) + 1) % len(X_MODES)]
         self.notify(f"x axis: {self.x_mode}")
+        self.refresh_views()
+
+    def action_cycle_rank(self) -> None:
+        """The pool views show the next rank of the distributed run they show (the first run's when they show
+        none); the cursor stays on the same aligned instant, which each rank reads on its own clock."""
+        runs = [r for r in self.store.runs if any(m.is_pool for m in r.sessions)]
+        if not runs:
+            self.notify("no distributed run with a pool on screen (open a run's rank recordings)")
+            return
+        current = self.frame().pool_session()
+        place = self.store.run_of(current) if current is not None else None
+        run, rank = place if place is not None and place[0] in runs else (runs[0], -1)
+        self.pool_name = run.sessions[(rank + 1) % run.world_size].label
+        self.notify(f"pool views show: {self.pool_name}")
         self.refresh_views()
 
     def action_cycle_pool(self) -> None:
@@ -336,6 +401,7 @@ class SlabscopeApp(App):
         """Focus the tab's main widget so its keys work at once, then redraw it."""
         # A focused widget left behind in a hidden pane would pull TabbedContent back to that pane.
         focus_targets = {"tab-inspect": "#inspect-map", "tab-sessions": "#sessions-list", "tab-frag": "#frag-table",
+                         "tab-ranks": "#ranks-table",
                          "tab-fused": "#fused-table", "tab-memory": "#memory-chart", "tab-slabs": "#slab-scroll",
                          "tab-gather": "#gather-hist-box"}
         target = focus_targets.get(event.pane.id or "")
@@ -344,32 +410,39 @@ class SlabscopeApp(App):
 
     # ---- recordings ----------------------------------------------------------------------------------------
     def on_sessions_view_open_recordings(self, message: SessionsView.OpenRecordings) -> None:
-        self.open_recordings(message.paths)
+        self.open_recordings(message.paths, as_run=message.run)
 
-    def open_recordings(self, paths: list[Path]) -> None:
-        """Load session files into the store (stops any live run) and enter replay at the peak moment."""
-        from probes.errors import RecordingError
-
-        sessions = []
-        for path in paths:
-            try:
-                sessions.append(sources.load_recording(Path(path)))
-            except (RecordingError, OSError) as exc:
-                self.notify(f"cannot open {path}: {exc}", severity="error")
-        if not sessions:
+    def open_recordings(self, paths: list[Path], as_run: bool = False) -> None:
+        """Load session files (or directories of them) into the store (stops any live run) and enter replay at the
+        peak moment. The rank recordings of a distributed run open as one run (``sources.open_recordings``)."""
+        opened = sources.open_recordings(paths, as_run)
+        for problem in opened.problems:
+            self.notify(problem, severity="error", timeout=30)
+        if not opened.runs and not opened.plain:
             return
         self.controller.stop()
         self.store.reset()
-        for session in sessions:
+        for run in opened.runs:
+            self.store.add_run(run)
+        for session in opened.plain:
             self.store.add(session)
         self.mode, self.playing, self.pool_name = "REPLAY", False, None
-        primary = self._primary_session()
-        self.cursor = (primary.peak().t if primary else None) or self.store.duration()
+        self.cursor = self._primary_peak() or self.store.duration()
         self.notify(f"replaying {', '.join(Path(p).name for p in paths)}")
+        for session in [*(s for run in opened.runs for s in run.sessions), *opened.plain]:
+            if session.damage is not None:
+                self.notify(f"{session.path}: {session.damage}; showing the {session.duration:.1f} s before it",
+                            severity="warning", timeout=30)
         self.refresh_views()
 
     async def action_quit(self) -> None:
-        self.controller.shutdown()
+        """Stop every worker and rank (bounded), then exit; a distributed run's stop runs off the event loop so the
+        screen says what is happening."""
+        if self.controller.ranks is not None and self.controller.ranks.alive:
+            self.notify("stopping every rank…")
+            await asyncio.to_thread(self.controller.shutdown)
+        else:
+            self.controller.shutdown()
         self.exit()
 
     def on_unmount(self) -> None:

@@ -6,19 +6,32 @@ file). Views only read models (through ``ViewState``), never workers or files, s
 recording with the same code, and every figure (peak, phase at an instant, the pool at an instant) comes from the
 one model.
 
-Thread model: one writer per live model (the ingest thread); the UI thread reads. ``SessionSet`` owns the mapping
-from display names to models and a generation counter that orphans writers of a replaced set.
+Rank runs (``slabscope record --ranks``): every rank is a session of its own (labelled "slab r0", "slab r1", ...)
+and the set also holds the runs (``probes.ranks.RankRun``) with each rank's clock. The app's cursor is an instant
+on rank 0's clock (*shared* time); ``ViewState.cursor_in(model)`` is that instant in a session's own seconds, so
+every view asks each rank about the same aligned instant, and ``SessionSet.to_shared`` puts a session's times on
+the shared axis. A single-process session's own time is the shared time.
+
+Thread model: one writer per live model (the ingest thread, or the rank follower for growing rank recordings); the
+UI thread reads. ``SessionSet`` owns the mapping from display names to models (replaced whole when a session is
+added while views may iterate it) and a generation counter that orphans writers of a replaced set.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 
 from pool import PoolSnapshot
 from probes.errors import RecordingError
 from probes.events import Event
+from probes.rank_clock import RankClock
+from probes.ranks import RankRun
 from probes.store import SessionModel
+
+
+ROUND_TRIP_S = 1e-9  # rank time -> rank 0's clock -> rank time is exact to ~1e-15 s; see SessionSet.from_shared
 
 
 class SessionSet:
@@ -28,6 +41,8 @@ class SessionSet:
         self.sessions: dict[str, SessionModel] = {}
         self.generation = 0  # bumped whenever the set is replaced
         self.problems: dict[str, str] = {}  # one-line errors met while reading a session (shown once by the app)
+        self.runs: list[RankRun] = []  # rank runs on screen (their ranks are sessions too)
+        self._clocks: dict[int, RankClock] = {}  # id(session) -> its rank clock (rank 0's: the identity)
         self._lock = threading.Lock()
 
     def reset(self) -> None:
@@ -36,6 +51,7 @@ class SessionSet:
         with self._lock:
             self.sessions = {}
             self.problems = {}
+            self.runs, self._clocks = [], {}
             self.generation += 1
 
     def session(self, name: str) -> SessionModel:
@@ -50,8 +66,71 @@ class SessionSet:
         if label in self.sessions:
             label = f"{label}@{model.source.rsplit('/', 1)[-1].removesuffix('.slabrec')[-8:]}"
         model.label = label
-        self.sessions[label] = model
+        self.sessions = {**self.sessions, label: model}  # a new dict: a view iterating the old one is unaffected
         return label
+
+    def add_run(self, run: RankRun, generation: int | None = None) -> bool:
+        """Show every rank of ``run`` (labelled "slab r0", ...) with its clock; refused (False) when
+        ``generation`` is given and the set has been reset since."""
+        with self._lock:
+            if generation is not None and generation != self.generation:
+                return False
+        if any(m.label.startswith(f"{run.label} r") for m in self.sessions.values()):  # a second run of a backend
+            run = dataclasses.replace(run, label=f"{run.label}@{run.run_id[:6]}")
+        for rank, model in enumerate(run.sessions):
+            model.label = run.rank_label(rank)
+            self.add(model)
+        self.update_run(run)
+        return True
+
+    def update_run(self, run: RankRun) -> None:
+        """Replace a run on screen by ``run`` (the same sessions, regrouped: clocks refined by later syncs)."""
+        members = {id(model) for model in run.sessions}
+        replaced = [r for r in self.runs if members & {id(m) for m in r.sessions}]
+        if replaced:  # keep the label it is shown under
+            run = dataclasses.replace(run, label=replaced[0].label)
+        runs = [r for r in self.runs if r not in replaced] + [run]
+        order = {id(m): i for i, m in enumerate(self.sessions.values())}
+        self.runs = sorted(runs, key=lambda r: order.get(id(r.sessions[0]), len(order)))
+        self._clocks = {**self._clocks, **{id(m): c for m, c in zip(run.sessions, run.clocks)}}
+
+    def run_of(self, model: SessionModel) -> tuple[RankRun, int] | None:
+        """(run, rank) of a rank session on screen, None for a single-process session."""
+        for run in self.runs:
+            for rank, member in enumerate(run.sessions):
+                if member is model:
+                    return run, rank
+        return None
+
+    def to_shared(self, model: SessionModel, t: float) -> float:
+        """A time of ``model`` (its own seconds) on the shared axis (rank 0's clock for a rank session)."""
+        clock = self._clocks.get(id(model))
+        return t if clock is None else clock.to_reference(t)
+
+    def shared_times(self, model: SessionModel, ts: list[float]) -> list[float]:
+        """``to_shared`` of a whole column of ``model``'s times (itself for a single-process session)."""
+        clock = self._clocks.get(id(model))
+        return ts if clock is None else clock.to_reference_many(ts)
+
+    def baseline_of(self, model: SessionModel) -> SessionModel | None:
+        """The dense session ``model``'s footprint is compared with: for rank k of a run, rank k of a dense run of
+        as many ranks; otherwise the first single-process dense session (else the first dense one)."""
+        place = self.run_of(model)
+        dense = [m for m in self.sessions.values() if m.label.startswith("dense")]
+        if place is None:
+            return next((m for m in dense if self.run_of(m) is None), dense[0] if dense else None)
+        run, rank = place
+        for other in self.runs:
+            if other.backend == "dense" and other.world_size == run.world_size:
+                return other.sessions[rank]
+        return None
+
+    def from_shared(self, model: SessionModel, t: float) -> float:
+        """The shared instant ``t`` in ``model``'s own seconds. A shared instant that came from one of the rank's
+        own times (a snapshot stepped to, its peak) must land on that time, not a rounding error before it (which
+        would show the snapshot before): ``ROUND_TRIP_S`` later, far inside the clock's bound (~0.1 ms)."""
+        clock = self._clocks.get(id(model))
+        return t if clock is None else clock.from_reference(t) + ROUND_TRIP_S
 
     def ingest(self, name: str, events: list[Event], generation: int | None = None) -> bool:
         """Fold a batch of events from worker ``name`` into its session; refused (False) when ``generation`` is
@@ -69,8 +148,18 @@ class SessionSet:
         return [m for m in self.sessions.values() if m.is_pool]
 
     def duration(self) -> float:
-        """Longest session duration (s)."""
-        return max((m.duration for m in self.sessions.values()), default=0.0)
+        """Where the last session ends on the shared axis (s)."""
+        return max((self.to_shared(m, m.duration) for m in self.sessions.values()), default=0.0)
+
+
+def refresh_guarded(view, frame: "ViewState") -> None:
+    """``view.refresh_view(frame)``; a ``RecordingError`` met while reading a session (a record decoded lazily,
+    a keyframe or op log that does not replay) is recorded once in ``SessionSet.problems`` (the app notifies it)
+    instead of ending the app: a hostile recording costs a view its picture, never the dashboard."""
+    try:
+        view.refresh_view(frame)
+    except RecordingError as exc:
+        frame.sessions.problems.setdefault(exc.path, str(exc))
 
 
 @dataclass
@@ -92,8 +181,13 @@ class ViewState:
                 return model
         return pools[0] if pools else None
 
+    def cursor_in(self, model: SessionModel) -> float | None:
+        """The cursor in ``model``'s own seconds (None: following live data): every rank at the same instant."""
+        return None if self.cursor is None else self.sessions.from_shared(model, self.cursor)
+
     def snapshot(self) -> tuple[float, PoolSnapshot] | None:
-        """The chosen pool session's full snapshot at the cursor, with its time (following live: the latest one).
+        """The chosen pool session's full snapshot at the cursor, with its time on the shared axis (following live:
+        the latest one).
         A session whose op log does not replay is reported once (``SessionSet.problems``) and shows nothing."""
         if not self._snapshot:
             self._snapshot = (self._find_snapshot(),)
@@ -103,15 +197,15 @@ class ViewState:
         model = self.pool_session()
         if model is None:
             return None
-        t = self.cursor
-        if t is None:
-            latest = model.snapshots[-1] if model.snapshots else None
-            if latest is None:
+        if self.cursor is None:  # following live data: the latest snapshot
+            if not model.snapshots:
                 return None
-            t = latest.t
+            shared, t = self.sessions.to_shared(model, model.snapshots[-1].t), None
+        else:
+            shared, t = self.cursor, self.cursor_in(model)
         try:
-            snap = model.snapshot_at(t if self.cursor is not None else None)
+            snap = model.snapshot_at(t)
         except RecordingError as exc:
             self.sessions.problems.setdefault(model.label, str(exc))
             return None
-        return (t, snap) if snap is not None else None
+        return (shared, snap) if snap is not None else None

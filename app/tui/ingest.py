@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from app.tui.data import SessionSet
+from app.tui.rank_live import STOP_WAIT_S, RankRecordRun, RankRunChoice
 from app.tui.sources import LiveRecorder
 
 POLL_INTERVAL_S = 0.05
@@ -110,19 +111,22 @@ class IngestThread(threading.Thread):
 
 class RunController:
     """Starts, stops and records live runs. Called from the UI thread; never blocks it (worker start/cancel run on
-    a helper thread). Owns the workers and the ingest thread of the current run."""
+    a helper thread). Owns the workers and the ingest thread of the current run, or the current distributed run
+    (``RankRecordRun``: ``record --ranks`` and the follower of its rank recordings)."""
 
     def __init__(self, store: SessionSet, worker_factory: Callable[..., Any]) -> None:
         self.store = store
         self.worker_factory = worker_factory
         self.ingest: IngestThread | None = None
         self.handles: dict[str, Any] = {}
+        self.ranks: RankRecordRun | None = None
         self.scenario = ""
         self._lifecycle: list[threading.Thread] = []
 
     @property
     def running(self) -> bool:
-        return any(getattr(h, "alive", False) for h in self.handles.values())
+        return any(getattr(h, "alive", False) for h in self.handles.values()) or \
+            (self.ranks is not None and self.ranks.alive)
 
     @property
     def recording(self) -> bool:
@@ -133,14 +137,27 @@ class RunController:
         self.stop()
         self.store.reset()
         self.scenario = str(params.get("scenario", ""))
+        self.ranks = None
         self.handles = {name: self.worker_factory(name, **params) for name in backends}
         for name in backends:
             self.store.session(name)
         self.ingest = IngestThread(self.store, self.handles)
         self.ingest.start()
 
+    def start_ranks(self, choice: RankRunChoice, out: Path) -> RankRecordRun:
+        """Stop any current run, reset the session set and start a distributed run writing into ``out``."""
+        self.stop()
+        self.store.reset()
+        self.scenario = choice.scenario
+        self.handles, self.ingest = {}, None
+        self.ranks = RankRecordRun(self.store, choice, out).start()
+        return self.ranks
+
     def stop(self) -> None:
-        """Cancel the workers (in the background) and stop ingesting once they are gone."""
+        """Cancel the workers (in the background) and stop ingesting once they are gone; stop a distributed run's
+        ranks (in the background too)."""
+        if self.ranks is not None and self.ranks.alive:
+            self._in_background(self.ranks.stop)
         handles, ingest = list(self.handles.values()), self.ingest
         if not handles and ingest is None:
             return
@@ -174,9 +191,11 @@ class RunController:
         thread.start()
 
     def shutdown(self, timeout: float = 3.0) -> None:
-        """Stop everything and wait (bounded) for workers to be cancelled: quitting never hangs."""
+        """Stop everything and wait (bounded) for workers to be cancelled and a distributed run's processes to be
+        gone (up to ``STOP_WAIT_S`` more): quitting never hangs and leaves no process behind."""
+        ranks = self.ranks is not None and self.ranks.alive
         self.stop()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout + (STOP_WAIT_S + 3.0 if ranks else 0.0)
         for thread in self._lifecycle:
             thread.join(max(0.0, deadline - time.monotonic()))
         if self.ingest is not None:

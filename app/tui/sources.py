@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -50,6 +50,21 @@ def prepare_worker_spawning() -> None:
         pass
 
 
+def check_run_choice(choice) -> str | None:
+    """Why a run form's choice cannot start, in one line (None: it can): for ranks > 1, a model whose heads do not
+    split that many ways, or a launch backend this machine cannot use (mlx-free: names, headers, PATH)."""
+    if choice.ranks <= 1:
+        return None
+    from app.models.geometry import declared_geometry, shard_problem
+    from app.workloads.launch import LaunchPlan
+
+    try:
+        LaunchPlan(ranks=choice.ranks, backend=choice.launch_backend)
+        return shard_problem(declared_geometry(choice.model), choice.ranks, choice.model)
+    except ValueError as exc:  # LaunchError, an unknown or unreadable model
+        return str(exc)
+
+
 def make_worker(backend: str, *, scenario: str, model: str, block_size: int | None, slab_blocks: int | None,
                 blas_threads: int | None = 1, **extra):
     """A not-yet-started ``WorkerHandle`` running one backend in its own (spawned) process."""
@@ -73,7 +88,10 @@ class RecordingInfo:
     duration: float
     size: int
     complete: bool
-    error: str = ""
+    error: str = ""    # unreadable: the one-line reason
+    damage: str = ""   # readable up to damage: what and where
+    run_id: str = ""  # a rank recording's distributed run ("" for a single-process session)
+    rank: str = ""    # "r1/2": rank 1 of 2
 
 
 def is_recording(path: Path) -> bool:
@@ -90,6 +108,7 @@ def is_recording(path: Path) -> bool:
 def describe(path: Path) -> RecordingInfo:
     """Open a session file just enough to list it; unreadable files are listed with their one-line error."""
     from probes.errors import RecordingError
+    from probes.ranks import rank_info
     from probes.replay import Session
 
     size = path.stat().st_size if path.exists() else 0
@@ -98,8 +117,12 @@ def describe(path: Path) -> RecordingInfo:
     except RecordingError as exc:
         return RecordingInfo(path, "?", "?", "?", 0.0, size, False, str(exc.problem))
     meta = s.meta
+    info = rank_info(s) or {}
     return RecordingInfo(path, str(_meta_value(meta, "backend")), str(_meta_value(meta, "scenario")),
-                         str(_meta_value(meta, "model")), s.duration, size, s.complete)
+                         str(_meta_value(meta, "model")), s.duration, size, s.complete,
+                         run_id=str(info.get("run_id", "")),
+                         rank=f"r{info['rank']}/{info.get('world_size', '?')}" if info else "",
+                         damage=str(s.damage) if s.damage is not None else "")
 
 
 def _meta_value(meta: dict, key: str) -> object:
@@ -114,7 +137,8 @@ def _meta_value(meta: dict, key: str) -> object:
 
 
 def list_recordings(directory: Path) -> list[RecordingInfo]:
-    """Session files in ``directory`` (recognised by content, not by name), newest first."""
+    """Session files in ``directory`` (recognised by content, not by name; regular files only: a FIFO or a
+    device is never opened), newest first."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
@@ -124,13 +148,70 @@ def list_recordings(directory: Path) -> list[RecordingInfo]:
 
 
 def load_recording(path: Path, name: str | None = None) -> SessionModel:
-    """A session file opened into the read model (``probes.replay.Session``), labelled by its backend. Raises
-    probes.RecordingError (one line) for unreadable files."""
+    """A session file opened into the read model (``probes.replay.Session``), labelled by its backend (a rank
+    recording: "slab r1"). Raises probes.RecordingError (one line) for unreadable files."""
+    from probes.ranks import rank_info
     from probes.replay import Session
 
     session = Session.open(path)
-    session.label = name or str(_meta_value(session.meta, "backend"))
+    info = rank_info(session)
+    backend = str(_meta_value(session.meta, "backend"))
+    session.label = name or (f"{backend} r{info['rank']}" if info else backend)
     return session
+
+
+def expand_paths(paths: list[Path]) -> list[Path]:
+    """Files as given; a directory stands for the session files in it (recognised by content), by name."""
+    out: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            out += sorted(p for p in path.iterdir() if p.is_file() and is_recording(p))
+        else:
+            out.append(path)
+    return out
+
+
+@dataclass
+class Opened:
+    """Recordings opened for the screen: rank runs (every rank present, clocks aligned), sessions shown on their
+    own, and one-line problems (unreadable files, a run with a rank missing)."""
+
+    runs: list = field(default_factory=list)
+    plain: list = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def open_recordings(paths: list[Path], as_run: bool = False) -> Opened:
+    """Open ``paths`` (files or directories) and merge the rank recordings of each distributed run into one run.
+    One file named on its own is shown as itself, even one rank of a run (unless ``as_run``: the caller asked for
+    its run); a run with a rank missing (or twice) is a one-line problem and its ranks are shown alone, unaligned."""
+    from probes.errors import RecordingError
+    from probes.ranks import RankMergeError, group_runs, rank_info
+
+    opened = Opened()
+    sessions = []
+    for path in expand_paths(paths):
+        try:
+            sessions.append(load_recording(path))
+        except (RecordingError, OSError) as exc:
+            opened.problems.append(f"cannot open {path}: {exc}")
+    if len(sessions) == 1 and not as_run and not any(Path(p).is_dir() for p in paths):
+        opened.plain = sessions
+        return opened
+    by_run: dict[str, list] = {}
+    for session in sessions:
+        info = rank_info(session)
+        if info is None:
+            opened.plain.append(session)
+        else:
+            by_run.setdefault(str(info["run_id"]), []).append(session)
+    for members in by_run.values():
+        try:
+            opened.runs += group_runs(members)[0]
+        except RankMergeError as exc:
+            opened.problems.append(f"{exc}; showing its other ranks alone")
+            opened.plain += members
+    return opened
 
 
 class LiveRecorder:

@@ -20,6 +20,7 @@ from mlx_lm.models.cache import BatchKVCache, KVCache
 from app.workloads.conversations import DenseConversations, PagedConversations
 from app.workloads.paged_cache import PagedStep
 from app.workloads.scheduler import Sequence
+from app.workloads.shrink_points import run_shrink_point
 from probes.events import GatherRuns
 
 
@@ -144,6 +145,11 @@ class PagedBackend:
                                  fused_layers=sum(step.fused)))
         return events
 
+    def shrink_point(self) -> list:
+        """A shrink point between steps (app/workloads/shrink_points.py): a ``Shrunk`` event when the pool gave
+        memory back."""
+        return run_shrink_point(self.pool)
+
     def check_integrity(self) -> None:
         self.pool.check_integrity()
         if self.prefix_cache is not None:
@@ -185,6 +191,9 @@ class DenseBackend:
 
     def finish_decode(self) -> list:
         return []
+
+    def shrink_point(self) -> list:
+        return []  # mlx-lm's caches are freed with their sequences; there is no pool to shrink
 
     def release(self, seq: Sequence) -> None:
         """Drop a finished sequence (from the decoding batch: ``filter``); a conversation turn with a follow-up

@@ -15,6 +15,7 @@ from typing import Callable
 import mlx.core as mx
 
 from app.workloads.scheduler import DecodeBatch, PrefillPlan, Scheduler
+from app.workloads.shrink_points import ShrinkTally, timed_point
 
 
 @dataclass
@@ -62,10 +63,24 @@ class Engine:
         self._inflight: _Dispatched | None = None  # decode step dispatched (async_eval) but not yet completed
         self._chain_t0 = 0.0  # when the previous pipelined step completed (its successor's wall clock starts)
         self._prefill_inflight: mx.array | None = None  # last prefill chunk's output, dispatched, maybe running
+        self.shrink_tally = ShrinkTally()  # the backend's shrink points after each step (and the runner's idle ones)
 
     def step(self) -> StepResult | None:
-        """Complete one forward pass (the in-flight decode step if any, else admit, plan and run one); None
-        when nothing is running or waiting to be admitted."""
+        """Complete one forward pass (the in-flight decode step if any, else admit, plan and run one), then a
+        shrink point of the backend (its time counts in the step's wall time: it is work on the serving path, and
+        the next pipelined step's clock starts after it); None when nothing is running or waiting."""
+        result = self._forward()
+        if result is None:
+            return None
+        events, seconds = timed_point(self.backend, self.shrink_tally, result.kind == "decode")
+        result.events.extend(events)
+        result.wall_s += seconds
+        if self._inflight is not None:
+            self._chain_t0 = time.perf_counter()
+        return result
+
+    def _forward(self) -> StepResult | None:
+        """One forward pass, as ``step`` describes (without the shrink point)."""
         if self._inflight is not None:
             return self._complete(self._inflight, self._chain_t0)
         self.scheduler.admit()

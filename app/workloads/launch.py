@@ -177,16 +177,30 @@ class RankLaunch:
         """Wait for the launcher to exit; kill its group at ``timeout`` or ``grace_s`` after a failure. Returns
         the launcher's exit status (negative: killed by that signal)."""
         deadline = time.monotonic() + timeout
-        while self._process.poll() is None:
-            now = time.monotonic()
-            if now > deadline:
-                self._kill_group(f"cancelled after {timeout:g} s")
-            elif self._first_failure is not None and now > self._first_failure + self.grace_s:
-                self._kill_group(f"ranks still running {self.grace_s:g} s after a rank failed")
-            time.sleep(0.1)
+        try:
+            while self._process.poll() is None:
+                now = time.monotonic()
+                if now > deadline:
+                    self._kill_group(f"cancelled after {timeout:g} s")
+                elif self._first_failure is not None and now > self._first_failure + self.grace_s:
+                    self._kill_group(f"ranks still running {self.grace_s:g} s after a rank failed")
+                time.sleep(0.1)
+        except BaseException:  # the waiter was interrupted (Ctrl-C, record told to stop): no rank outlives it
+            self.stop("slabscope record was stopped")
+            raise
         self._reader.join(5.0)
         self._process.stdin.close()
         return self._process.returncode
+
+    @property
+    def returncode(self) -> int | None:
+        """The launcher's exit status (None while it runs or before it started)."""
+        return None if self._process is None else self._process.poll()
+
+    def stop(self, why: str) -> None:
+        """Stop the launcher and every rank now (its whole process group; the ranks record why they stopped)."""
+        if self._process is not None:
+            self._kill_group(why)
 
     def _kill_group(self, why: str) -> None:
         if self.killed is None:
@@ -197,9 +211,36 @@ class RankLaunch:
                 os.killpg(self._process.pid, sig)
             except ProcessLookupError:
                 return
-            if sig == signal.SIGCONT:
-                time.sleep(2.0)  # SIGTERM then SIGCONT: a stopped rank wakes up to its pending SIGTERM
+            if sig == signal.SIGCONT and self._group_gone(2.0):  # a stopped rank wakes up to its pending SIGTERM
+                break
         self._process.wait(5.0)
+
+    def _group_gone(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for every process of the launcher's group to exit; True once none is left."""
+        deadline = time.monotonic() + seconds
+        while True:
+            self._process.poll()  # reap the launcher: a zombie still counts as a member of its group
+            try:
+                os.killpg(self._process.pid, 0)
+            except ProcessLookupError:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+
+def live_pids(processes) -> list[int]:
+    """Pids of the ``psutil.Process`` handles whose process still runs (a zombie, or a recycled pid, does not)."""
+    import psutil
+
+    out = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                out.append(process.pid)
+        except psutil.Error:
+            pass
+    return out
 
 
 def _exit_text(code: int) -> str:

@@ -84,7 +84,8 @@ class RankWatchdog:
                 sig = _first_signal(os.read(self._read_fd, 64))
                 if sig is not None:
                     name = signal.Signals(sig).name
-                    why = " (mlx.launch stops every rank when one fails)" if sig == signal.SIGTERM else ""
+                    why = (" (the run was stopped, or mlx.launch stopped every rank when one failed)"
+                           if sig == signal.SIGTERM else "")
                     self._fire(f"{name} received{why}", 128 + sig)
                 continue
             silent = time.monotonic() - self._last_beat

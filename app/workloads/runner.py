@@ -20,6 +20,7 @@ from app.workloads.footprint import FootprintTracker
 from app.workloads.outputs import outputs_summary
 from app.workloads.scenarios import Scenario, load_scenario
 from app.workloads.session import WorkloadSession, build_session
+from app.workloads.shrink_points import timed_point
 from app.workloads.spec import RunSpec
 from probes.events import Event, LogLine, MetaUpdate, PhaseEdge, RequestDone, Step
 
@@ -117,6 +118,9 @@ class _Runner:
         while time.perf_counter() < deadline:
             self._check_stop()
             time.sleep(min(0.05, max(0.0, deadline - time.perf_counter())))
+            engine = self.session.engine  # leftover compaction and trims finish while idle
+            for event in timed_point(engine.backend, engine.shrink_tally, after_decode=False)[0]:
+                self.emit(self.stamped(event))
             self.footprint.sample()
             self.tick(self.step, self.tokens)
 
@@ -133,7 +137,7 @@ class _Runner:
         self.footprint.sample()
         self.emit(self.stamped(Step(phase=phase_name, type=result.kind, batch=result.batch,
                                     num_tokens=result.num_tokens, wall_s=round(result.wall_s, 6))))
-        for event in result.events:  # fused decision changes and the step's gather runs (decode steps)
+        for event in result.events:  # fused decision changes, the step's gather runs, what its shrink point gave back
             self.emit(self.stamped(event))
         for seq in result.finished:
             self.emit(self.stamped(RequestDone(req_id=seq.request.req_id, seq_id=seq.seq_id,

@@ -12,6 +12,8 @@ import platform
 import sys
 from dataclasses import asdict
 
+import msgspec
+
 from app.workloads.backends import DenseBackend, PagedBackend
 from app.workloads.engine import Engine, make_sampler
 from app.workloads.limits import check_fits_context
@@ -67,6 +69,8 @@ class WorkloadSession:
         out["conversations"] = self.backend.conversations.counters()
         if self.engine.cache_trim is not None:
             out["cache_trim"] = self.engine.cache_trim.summary()
+        if self.pool is not None:
+            out["shrink"] = self.engine.shrink_tally.summary(self.pool.config.shrink.mode)
         return out
 
     def meta(self) -> dict:
@@ -89,7 +93,8 @@ class WorkloadSession:
                          "phases": [asdict(p) for p in self.scenario.phases]},
             "backend": self.spec.backend,
             "pool": {"design": self.spec.backend if self.pool is not None else None, **self.pool_params,
-                     "max_blocks_per_layer": self.spec.max_blocks_per_layer},
+                     "max_blocks_per_layer": self.spec.max_blocks_per_layer,
+                     "shrink": msgspec.to_builtins(self.pool.config.shrink) if self.pool is not None else None},
             "spec": self.spec.to_dict(),
             "fused_decode": self._fused_meta(),
             "mlx_cache": {"limit_bytes": self.spec.cache_limit, "limit": "MLX default" if self.spec.cache_limit is None
@@ -146,7 +151,8 @@ def make_backend(spec: RunSpec, loaded, pool_params: dict, *, kernel_route=None,
                            loaded.n_kv_heads, loaded.head_dim, DTYPES[loaded.dtype].size, limits)
     pool = PagedKVPool(PoolConfig(num_layers=loaded.num_layers, block_size=pool_params["block_size"],
                                   slab_blocks=pool_params["slab_blocks"], design=spec.backend,
-                                  max_blocks_per_layer=spec.max_blocks_per_layer), limits=limits)
+                                  max_blocks_per_layer=spec.max_blocks_per_layer, shrink=spec.shrink_policy()),
+                       limits=limits)
     prefix = PrefixCache(pool, pool_params["block_size"]) if pool_params.get("prefix_cache") else None
     align = math.lcm(pool_params["block_size"], pool_params.get("prefill_chunk", pool_params["block_size"]))
     if kernel_route is not None:
@@ -156,9 +162,11 @@ def make_backend(spec: RunSpec, loaded, pool_params: dict, *, kernel_route=None,
                                 routable=routable and kernel_route is not None,
                                 readiness=kernel_route.readiness() if kernel_route is not None else None)
     # the slab design reserves ahead (its growth appends, so holding capacity early costs nothing but the capacity
-    # itself); the monolithic baseline keeps the origin's presize-per-span growth, the behaviour it exists to show
+    # itself); the monolithic baseline keeps the origin's presize-per-span growth, the behaviour it exists to show.
+    # A shrink policy gives free slabs back at every step, reserved ones included: the two aims conflict, so a
+    # shrinking pool grows as its writes need
     return PagedBackend(pool, prefix_cache=prefix, align_tokens=align, decisions=decisions, kernel=kernel_route,
-                        reserve_ahead=spec.backend == "slab")
+                        reserve_ahead=spec.backend == "slab" and spec.shrink_policy().mode == "off")
 
 
 def _query_heads(loaded) -> int:

@@ -6,6 +6,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from app.workloads.limits import check_rate
+from pool.shrink_types import DEFAULT_SHRINK_BUDGET, SHRINK_MODES, ShrinkPolicy
 
 BACKENDS = ("slab", "monolithic", "dense")
 
@@ -38,6 +39,9 @@ class RunSpec:
     cache_limit: int | None = None  # MLX's buffer-cache limit in bytes (mx.set_cache_limit); None: MLX's default
     prefill_trim: float | None = 0.05  # trim MLX's cache between prefill chunks above this fraction of (weights
                                        # + cached K/V) (app/workloads/cache_trim.py); None: never
+    shrink: str = "off"  # pool shrink policy: off | release | compact (pool/shrink_types.py; pool backends only)
+    shrink_budget: int | None = None  # bytes a shrink point may move (all layers); None: the pool's default
+
     def __post_init__(self):
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r} (choose one of {', '.join(BACKENDS)})")
@@ -49,12 +53,22 @@ class RunSpec:
         check_rate(self.sample_hz, "sample_hz")
         if self.cache_limit is not None and (not isinstance(self.cache_limit, int) or self.cache_limit < 0):
             raise ValueError(f"cache_limit must be a byte count >= 0, got {self.cache_limit!r}")
+        if self.shrink not in SHRINK_MODES:
+            raise ValueError(f"unknown shrink policy {self.shrink!r} (choose one of {', '.join(SHRINK_MODES)})")
+        if self.shrink_budget is not None and (not isinstance(self.shrink_budget, int)
+                                               or isinstance(self.shrink_budget, bool) or self.shrink_budget < 0):
+            raise ValueError(f"shrink_budget must be a byte count >= 0, got {self.shrink_budget!r}")
         if self.prefill_trim is not None and not (isinstance(self.prefill_trim, (int, float))
                                                   and math.isfinite(self.prefill_trim) and self.prefill_trim >= 0):
             raise ValueError(f"prefill_trim must be a fraction >= 0 or None, got {self.prefill_trim!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def shrink_policy(self) -> ShrinkPolicy:
+        """The pool's shrink policy this run asks for."""
+        budget = DEFAULT_SHRINK_BUDGET if self.shrink_budget is None else self.shrink_budget
+        return ShrinkPolicy(self.shrink, budget)
 
 
 def _positive_int(value) -> bool:

@@ -361,7 +361,7 @@ def check_inputs(queries, k_slabs: Sequence, v_slabs: Sequence, plan: DecodePlan
     n_q = queries.shape[1]
     reason = unsupported_reason(dtype=_dtype_name(queries.dtype), head_dim=head_dim, n_q_heads=n_q,
                                 n_kv_heads=n_kv, block_size=block_size, num_slabs=len(k_slabs),
-                                max_slabs=MAX_SLABS)
+                                max_slabs=MAX_SLABS, slab_elements=k_slabs[0].size)
     if reason:
         raise KernelUnsupported(reason)
     return n_q, n_kv, head_dim, block_size

@@ -19,6 +19,8 @@ from typing import Sequence
 
 import numpy as np
 
+from pool.limits import INDEX_LIMIT, index_range_problem
+
 SUPPORTED_DTYPES = frozenset({"float16", "bfloat16"})
 SUPPORTED_HEAD_DIMS = frozenset({64, 128})
 MAX_GROUP = 8                 # query heads per KV head held in registers (q and acc: 2 * 8 * 8 floats per lane)
@@ -26,6 +28,11 @@ META_HEADER = 4               # slab_blocks, table_stride, chunk_tokens, scale_b
 TARGET_BLOCKS = 8192          # blocks wanted per launch: many waves on a 132-SM H200 (tuned, docs/gpu.md)
 MIN_CHUNK_TOKENS = 256        # never split a sequence finer than this (the merge pass costs more than it saves)
 TARGET_BLOCKS_ENV = "SLABSCOPE_DECODE_TARGET_BLOCKS"  # tuning knob for `bench decode` variant runs
+# Largest K/V tensor (elements) a launch accepts: the decision rule's limit (pool/fused_decision.py rule 6), checked
+# again at the entry so no caller reaches the kernel past it. The kernels' own offsets are 64-bit (docs/sizing.md);
+# the limit stands until a GPU test past it (tests/gpu/test_index_range_gpu.py) has passed on every backend.
+MAX_SLAB_ELEMENTS = INDEX_LIMIT - 1
+MAX_META_VALUE = 2**31 - 1    # meta is int32: physical rows and token positions must stay below it
 
 
 class KernelUnsupported(ValueError):
@@ -52,8 +59,9 @@ def tokens_per_warp_step(head_dim: int) -> int:
 
 
 def unsupported_reason(*, dtype: str, head_dim: int, n_q_heads: int, n_kv_heads: int, block_size: int,
-                       num_slabs: int, max_slabs: int) -> str | None:
-    """Why the fused kernel cannot run this geometry, or None when it can."""
+                       num_slabs: int, max_slabs: int, slab_elements: int = 0) -> str | None:
+    """Why the fused kernel cannot run this geometry, or None when it can. ``slab_elements``: elements of one K
+    (or V) slab tensor."""
     if dtype not in SUPPORTED_DTYPES:
         return f"dtype {dtype} unsupported by the fused kernel (float16, bfloat16)"
     if head_dim not in SUPPORTED_HEAD_DIMS:
@@ -66,7 +74,8 @@ def unsupported_reason(*, dtype: str, head_dim: int, n_q_heads: int, n_kv_heads:
         return f"block_size {block_size} not a multiple of {tokens_per_warp_step(head_dim)} tokens per warp step"
     if num_slabs > max_slabs:
         return f"{num_slabs} slabs above the kernel's {max_slabs} slab inputs"
-    return None
+    return index_range_problem(slab_elements, "one K/V tensor exceeds the fused kernel's index range",
+                               MAX_SLAB_ELEMENTS)
 
 
 def slab_bucket(num_slabs: int) -> int:
@@ -131,6 +140,8 @@ def plan_decode(block_tables: Sequence[Sequence[int]], seq_ends: Sequence[int], 
     # One C-level conversion of all rows (a per-row Python loop costs ~1 ms at 16 x 512 blocks).
     flat = np.fromiter(itertools.chain.from_iterable(block_tables), dtype=np.int64, count=sum(counts))
     capacity = num_slabs * slab_blocks
+    if capacity - 1 > MAX_META_VALUE or max(ends) > MAX_META_VALUE:
+        raise KernelUnsupported(f"{capacity:,} rows / {max(ends):,} tokens do not fit the plan's int32 entries")
     if flat.size and (flat.min() < 0 or flat.max() >= capacity):
         raise KernelUnsupported(f"a block-table row is outside the {capacity} rows of the slabs")
     max_blocks = max(1, max(counts))

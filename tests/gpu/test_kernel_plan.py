@@ -60,11 +60,13 @@ def test_slab_bucket_pads_at_most_a_third_with_few_variants():
     (dict(n_q_heads=80, n_kv_heads=8), "GQA group 10"),
     (dict(block_size=3), "block_size 3"),
     (dict(num_slabs=513), "513 slabs"),
+    (dict(slab_elements=2**32), "exceeds the fused kernel's index range: 4,294,967,296 elements"),
 ])
 def test_unsupported_reasons_name_the_problem(kwargs, fragment):
     base = dict(dtype="bfloat16", head_dim=128, n_q_heads=16, n_kv_heads=8, block_size=32, num_slabs=4,
                 max_slabs=512)
     assert unsupported_reason(**base) is None
+    assert unsupported_reason(**base, slab_elements=2**32 - 1) is None
     assert fragment in unsupported_reason(**{**base, **kwargs})
 
 
@@ -77,6 +79,44 @@ def test_unsupported_reasons_name_the_problem(kwargs, fragment):
 def test_plan_rejects_bad_tables(tables, ends, starts, fragment):
     with pytest.raises(KernelUnsupported, match=fragment):
         plan_decode(tables, ends, starts, block_size=32, slab_blocks=4, num_slabs=2, n_kv_heads=1, scale=1.0)
+
+
+def test_plan_refuses_rows_past_int32():
+    """meta is int32: a pool whose slabs hold 2^31 rows or more would wrap a row number silently."""
+    plan_decode([[0]], [32], None, block_size=32, slab_blocks=2**30, num_slabs=2, n_kv_heads=1, scale=1.0)
+    with pytest.raises(KernelUnsupported, match="int32"):
+        plan_decode([[0]], [32], None, block_size=32, slab_blocks=2**30, num_slabs=3, n_kv_heads=1, scale=1.0)
+
+
+class _Shaped:
+    """Stands in for an mx.array at the kernels' entry (shape, dtype, size): nothing that large is allocated."""
+
+    def __init__(self, shape, dtype="bfloat16"):
+        self.shape, self.dtype, self.ndim = shape, dtype, len(shape)
+        self.size = int(np.prod(shape, dtype=object))
+
+    def reshape(self, *shape):
+        raise AssertionError("the kernel entry went past its checks")
+
+
+@pytest.mark.parametrize("backend", ["cuda", "metal"])
+@pytest.mark.parametrize("rows, declined", [(131071, False), (131072, True)])
+def test_kernel_entry_refuses_a_slab_past_the_index_range(backend, rows, declined):
+    """One [rows, 32, 8, 128] slab: 131072 rows are 2^32 elements exactly (one past the range: declined), 131071
+    rows fit. The entry raises KernelUnsupported before it touches any array (both kernels share the check)."""
+    pytest.importorskip("mlx.core")
+    from pool.kernels.paged_decode import kernel_for_backend
+
+    slab = _Shaped((rows, 32, 8, 128))
+    plan = plan_decode([[rows - 1]], [32], None, block_size=32, slab_blocks=rows, num_slabs=1, n_kv_heads=8,
+                       scale=1.0)
+    kernel = kernel_for_backend(backend)
+    if declined:
+        with pytest.raises(KernelUnsupported, match="index range"):
+            kernel(_Shaped((1, 16, 1, 128)), [slab], [slab], plan)
+    else:
+        with pytest.raises(AssertionError, match="past its checks"):
+            kernel(_Shaped((1, 16, 1, 128)), [slab], [slab], plan)
 
 
 def _emulated_vs_gather(lengths, layout, *, n_q=4, n_kv=2, head_dim=64, block_size=16, slab_blocks=4,

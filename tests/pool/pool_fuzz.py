@@ -3,8 +3,10 @@
 Every invalid call must raise PoolError and leave the pool exactly as it was (``full_state`` before == after, and
 every sequence still gathers its reference bytes, so a partial store cannot hide). Every valid call must keep
 each sequence's gather byte-identical to a dense reference (numpy arrays of everything written) and the pool's
-integrity. Valid calls that a limit refuses (budget, device room) count as clear errors and must change nothing
-too. Run from tests/pool/test_pool_fuzz.py (CI size) and ``make fuzz`` (SLABSCOPE_FUZZ_SCALE times larger).
+integrity. Shrink points (``shrink``, a valid call) run the seed's shrink policy (off, release or compact, with a
+budget from nothing to everything): moves and releases must leave every gather and the integrity intact. Valid
+calls that a limit refuses (budget, device room) count as clear errors and must change nothing too. Run from
+tests/pool/test_pool_fuzz.py (CI size) and ``make fuzz`` (SLABSCOPE_FUZZ_SCALE times larger).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import replace
 import mlx.core as mx
 import numpy as np
 
-from pool import BlockContents, BudgetExceeded, PagedKVPool, PoolConfig, PoolError, PrefixHandle
+from pool import BlockContents, BudgetExceeded, PagedKVPool, PoolConfig, PoolError, PrefixHandle, ShrinkPolicy
 from pool.errors import SizeLimitError
 from pool.limits import MemoryLimits
 
@@ -27,12 +29,21 @@ MAX_SEQS, MAX_HANDLES = 6, 3
 ROW_BYTES = 2 * BLOCK * HEADS * DIM * 4  # K + V, float32
 
 
-def _pool(design: str, guard: str) -> PagedKVPool:
+SHRINK_BUDGETS = (0, LAYERS * ROW_BYTES, 3 * LAYERS * ROW_BYTES, 1 << 30)  # nothing, one block, three, everything
+
+
+def shrink_policy(seed: int) -> ShrinkPolicy:
+    """The seed's shrink policy: off, release or compact; compaction with one of SHRINK_BUDGETS and a fill limit."""
+    mode = ("off", "release", "compact", "compact")[seed % 4]
+    return ShrinkPolicy(mode, SHRINK_BUDGETS[(3 * seed + seed // 4) % 4], 1.0 if seed // 4 % 2 else 0.5)
+
+
+def _pool(design: str, guard: str, shrink: ShrinkPolicy | None = None) -> PagedKVPool:
     """``guard``: "budget" (16 live blocks per layer) or "memory" (room for 6 slabs, or 1.5 monolithic grow chunks,
     per layer; the budget of 64 blocks only stops what no memory check can see before the first write fixes the
     row geometry)."""
     config = PoolConfig(num_layers=LAYERS, block_size=BLOCK, slab_blocks=SLAB, design=design,
-                        max_blocks_per_layer=16 if guard == "budget" else 64)
+                        max_blocks_per_layer=16 if guard == "budget" else 64, shrink=shrink or ShrinkPolicy())
     room_rows = 6 * SLAB if design == "slab" else 48
     limits = MemoryLimits(memory_bytes=room_rows * LAYERS * ROW_BYTES if guard == "memory" else 2**40,
                           max_buffer_bytes=2**40, source="fuzz limits")
@@ -44,7 +55,7 @@ class PoolFuzz:
 
     def __init__(self, seed: int, design: str):
         self.rng = random.Random(seed)
-        self.pool = _pool(design, "budget" if seed % 2 else "memory")
+        self.pool = _pool(design, "budget" if seed % 2 else "memory", shrink_policy(seed))
         other = _pool(design, "budget")
         other.add_sequence(0)
         self.foreign = [other.detach(0)]  # handle id 0 of another pool: collides with this pool's first handle
@@ -405,8 +416,16 @@ class PoolFuzz:
         return None
 
 
+    def shrink(self) -> None:
+        """A shrink point: the gathers must not change (check_reference after every step proves it)."""
+        report = self.pool.shrink()
+        self.counts["shrink:moved"] += report.blocks_moved
+        self.counts["shrink:released"] += report.slabs_released
+
+
 VALID_OPS = ("new_sequence", "new_sequence", "write_span", "write_span", "write_batch", "decode_tokens", "release",
-             "clone", "detach", "adopt", "release_handle", "trim", "logical_start", "restore_prefix")
+             "clone", "detach", "adopt", "release_handle", "trim", "logical_start", "restore_prefix", "shrink",
+             "shrink")
 
 
 def run_fuzz(seed: int, design: str, steps: int) -> Counter:

@@ -83,3 +83,48 @@ def test_monolithic_layer_is_one_buffer_for_the_multi_slab_rule(tiny_pool, monke
             assert decision.use_fused is fused, decision.reason
     finally:
         unregister_kernel("metal")
+
+
+# ---- rule 6: a K/V tensor past the kernel's 32-bit index range (emulated sizes: nothing that large is allocated) --
+def test_tensor_past_32_bit_index_range_declines_at_the_boundary():
+    from pool.limits import INDEX_LIMIT
+
+    assert ask(buffer_elements=INDEX_LIMIT - 1).use_fused
+    decision = ask(buffer_elements=INDEX_LIMIT)
+    assert not decision.use_fused
+    assert "exceeds the cuda kernel's index range" in decision.reason and f"{INDEX_LIMIT:,} elements" in decision.reason
+    assert ask(buffer_elements=None).use_fused  # unknown size (no storage yet): not checked
+
+
+def test_index_range_rule_comes_before_the_soft_thresholds():
+    """A hard limit: the reason is the index range even where a threshold would also send the layer to gather."""
+    from pool.limits import INDEX_LIMIT
+
+    assert "index range" in ask(buffer_elements=INDEX_LIMIT, context_len=1, num_slabs=3).reason
+    assert "index range" in ask(buffer_elements=INDEX_LIMIT, readiness=lambda n: "kernel compiling").reason
+
+
+@pytest.mark.parametrize("design", ["slab", "monolithic"])
+def test_pool_asks_with_its_largest_tensor(tiny_pool, monkeypatch, design):
+    """The pool passes its largest tensor's element count: a kernel whose limit is one element below it declines,
+    one whose limit equals it runs (a slab of 2 rows x 4 tokens x 2 heads x 4 = 64 elements; monolithic: the
+    whole 32-row tensor = 1024)."""
+    import mlx.core as mx
+
+    import pool.fused_decision as fused_module
+
+    elements = 64 if design == "slab" else 32 * 4 * 2 * 4
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setattr(fused_module, "detect_backend", lambda: "cuda")
+    pool = tiny_pool(design, num_layers=1)
+    pool.add_sequence(0)
+    pool.prepare_write(0, 0, 20)
+    pool.write(0, 0, 0, mx.zeros((20, 2, 4)), mx.zeros((20, 2, 4)))
+    try:
+        for limit, fused in ((elements - 1, False), (elements, True)):
+            register_kernel(KernelCaps("cuda", frozenset({"float32"}), frozenset({4}), multi_slab=True,
+                                       max_buffer_elements=limit))
+            decision = pool.fused_decision(0, dtype="float32", head_dim=4, batch_size=1)
+            assert decision.use_fused is fused, decision.reason
+    finally:
+        unregister_kernel("cuda")

@@ -14,7 +14,8 @@ STATS_KEYS = ("allocated_blocks", "live_blocks", "free_blocks", "bytes_reserved"
               "num_handles")
 COUNTER_KEYS = ("slab_appends", "grow_events", "bytes_copied", "bytes_copied_model", "cow_bytes_copied",
                 "cow_bytes_copied_model", "cow_copies", "rows_minted", "rows_reused",
-                "gathers", "gather_runs_total", "fused_decisions", "gather_decisions")
+                "gathers", "gather_runs_total", "fused_decisions", "gather_decisions", "slab_releases",
+                "bytes_released", "blocks_moved", "bytes_moved", "bytes_moved_model")
 LAYER_KEYS = ("num_chunks", "capacity_rows", "free_rows", "holes", "largest_free_run", "fragmentation",
               "gather_runs_hist", "fused", "row_owner", "row_refcount")
 

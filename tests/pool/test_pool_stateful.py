@@ -1,5 +1,6 @@
 """Hypothesis state machine: random new sequence / append / overwrite (into shared blocks) / release / clone /
-detach / adopt / release_handle / trim / logical-start moves, across slab boundaries, for both designs. After every
+detach / adopt / release_handle / trim / logical-start moves / shrink points, across slab boundaries, for both designs
+and a compacting slab pool. After every
 step the pool's integrity holds and every sequence's gather equals a dense reference built from the same writes."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from pool import PagedKVPool, PoolConfig
+from pool import PagedKVPool, PoolConfig, ShrinkPolicy
 
 LAYERS, BLOCK, SLAB, HEADS, DIM = 2, 2, 2, 1, 2  # slabs of 4 tokens: most spans cross slab boundaries
 MAX_SEQS = 5
@@ -18,11 +19,12 @@ pick = st.integers(0, 1_000)
 
 class PoolMachine(RuleBasedStateMachine):
     design = "slab"
+    shrink = ShrinkPolicy()  # off: the shrink rule only logs its point
 
     def __init__(self):
         super().__init__()
         self.pool = PagedKVPool(PoolConfig(num_layers=LAYERS, block_size=BLOCK, slab_blocks=SLAB,
-                                           design=self.design))
+                                           design=self.design, shrink=self.shrink))
         self.refs: dict[int, list[tuple[mx.array, mx.array]]] = {}  # seq -> per layer (K, V) [length, H, D]
         self.starts: dict[int, int] = {}
         self.handles: list[tuple] = []  # (handle, refs, logical_start)
@@ -131,6 +133,10 @@ class PoolMachine(RuleBasedStateMachine):
         self.pool.set_logical_start(seq, start)
         self.starts[seq] = start
 
+    @rule()
+    def shrink_point(self):
+        self.pool.shrink()  # moves and releases must keep every invariant and gather below
+
     @invariant()
     def snapshot_matches_from_scratch(self):
         from pool.snapshot import _row_owners
@@ -171,9 +177,15 @@ class MonolithicMachine(PoolMachine):
     design = "monolithic"
 
 
+class CompactingMachine(PoolMachine):
+    shrink = ShrinkPolicy("compact", 1 << 30, 1.0)  # every block of a slab may move, no budget limit
+
+
 SETTINGS = settings(max_examples=60, stateful_step_count=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 TestSlabPoolMachine = PoolMachine.TestCase
 TestSlabPoolMachine.settings = SETTINGS
 TestMonolithicPoolMachine = MonolithicMachine.TestCase
 TestMonolithicPoolMachine.settings = SETTINGS
+TestCompactingPoolMachine = CompactingMachine.TestCase
+TestCompactingPoolMachine.settings = SETTINGS

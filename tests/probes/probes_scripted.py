@@ -7,8 +7,8 @@ import time
 
 import mlx.core as mx
 
-from pool import PagedKVPool, PoolConfig
-from probes.events import Step
+from pool import PagedKVPool, PoolConfig, ShrinkPolicy
+from probes.events import Shrunk, Step
 from probes.live import WorkerProbes
 from probes.synthetic import ScriptedTraffic
 
@@ -16,11 +16,12 @@ N_KV_HEADS, HEAD_DIM = 1, 4
 
 
 def record_scripted(path, design: str = "slab", slab_blocks: int = 4, block_size: int = 4, steps: int = 60,
-                    seed: int = 0, num_layers: int = 2):
-    """Run ``steps`` scripted steps; returns (probes, pool, live) where live = [(t_relative, snapshot, where)]
-    taken right after ticks (where="tick") and between ops (where="mid": during a step, after some writes)."""
+                    seed: int = 0, num_layers: int = 2, shrink: ShrinkPolicy | None = None):
+    """Run ``steps`` scripted steps, each ending with a shrink point (``shrink``: the pool's policy, default off);
+    returns (probes, pool, live) where live = [(t_relative, snapshot, where)] taken right after ticks
+    (where="tick") and between ops (where="mid": during a step, after some writes)."""
     pool = PagedKVPool(PoolConfig(num_layers=num_layers, block_size=block_size, slab_blocks=slab_blocks,
-                                  design=design))
+                                  design=design, shrink=shrink or ShrinkPolicy()))
     probes = WorkerProbes(None, sample_hz=100.0, snapshot_hz=1e6, record_path=path, keyframe_interval_s=1e9,
                           meta={"scenario": "scripted", "backend": design, "model": "none"})
     probes.keyframe_max_ops = 40
@@ -40,6 +41,9 @@ def record_scripted(path, design: str = "slab", slab_blocks: int = 4, block_size
     tokens = 0
     for step in range(1, steps + 1):
         traffic.step()
+        report = pool.shrink()
+        if report.did_something:  # as the workload's shrink points report it (app/workloads/shrink_points.py)
+            probes.emit(Shrunk(report=report))
         for seq in traffic.live:
             for layer in range(num_layers):
                 pool.gather_visible(layer, seq)

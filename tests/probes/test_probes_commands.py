@@ -66,6 +66,19 @@ def test_whatif_command(sessions, capsys):
     assert "slab 64" in out
 
 
+def test_whatif_shrink_flags(sessions, capsys):
+    assert cli_main(["whatif", sessions[0], "--shrink", "compact", "--shrink-budget", "1G", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["recorded"]["config"]["shrink"] == "off" and data["whatif"]["config"]["shrink"] == "compact"
+    assert data["whatif"]["config"]["shrink_budget"] == 2**30 and data["recorded_replay_mismatches"] == []
+    assert data["whatif"]["slab_releases"] > 0 == data["recorded"]["slab_releases"]
+    assert cli_main(["whatif", sessions[0], "--shrink", "release"]) == 0
+    out = capsys.readouterr().out
+    assert "shrink release" in out and "slabs released" in out
+    assert cli_main(["whatif", sessions[0], "--shrink", "sometimes"]) == 2
+    assert "invalid choice: 'sometimes'" in capsys.readouterr().err
+
+
 def test_report_writes_markdown_and_plots(sessions, tmp_path, capsys):
     out = tmp_path / "report"
     assert cli_main(["report", *sessions, "--out", str(out)]) == 0

@@ -12,12 +12,20 @@ from probes import format as fmt
 from probes.replay import Session
 from probes.recording import SessionRecorder
 from probes.store import SessionModel
+from pool import ShrinkPolicy
 
 
-@pytest.fixture(scope="module", params=["slab", "monolithic"])
+COMPACT = ShrinkPolicy("compact", 1 << 30, 1.0)
+
+
+@pytest.fixture(scope="module", params=["slab", "monolithic", "slab-compact", "monolithic-compact"])
 def scripted(request, tmp_path_factory):
+    """A scripted recording; "-compact": every step ends with a compacting shrink point (blocks move, slabs go)."""
+    design, _, shrink = request.param.partition("-")
     path = tmp_path_factory.mktemp("rec") / f"{request.param}.slabrec"
-    probes, pool, live = record_scripted(path, design=request.param)
+    probes, pool, live = record_scripted(path, design=design, shrink=COMPACT if shrink else None)
+    if shrink:  # the rebuild below must have moves and releases to reproduce
+        assert pool.counters().blocks_moved > 0 and pool.counters().slab_releases > 0
     return path, probes, pool, live
 
 

@@ -1,9 +1,10 @@
 """Export SVG screenshots of every view, replaying the sample sessions shipped in assets/recordings/ (paused at the
 peak-footprint moment), plus the memory view at 80x24 and in the light theme. With ``--live SECONDS`` it instead
 starts the default live run (embedded SmolLM2, default scenario, slab and dense workers), pauses the view after
-that many seconds and exports every view of the live data (``live-*`` files).
+that many seconds and exports every view of the live data (``live-*`` files). With ``--ranks`` it exports the
+rank recordings of a 2-rank CPU run (tests/tui/rank_recordings/) opened as one run (``ranks-*`` files).
 
-    .venv/bin/python tests/tui/export_screens.py OUT_DIR [--live SECONDS]
+    .venv/bin/python tests/tui/export_screens.py OUT_DIR [--live SECONDS | --gpu | --ranks]
 """
 
 from __future__ import annotations
@@ -84,6 +85,12 @@ def main() -> int:
         gpu = [GPU_DIR / f"distinct_burst-{b}.slabrec" for b in ("slab", "dense", "monolithic")]
         for stem, keys in (("1-memory", "1"), ("2-slabs", "2"), ("4-gather", "4"), ("5-fused", "5")):
             print(asyncio.run(shoot(out, f"gpu-{stem}", keys, (120, 36), None, gpu)))
+        return 0
+    if "--ranks" in sys.argv:  # a distributed run's rank recordings, merged
+        from tui_rank_fixtures import RANK_DIR
+
+        for stem, keys in (("8-ranks", "8"), ("1-memory", "1"), ("2-slabs-rank1", "2w")):
+            print(asyncio.run(shoot(out, f"ranks-{stem}", keys, (120, 40), None, [RANK_DIR])))
         return 0
     if "--live" in sys.argv:
         seconds = float(sys.argv[sys.argv.index("--live") + 1])

@@ -1,5 +1,6 @@
-"""The TUI process never imports mlx or mlx_lm: not when its modules load, not when the CLI parser is built, and
-not after a live run has started (the real worker path; MLX lives in the spawned workers)."""
+"""The TUI process never imports mlx or mlx_lm: not when its modules load, not when the CLI parser is built, not when
+it merges and follows rank recordings or checks a distributed run's choices, and not after a live run has started
+(the real worker path; MLX lives in the spawned workers, and in ``record --ranks``'s processes)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,18 @@ SCRIPT = textwrap.dedent("""
         import app.tui.app, app.commands.tui, app.commands.web  # noqa: F401
         at_import = heavy()
         from tui_real_workers import tiny_factory
+        from tui_rank_fixtures import RANK_FILES
         from app.tui.app import AppOptions, SlabscopeApp
+        from app.tui import sources
+        from app.tui.screens.run_form import RunChoice
+        from probes.follow import GrowingSession
+        from probes.ranks import imbalance_rows
+
+        # the distributed-run side: the form's checks, rank recordings merged, a growing file followed
+        choice = RunChoice("churn", "synthetic:tiny-llama", ["slab"], None, None, 1.15, 2, "ring")
+        assert sources.check_run_choice(choice) is None
+        assert all(imbalance_rows(run) for run in sources.open_recordings([RANK_FILES[0].parent]).runs)
+        GrowingSession.open(RANK_FILES[0]).refresh()
 
         async def run():
             app = SlabscopeApp(AppOptions(worker_factory=tiny_factory, recordings_dir="recs"))
@@ -32,7 +44,7 @@ SCRIPT = textwrap.dedent("""
                 while not all(len(t.samples) for t in app.store.sessions.values()):
                     assert time.monotonic() < deadline, "no samples"
                     await pilot.pause(0.05)
-                for key in "1234567":
+                for key in "12345678":
                     await pilot.press(key)
                 return sum(len(t.samples) for t in app.store.sessions.values())
 

@@ -56,6 +56,28 @@ def test_inspector_drilldown_snapshot(snap_compare, replay_app):
     assert snap_compare(replay_app, terminal_size=SIZE, run_before=before)
 
 
+@pytest.fixture
+def ranks_app(tmp_path, monkeypatch):
+    """The app replaying the rank recordings of a 2-rank CPU run (slab and dense) as one run per backend."""
+    from tui_rank_fixtures import copy_rank_dir
+
+    directory = copy_rank_dir(tmp_path)
+    for index, path in enumerate(sorted(directory.iterdir())):
+        os.utime(path, (1_700_000_000 + index,) * 2)
+    monkeypatch.chdir(tmp_path)
+    return SlabscopeApp(AppOptions(autostart=False, open_paths=[directory.relative_to(tmp_path)],
+                                   recordings_dir=directory.relative_to(tmp_path)))
+
+
+@pytest.mark.parametrize("keys,name", [(("8",), "ranks"), (("1",), "memory"), (("2", "w"), "slabs-rank1")])
+def test_rank_run_snapshot(snap_compare, ranks_app, keys, name):
+    async def before(pilot):
+        await pilot.press(*keys)
+        await settle(pilot)
+
+    assert snap_compare(ranks_app, terminal_size=(120, 40), run_before=before)
+
+
 def test_memory_at_80x24_snapshot(snap_compare, replay_app):
     async def before(pilot):
         await settle(pilot)

@@ -11,18 +11,7 @@ cp "$ROOT"/assets/recordings/*.slabrec "$WORK"/
 touch -d "2020-01-01" "$WORK"/sample-churn-dense.slabrec   # the slab session is the newest: listed first
 trap 'tmux kill-session -t "$SESSION" 2>/dev/null; rm -rf "$WORK"' EXIT
 
-screen() { tmux capture-pane -p -t "$SESSION"; }
-
-wait_for() {  # wait_for TEXT SECONDS: poll the pane until TEXT shows up
-  local text="$1" limit="$2" waited=0
-  while ! screen | grep -qF -- "$text"; do
-    sleep 0.5; waited=$((waited + 1))
-    if [ "$waited" -ge $((limit * 2)) ]; then
-      echo "FAIL: '$text' not on screen after ${limit}s"; screen; exit 1
-    fi
-  done
-  echo "ok: $text"
-}
+. "$ROOT/tests/tui/tmux_lib.sh"
 
 cd "$ROOT"
 tmux new-session -d -s "$SESSION" -x 100 -y 32 \
@@ -42,8 +31,4 @@ wait_for "sequences" 10
 tmux send-keys -t "$SESSION" e
 wait_for "gather runs:" 10
 tmux send-keys -t "$SESSION" q
-for _ in $(seq 1 20); do   # quitting must not hang: the pane falls back to `sleep` once the app exits
-  sleep 0.5
-  if ! screen | grep -qF "Memory  Slabs"; then echo "ok: quit"; exit 0; fi
-done
-echo "FAIL: app still on screen 10s after q"; screen; exit 1
+wait_gone 10   # quitting must not hang: the pane falls back to `sleep` once the app exits

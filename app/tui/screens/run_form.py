@@ -1,8 +1,11 @@
-"""Run form: choose scenario, model, backends, block size and slab size (and the ratio gate) for a new live run."""
+"""Run form: choose scenario, model, backends, block size, slab size and shrink policy (and the ratio gate) for a new
+live run, and how many ranks it runs across (ranks > 1: tensor parallel through ``mlx.launch`` with the chosen launch
+backend, every rank recorded: ``slabscope record --ranks``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -11,6 +14,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select
 
 BACKENDS = ("slab", "dense", "monolithic")
+LAUNCH_BACKENDS = ("ring", "mpi", "nccl", "jaccl")  # mx.distributed's backends (app.workloads.launch)
+SHRINK_MODES = ("off", "release", "compact")  # pool.shrink_types.SHRINK_MODES (the TUI stays import-light)
 
 
 @dataclass
@@ -23,17 +28,23 @@ class RunChoice:
     block_size: int | None
     slab_blocks: int | None
     gate: float
+    ranks: int = 1
+    launch_backend: str = "ring"
+    shrink: str = "off"  # the pool backends' shrink policy (pool/shrink_types.py)
 
 
 class RunFormScreen(ModalScreen[RunChoice | None]):
-    """Modal form; dismisses with a RunChoice, or None when cancelled. Validates before closing."""
+    """Modal form; dismisses with a RunChoice, or None when cancelled. Validates before closing: its own fields, then
+    ``check`` (a choice -> one-line problem or None: a model whose heads do not split across the ranks...)."""
 
     BINDINGS = [Binding("escape", "cancel", "cancel"), Binding("ctrl+s", "submit", "start")]
 
-    def __init__(self, scenarios: list[tuple[str, str]], initial: RunChoice) -> None:
+    def __init__(self, scenarios: list[tuple[str, str]], initial: RunChoice,
+                 check: Callable[[RunChoice], str | None] | None = None) -> None:
         super().__init__()
         self.scenarios = scenarios
         self.initial = initial
+        self.check = check
 
     def compose(self) -> ComposeResult:
         init = self.initial
@@ -53,8 +64,18 @@ class RunFormScreen(ModalScreen[RunChoice | None]):
                 yield Label("slab blocks")
                 yield Input("" if init.slab_blocks is None else str(init.slab_blocks), id="form-slab",
                             placeholder="scenario default (32)", type="integer", compact=True)
+                yield Label("shrink")
+                yield Select([(mode, mode) for mode in SHRINK_MODES], value=init.shrink if init.shrink in SHRINK_MODES
+                             else "off", id="form-shrink", allow_blank=False, compact=True)
                 yield Label("ratio gate")
                 yield Input(f"{init.gate:g}", id="form-gate", type="number", compact=True)
+                yield Label("ranks")
+                yield Input(str(init.ranks), id="form-ranks", placeholder="1 = one process per backend",
+                            type="integer", compact=True)
+                yield Label("launch")
+                yield Select([(f"{name} (mlx.launch --backend {name})", name) for name in LAUNCH_BACKENDS],
+                             value=init.launch_backend if init.launch_backend in LAUNCH_BACKENDS else "ring",
+                             id="form-launch", allow_blank=False, compact=True)
             with Horizontal(id="form-backends"):
                 for name in BACKENDS:
                     yield Checkbox(name, value=name in init.backends, id=f"form-backend-{name}", compact=True)
@@ -75,6 +96,9 @@ class RunFormScreen(ModalScreen[RunChoice | None]):
     def action_submit(self) -> None:
         try:
             choice = self._read()
+            problem = self.check(choice) if self.check is not None else None
+            if problem:
+                raise ValueError(problem)
         except ValueError as exc:
             self.query_one("#form-error", Label).update(f"[b red]{exc}[/]")
             return
@@ -94,8 +118,11 @@ class RunFormScreen(ModalScreen[RunChoice | None]):
         gate = float(self.query_one("#form-gate", Input).value or 1.15)
         if gate <= 0:
             raise ValueError("ratio gate must be > 0")
+        ranks = _positive(self, "#form-ranks", "ranks") or 1
+        launch = str(self.query_one("#form-launch", Select).value)
         return RunChoice(str(scenario), model, backends, _positive(self, "#form-block", "block size"),
-                         _positive(self, "#form-slab", "slab blocks"), gate)
+                         _positive(self, "#form-slab", "slab blocks"), gate, ranks, launch,
+                         str(self.query_one("#form-shrink", Select).value))
 
 
 def _positive(screen: ModalScreen, selector: str, name: str) -> int | None:

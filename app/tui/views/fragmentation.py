@@ -56,7 +56,7 @@ class FragmentationView(Vertical):
         snap = found[1]
         layers = snap.layers
         need = next_request_need(snap, track)
-        trends = layer_trends(track, frame.cursor, len(layers))
+        trends = layer_trends(track, frame.cursor_in(track), len(layers))
         rows, short, worst = [], 0, 0.0
         for i, layer in enumerate(layers):
             frag, largest = layer.fragmentation, layer.largest_free_run

@@ -71,7 +71,7 @@ class FusedView(Vertical):
         if track is None:
             summary.update(Text("no pool backend in this run", style="dim"))
             return
-        decisions = decisions_at(track, found[1] if found else None, frame.cursor)
+        decisions = decisions_at(track, found[1] if found else None, frame.cursor_in(track))
         table = self.query_one(DataTable)
         table.clear()
         for layer, (use, reason) in sorted(decisions.items()):
@@ -90,4 +90,5 @@ class FusedView(Vertical):
             top = max(reasons, key=reasons.get)
             text.append(f"declining now, mostly: {top}", style=WARN_STYLE)
         summary.update(text)
-        self.query_one(Lane).show(track.duration or 1.0, decision_lanes(track, frame.cursor), frame.cursor)
+        cursor = frame.cursor_in(track)  # the lane is in the session's own seconds
+        self.query_one(Lane).show(track.duration or 1.0, decision_lanes(track, cursor), cursor)

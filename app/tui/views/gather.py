@@ -78,10 +78,11 @@ class GatherView(Vertical):
         self.query_one("#gather-seqs", HBars).show(
             "runs per sequence now", [(f"seq {s}", r) for s, r in sorted(per_seq.items())],
             f"seq {worst_seq}" if worst_seq is not None else None, colour=seq_colour(worst_seq or 0))
-        history = worst_runs_over_time(track, frame.cursor)
+        cursor = frame.cursor_in(track)  # the lane is in the session's own seconds
+        history = worst_runs_over_time(track, cursor)
         peak = max(history, key=lambda h: h[2], default=None)
         marks = [(t, str(min(9, r)), WARN_STYLE if peak and r == peak[2] else "") for t, _s, r in history]
-        self.query_one(Lane).show(track.duration or 1.0, {"max run": marks}, frame.cursor)
+        self.query_one(Lane).show(track.duration or 1.0, {"max run": marks}, cursor)
         total = sum(hist.values())
         mean = mean_runs(hist) or 0.0
         text = Text(f"{track.label} @ {found[0]:.1f}s  gathers {total}  mean runs {mean:.2f}  ", style="bold")

@@ -12,7 +12,7 @@ from textual.widgets import DataTable, OptionList, Static
 from textual.widgets.option_list import Option
 
 from app.tui.analysis import free_run_origin, free_runs, gather_runs, rows_per_slab
-from app.tui.data import ViewState
+from app.tui.data import ViewState, refresh_guarded
 from app.tui.views import frame_key, unchanged
 from app.tui.widgets.palette import seq_colour
 from app.tui.widgets.row_map import RowMap
@@ -95,7 +95,7 @@ class InspectorView(Vertical):
             self.seq = None
         if self.run_index is not None and self.run_index >= len(self._runs):
             self.run_index = None
-        cows = cow_rows(track, snap, frame.cursor)
+        cows = cow_rows(track, snap, frame.cursor_in(track))
         run = self._runs[self.run_index] if self.run_index is not None else None
         owners = layer.row_owner or [] if layer is not None else []
         refcounts = layer.row_refcount or [] if layer is not None else []
@@ -171,7 +171,7 @@ class InspectorView(Vertical):
     # ---- interaction ---------------------------------------------------------------------------------------
     def _redraw(self) -> None:
         if self._frame is not None:
-            self.refresh_view(self._frame)
+            refresh_guarded(self, self._frame)
 
     def on_row_map_slab_picked(self, message: RowMap.SlabPicked) -> None:
         self.slab_index = message.slab

@@ -1,5 +1,6 @@
-"""Memory view: footprint and RSS per backend, phase lines and names, peak markers, when requests finished, the
-slab/dense ratio against the gate, tok/s per backend, and the accounting stack at the cursor."""
+"""Memory view: footprint and RSS per backend, phase lines and names, peak markers, when requests finished and when
+shrink points gave memory back (with the bytes reclaimed), the slab/dense ratio against the gate, tok/s per
+backend, and the accounting stack at the cursor."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from app.tui.analysis import accounting
+from app.tui.analysis import accounting, shrink_so_far
 from app.tui.data import ViewState
 from app.tui.views import frame_key, unchanged
 from app.tui.widgets.accounting_bar import AccountingBar
 from app.tui.widgets.lane import Lane
 from app.tui.widgets.memory_chart import ChartData, MemoryChart, Series
 from app.tui.widgets.palette import OK_STYLE, WARN_STYLE, backend_colour, human_bytes
-from probes.events import RequestDone
+from probes.events import RequestDone, Shrunk
 from probes.store import SessionModel
 
 X_LABELS = {"time": "time (s)", "step": "step", "tokens": "tokens"}
@@ -53,26 +54,29 @@ def ratio_gauge(ratio: float, gate: float, width: int = 12) -> Text:
 
 
 def ratio_line(frame: ViewState) -> Text:
-    """'slab/dense 1.02x (gate 1.15x) ok' for each pool session against the dense one, plus tok/s per backend."""
+    """'slab/dense 1.02x (gate 1.15x) ok' for each pool session against the dense one (a rank against the same
+    rank of the dense run), plus tok/s per backend."""
     tracks = list(frame.sessions.sessions.values())
-    dense = next((t for t in tracks if t.label.startswith("dense")), None)
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f"x:{frame.x_mode} ", style="dim")
-    base = max_footprint(dense, frame.cursor) if dense else 0.0
+    shown = False
     for tr in tracks:
+        dense = frame.sessions.baseline_of(tr)
+        base = max_footprint(dense, frame.cursor_in(dense)) if dense else 0.0
         if tr is dense or not base:
             continue
-        ratio = max_footprint(tr, frame.cursor) / base
+        shown = True
+        ratio = max_footprint(tr, frame.cursor_in(tr)) / base
         ok = ratio <= frame.gate
         text.append(f"peak {tr.label}/dense ", style="bold")
         text.append_text(ratio_gauge(ratio, frame.gate))
         text.append(f"{ratio:.2f}x", style=OK_STYLE if ok else WARN_STYLE)
         text.append(f" (gate {frame.gate:.2f}x {'ok' if ok else 'EXCEEDED'})  ", style="dim" if ok else WARN_STYLE)
-    if not base:
+    if not shown:
         text.append("ratio: needs a dense session and a pool session  ", style="dim")
     text.append("tok/s ", style="bold")
     for index, tr in enumerate(tracks):
-        rate = tr.decode_tok_s(frame.cursor)
+        rate = tr.decode_tok_s(frame.cursor_in(tr))
         text.append(f"{tr.label} ", style=backend_colour(tr.label, index))
         text.append("-  " if rate is None else f"{rate:.1f}  ")
     return text
@@ -80,12 +84,14 @@ def ratio_line(frame: ViewState) -> Text:
 
 def chart_data(frame: ViewState) -> ChartData:
     """Every session's whole series in the frame's x mode (the cursor is a vertical line, so a replay shows where
-    it stands in the run), its peak, and phase starts. Each session's columns are cut at one row count, read once
-    (``SampleColumns.window``): the ingest thread may be appending meanwhile."""
+    it stands in the run), its peak, and phase starts; times on the shared axis (ranks aligned to rank 0's clock).
+    Each session's columns are cut at one row count, read once (``SampleColumns.window``): the ingest thread may be
+    appending meanwhile."""
     data = ChartData(x_label=X_LABELS[frame.x_mode])
     for index, tr in enumerate(frame.sessions.sessions.values()):
         samples = tr.samples.window()
         xs = x_values(samples, frame.x_mode)
+        xs = frame.sessions.shared_times(tr, xs) if frame.x_mode == "time" else xs
         fps = samples.footprint
         colour = backend_colour(tr.label, index)
         peak = None
@@ -95,9 +101,9 @@ def chart_data(frame: ViewState) -> ChartData:
         data.series.append(Series(f"{tr.label} act+cache", xs, fps, colour, peak=peak))
         data.series.append(Series(f"{tr.label} RSS", xs, samples.rss, colour, secondary=True))
         if frame.x_mode == "time":
-            data.phase_starts.extend(p.start for p in tr.phases())
+            data.phase_starts.extend(frame.sessions.shared_times(tr, [p.start for p in tr.phases()]))
         if frame.cursor is not None and data.cursor is None:
-            k = tr.sample_index(frame.cursor)
+            k = tr.sample_index(frame.cursor_in(tr))
             data.cursor = frame.cursor if frame.x_mode == "time" else (xs[k - 1] if 0 < k <= len(xs) else None)
     return data
 
@@ -119,7 +125,8 @@ class MemoryView(Vertical):
         self.query_one("#ratio-line", Static).update(ratio_line(frame))
         self.query_one(MemoryChart).draw(chart_data(frame))
         self.query_one(Lane).show(frame.sessions.duration() or 1.0, self._phase_lanes(frame), frame.cursor)
-        rows = [(tr.label, accounting(tr, tr.sample_index(frame.cursor))) for tr in frame.sessions.sessions.values()]
+        rows = [(tr.label, accounting(tr, tr.sample_index(frame.cursor_in(tr))))
+                for tr in frame.sessions.sessions.values()]
         self.query_one(AccountingBar).show([r for r in rows if r[1]])
         self.border_subtitle = self._peak_caption(frame)
 
@@ -128,23 +135,31 @@ class MemoryView(Vertical):
         lanes: dict[str, list[tuple[float, str, str]]] = {}
         for index, tr in enumerate(frame.sessions.sessions.values()):
             colour = backend_colour(tr.label, index)
+            shared = frame.sessions.to_shared  # a rank's times on rank 0's clock
             marks = []
             for p in tr.phases():  # a band over the phase's span, its name at the start
-                end = p.end if p.end is not None else tr.duration
-                marks += [(p.start + (end - p.start) * k / BAND_POINTS, "━", colour) for k in range(BAND_POINTS + 1)]
-                marks.append((p.start, "▌" + p.name + " ", f"bold {colour}"))
+                start, end = shared(tr, p.start), shared(tr, p.end if p.end is not None else tr.duration)
+                marks += [(start + (end - start) * k / BAND_POINTS, "━", colour) for k in range(BAND_POINTS + 1)]
+                marks.append((start, "▌" + p.name + " ", f"bold {colour}"))
             peak = tr.peak().t
             if peak is not None:
-                marks.append((peak, "▲", WARN_STYLE))
+                marks.append((shared(tr, peak), "▲", WARN_STYLE))
             lanes[tr.label] = marks
             finished = tr.events_of(RequestDone)
             if finished:  # when requests finished: memory falls when their rows are freed
-                lanes[f"✓ {tr.label}"] = [(e.t, "│", colour) for e in finished]
+                lanes[f"✓ {tr.label}"] = [(shared(tr, e.t), "│", colour) for e in finished]
+            shrunk = tr.events_of(Shrunk)
+            if shrunk:  # when shrink points gave slabs (and MLX's cache) back
+                lanes[f"↓ {tr.label}"] = [(shared(tr, e.t), "▼", colour) for e in shrunk]
         return lanes
 
     @staticmethod
     def _peak_caption(frame: ViewState) -> str:
         parts = []
         for tr in frame.sessions.sessions.values():
-            parts.append(f"{tr.label} max since start {human_bytes(max_footprint(tr, frame.cursor))}")
+            part = f"{tr.label} max since start {human_bytes(max_footprint(tr, frame.cursor_in(tr)))}"
+            shrink = shrink_so_far(tr, frame.cursor_in(tr))
+            if shrink.tally.events:  # what the footprint fell by across the shrink points (measured around each)
+                part += f", reclaimed {human_bytes(shrink.tally.reclaimed_bytes)} ({shrink.tally.slabs_released} slabs)"
+            parts.append(part)
         return " | ".join(parts)

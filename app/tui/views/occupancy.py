@@ -1,5 +1,5 @@
-"""Slab occupancy view: totals (slabs, rows live / shared / held / free, bytes reserved vs in use) and the
-layers x slabs grid of the chosen pool backend at the cursor."""
+"""Slab occupancy view: totals (slabs, rows live / shared / held / free, bytes reserved vs in use, and what shrink
+points released and moved) and the layers x slabs grid of the chosen pool backend at the cursor."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
-from app.tui.analysis import pool_totals
+from app.tui.analysis import ShrinkSoFar, pool_totals, shrink_so_far
 from app.tui.data import ViewState
 from app.tui.views import frame_key, unchanged
 from app.tui.widgets.palette import OCCUPANCY, SHARED_STYLE, human_bytes
@@ -16,8 +16,8 @@ from app.tui.widgets.slab_grid import SlabGrid
 from pool import PoolSnapshot
 
 
-def totals_text(name: str, t: float, snap: PoolSnapshot) -> Text:
-    """Two lines of totals for one snapshot."""
+def totals_text(name: str, t: float, snap: PoolSnapshot, shrink: ShrinkSoFar | None = None) -> Text:
+    """Two lines of totals for one snapshot; a third when a shrink gave slabs back or moved blocks by then."""
     tot = pool_totals(snap)
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f"{name} ({snap.design}) @ {t:.1f}s  ", style="bold")
@@ -37,7 +37,32 @@ def totals_text(name: str, t: float, snap: PoolSnapshot) -> Text:
     text.append(" empty→full ", style="dim")
     text.append("s", style=SHARED_STYLE)
     text.append(" shared", style="dim")
+    counters = snap.counters
+    if counters.slab_releases or counters.blocks_moved:
+        text.append("\n")
+        text.append_text(shrink_text(snap, shrink))
     return text
+
+
+def shrink_text(snap: PoolSnapshot, shrink: ShrinkSoFar | None) -> Text:
+    """What shrink points did by the snapshot's instant (its counters: exact at any instant), and the latest one
+    (the session's ``Shrunk`` events)."""
+    counters = snap.counters
+    unit = "slabs" if snap.design == "slab" else "grow chunks"
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append("shrink ", style="bold")
+    text.append(f"released {counters.slab_releases} {unit} ({human_bytes(counters.bytes_released)})  moved "
+                f"{counters.blocks_moved} blocks ({human_bytes(counters.bytes_moved)} measured)")
+    last = shrink.last if shrink is not None else None
+    if last is not None:
+        report = last.report
+        text.append(f"  last @ {last.t:.1f}s: -{report.slabs_released} {unit}, {report.blocks_moved} moves in "
+                    f"{report.move_s * 1e3:.1f} ms, footprint {_signed(-report.reclaimed)}", style="dim")
+    return text
+
+
+def _signed(value: int) -> str:
+    return ("+" if value > 0 else "-" if value < 0 else "±") + human_bytes(abs(value))
 
 
 class OccupancyView(Vertical):
@@ -59,5 +84,5 @@ class OccupancyView(Vertical):
             label.update(Text("no pool snapshot yet: pool views need a slab or monolithic backend", style="dim"))
             self.query_one(SlabGrid).show(None)
             return
-        label.update(totals_text(track.label, found[0], found[1]))
+        label.update(totals_text(track.label, found[0], found[1], shrink_so_far(track, frame.cursor_in(track))))
         self.query_one(SlabGrid).show(found[1])

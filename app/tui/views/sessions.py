@@ -1,6 +1,7 @@
-"""Sessions view: the recordings in a directory, opening one (replay) or several side by side (compare), and a
-comparison table of whatever is on screen (peak footprint, RSS, ratio to dense, tok/s, slabs, fragmentation,
-gather runs, fused declines)."""
+"""Sessions view: the recordings in a directory, opening one (replay), a distributed run (Enter on any of its rank
+recordings opens every rank listed as one run) or several side by side (compare), and a comparison table of
+whatever is on screen (peak footprint, RSS, ratio to dense, tok/s, slabs, fragmentation, gather runs, fused
+declines)."""
 
 from __future__ import annotations
 
@@ -32,16 +33,18 @@ COMPARE_COLUMNS = ("track", "max act+cache", "max RSS", "vs base", "tok/s", "sla
 def compare_rows(frame: ViewState) -> list[tuple]:
     """One row of figures per session, up to the cursor."""
     tracks = list(frame.sessions.sessions.values())
-    # The baseline: the dense session when there is one, else the first one (two slab sessions compared).
-    dense = next((t for t in tracks if t.label.startswith("dense")), tracks[0] if tracks else None)
-    base = max_footprint(dense, frame.cursor) if dense else 0.0
     rows = []
     for tr in tracks:
-        peak = max_footprint(tr, frame.cursor)
-        rss = tr.peak("rss", 0.0, frame.cursor).value if frame.cursor is not None else tr.peak("rss").value
+        # The baseline: the dense session (a rank: the same rank of the dense run), else the first one (two slab
+        # sessions compared).
+        dense = frame.sessions.baseline_of(tr) or (tracks[0] if frame.sessions.run_of(tr) is None else None)
+        base = max_footprint(dense, frame.cursor_in(dense)) if dense else 0.0
+        cursor = frame.cursor_in(tr)
+        peak = max_footprint(tr, cursor)
+        rss = tr.peak("rss", 0.0, cursor).value if cursor is not None else tr.peak("rss").value
         ratio = Text(f"{peak / base:.2f}x", style=OK_STYLE if peak / base <= frame.gate else WARN_STYLE) \
             if base and tr is not dense else Text("-", style="dim")
-        rate = tr.decode_tok_s(frame.cursor)
+        rate = tr.decode_tok_s(cursor)
         snap = _snapshot(frame, tr)
         slabs = reserved = mean_text = "-"
         if snap is not None:
@@ -49,8 +52,7 @@ def compare_rows(frame: ViewState) -> list[tuple]:
             mean = mean_runs(merged_gather_hist(snap))
             slabs, reserved = str(totals.slabs), human_bytes(totals.bytes_reserved)
             mean_text = f"{mean:.2f}" if mean is not None else "-"
-        declines = sum(1 for e in tr.events_of(FusedChange)
-                       if not e.use_fused and (frame.cursor is None or e.t <= frame.cursor))
+        declines = sum(1 for e in tr.events_of(FusedChange) if not e.use_fused and (cursor is None or e.t <= cursor))
         rows.append((tr.label, human_bytes(peak), human_bytes(rss), ratio, "-" if rate is None else f"{rate:.1f}",
                      slabs, reserved, mean_text, str(declines)))
     return rows
@@ -62,7 +64,7 @@ def _snapshot(frame: ViewState, model: SessionModel):
     if not model.is_pool:
         return None
     try:
-        return model.snapshot_at(frame.cursor)
+        return model.snapshot_at(frame.cursor_in(model))
     except RecordingError as exc:
         frame.sessions.problems.setdefault(model.label, str(exc))
         return None
@@ -79,11 +81,13 @@ class SessionsView(Vertical):
     ]
 
     class OpenRecordings(Message):
-        """Ask the app to load these session files (one = replay, several = side by side)."""
+        """Ask the app to load these session files (one = replay, several = side by side); ``run``: they are the
+        rank recordings of one distributed run (a missing rank is an error even when only one file is there)."""
 
-        def __init__(self, paths: list[Path]) -> None:
+        def __init__(self, paths: list[Path], run: bool = False) -> None:
             super().__init__()
             self.paths = paths
+            self.run = run
 
     def __init__(self, directory: Path, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -119,13 +123,17 @@ class SessionsView(Vertical):
         keep = table.cursor_row
         table.clear()
         for info in self.infos:
-            state = Text(info.error, style=WARN_STYLE) if info.error else ("complete" if info.complete else "partial")
-            table.add_row("●" if info.path in self.marked else " ", info.path.name, info.backend, info.scenario,
+            state = Text(info.error, style=WARN_STYLE) if info.error else \
+                Text(f"damaged: {info.damage}", style=WARN_STYLE) if info.damage else \
+                ("complete" if info.complete else "partial")
+            backend = f"{info.backend} {info.rank}" if info.rank else info.backend
+            table.add_row("●" if info.path in self.marked else " ", info.path.name, backend, info.scenario,
                           info.model, f"{info.duration:.1f}s", human_bytes(info.size), state)
         if 0 <= keep < len(self.infos):
             table.move_cursor(row=keep)
         header = Text(f"recordings in {self.directory}/  ", style="bold")
-        header.append("enter: open  m: mark  c: open marked side by side  F5: rescan", style="dim")
+        header.append("enter: open (a rank: its whole run)  m: mark  c: open marked side by side  F5: rescan",
+                      style="dim")
         if not self.infos:
             header.append("\n(no session files here yet: press R during a live run to record)", style="dim")
         self.query_one("#sessions-header", Static).update(header)
@@ -141,9 +149,11 @@ class SessionsView(Vertical):
             self._fill_listing()
 
     def action_open_highlighted(self) -> None:
+        """Open the highlighted recording; a rank recording opens with every rank of its run listed here."""
         info = self._highlighted()
         if info is not None:
-            self.post_message(self.OpenRecordings([info.path]))
+            run = [i.path for i in self.infos if info.run_id and i.run_id == info.run_id]
+            self.post_message(self.OpenRecordings(run or [info.path], run=bool(run)))
 
     def action_open_marked(self) -> None:
         paths = [i.path for i in self.infos if i.path in self.marked]

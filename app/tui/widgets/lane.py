@@ -3,6 +3,8 @@ declines per layer, or phase names along the time axis."""
 
 from __future__ import annotations
 
+import math
+
 from rich.text import Text
 from textual.widget import Widget
 
@@ -21,8 +23,11 @@ class Lane(Widget):
         self._cursor: float | None = None
 
     def show(self, span: float, lanes: dict[str, list[tuple[float, str, str]]], cursor: float | None = None) -> None:
-        """Replace the lanes; ``span`` is the time the full width stands for."""
-        self._span, self._lanes, self._cursor = max(span, 1e-9), lanes, cursor
+        """Replace the lanes; ``span`` is the time the full width stands for. A mark at a time that is not a
+        finite number has no column: it is left out (readers refuse such times; this keeps the widget total)."""
+        self._span = span if math.isfinite(span) and span > 1e-9 else 1e-9
+        self._lanes = {name: [mark for mark in marks if math.isfinite(mark[0])] for name, marks in lanes.items()}
+        self._cursor = cursor if cursor is not None and math.isfinite(cursor) else None
         self.refresh(layout=True)
 
     def get_content_height(self, container, viewport, width: int) -> int:

@@ -10,7 +10,7 @@ from app.tui.data import SessionSet
 from app.tui.widgets.palette import OK_STYLE, WARN_STYLE, backend_colour
 
 STATE_MARK = {"running": ("●", OK_STYLE), "done": ("✓", OK_STYLE), "error": ("✗", WARN_STYLE),
-              "waiting": ("…", "dim")}
+              "waiting": ("…", "dim"), "damaged": ("⚠ damaged file", WARN_STYLE)}
 
 
 class StatusBar(Widget):

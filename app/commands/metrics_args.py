@@ -1,0 +1,57 @@
+"""``--metrics-port`` / ``--metrics-addr`` / ``--metrics-hold`` for commands that run workloads (``run``,
+``record``): a Prometheus endpoint (``probes.prometheus``) bound before any work starts, so a port in use or not
+permitted is one line (exit 2) and nothing runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from app.commands.arg_types import finite_float
+from app.commands.errors import UsageError
+
+
+def port_number(text: str) -> int:
+    """A TCP port 0..65535 (0: any free port, printed when the endpoint starts)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {value}")
+    return value
+
+
+def add_metrics_arguments(parser) -> None:
+    parser.add_argument("--metrics-port", type=port_number, default=None, metavar="PORT",
+                        help="serve Prometheus metrics (footprint, pool bytes, slabs, fragmentation, gather runs, "
+                             "fused/gather decisions by reason, tok/s) on PORT while running (0: a free port)")
+    parser.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR",
+                        help="address the metrics endpoint binds (default 127.0.0.1; 0.0.0.0 for every interface)")
+    parser.add_argument("--metrics-hold", type=finite_float(0.0), default=0.0, metavar="SECONDS",
+                        help="keep serving the final metrics this long after the run ends (default 0)")
+
+
+def start_metrics(args):
+    """The run's ``RunMetrics`` with its endpoint listening, or None without ``--metrics-port``. UsageError (one
+    line, exit 2) when the address cannot be bound."""
+    if args.metrics_port is None:
+        return None
+    from probes.prometheus import serve_metrics
+
+    try:
+        metrics, server = serve_metrics(args.metrics_port, args.metrics_addr)
+    except OSError as exc:
+        raise UsageError(f"--metrics-port {args.metrics_port} on {args.metrics_addr}: cannot serve metrics: "
+                         f"{exc.strerror or exc}") from None
+    print(f"metrics: http://{args.metrics_addr}:{server.server_port}/metrics", file=sys.stderr, flush=True)
+    return metrics
+
+
+def hold_metrics(args, metrics) -> None:
+    """Keep the endpoint up ``--metrics-hold`` seconds after the run (a scraper's last look)."""
+    if metrics is not None and args.metrics_hold > 0:
+        sys.stdout.flush()
+        print(f"metrics: holding the final values for {args.metrics_hold:g} s", file=sys.stderr, flush=True)
+        time.sleep(args.metrics_hold)

@@ -1,0 +1,22 @@
+# Shared by the tmux checks (sourced): read the pane of tmux session $SESSION and wait for text on it.
+
+screen() { tmux capture-pane -p -t "$SESSION"; }
+
+wait_for() {  # wait_for TEXT SECONDS: poll the pane until TEXT shows up (prints the screen and exits 1 otherwise)
+  local text="$1" limit="$2" waited=0
+  while ! screen | grep -qF -- "$text"; do
+    sleep 0.5; waited=$((waited + 1))
+    if [ "$waited" -ge $((limit * 2)) ]; then
+      echo "FAIL: '$text' not on screen after ${limit}s"; screen; exit 1
+    fi
+  done
+  echo "ok: $text"
+}
+
+wait_gone() {  # wait_gone SECONDS: the app left the pane (the pane's command falls back to `sleep`)
+  for _ in $(seq 1 $(($1 * 2))); do
+    sleep 0.5
+    if ! screen | grep -qF "Memory  Slabs"; then echo "ok: quit"; return 0; fi
+  done
+  echo "FAIL: app still on screen $1 s after q"; screen; exit 1
+}

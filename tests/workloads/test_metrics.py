@@ -1,0 +1,113 @@
+"""``slabscope run --metrics-port``: Prometheus metrics scraped during a real CPU run (default model, a short
+``churn``), then checked against the run's own summary; a port in use or a bad port is one line before any work."""
+
+from __future__ import annotations
+
+import json
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def _metrics(text: str) -> dict[str, float]:
+    """{'name{labels}': value} of the exposition text's samples."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def _scrape(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        assert response.status == 200
+        return _metrics(response.read().decode())
+
+
+def _lines(stream, into: queue.Queue) -> None:
+    for line in stream:
+        into.put(line)
+
+
+def _wait_for(lines: queue.Queue, fragment: str, deadline: float, seen: list) -> str:
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        seen.append(line)
+        if fragment in line:
+            return line
+    raise AssertionError(f"{fragment!r} not printed; stderr so far: {''.join(seen)[-2000:]}")
+
+
+def test_metrics_scraped_during_a_cpu_run_match_its_summary():
+    proc = subprocess.Popen([sys.executable, "-m", "app", "run", "--scenario", "churn", "--set", "n=4", "--json",
+                             "--metrics-port", "0", "--metrics-hold", "60"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    stderr: queue.Queue = queue.Queue()
+    threading.Thread(target=_lines, args=(proc.stderr, stderr), daemon=True).start()
+    seen: list = []
+    try:
+        deadline = time.monotonic() + 240
+        url = _wait_for(stderr, "metrics: http://", deadline, seen).split("metrics: ", 1)[1].strip()
+        during = {}
+        while time.monotonic() < deadline:  # scrape while the run goes on: memory and at least one step seen
+            during = _scrape(url)
+            if during.get('slabscope_steps_total{backend="slab",type="decode"}', 0) >= 1:
+                break
+            time.sleep(0.2)
+        assert during['slabscope_run_done{backend="slab"}'] == 0 and proc.poll() is None
+        assert during['slabscope_footprint_bytes{backend="slab"}'] > 0
+        assert 0 < during['slabscope_pool_live_bytes{backend="slab"}'] <= \
+            during['slabscope_pool_reserved_bytes{backend="slab"}']
+        assert during['slabscope_pool_slabs{backend="slab"}'] > 0
+        _wait_for(stderr, "metrics: holding", deadline, seen)
+        final = _scrape(url)
+    finally:
+        proc.terminate()
+        stdout, _ = proc.communicate(timeout=30)
+    summary = json.loads(stdout)
+    assert final['slabscope_run_done{backend="slab"}'] == 1
+    assert final['slabscope_tokens_total{backend="slab",type="decode"}'] == summary["decode_tokens"]
+    assert final['slabscope_tokens_total{backend="slab",type="prefill"}'] == summary["prefill_tokens"]
+    decisions = {key: value for key, value in final.items() if key.startswith("slabscope_attention_decisions_total")}
+    reasons = summary["fused_decode"]["reasons"]
+    assert sum(decisions.values()) == summary["fused_decode"]["fused"] + summary["fused_decode"]["gather"]
+    for reason, count in reasons.items():
+        assert sum(v for k, v in decisions.items() if f'reason="{reason}"' in k) == count
+    assert final['slabscope_gather_runs_count{backend="slab"}'] > 0
+    assert final['slabscope_tokens_per_second{backend="slab",type="decode"}'] > 0
+    assert 'slabscope_pool_fragmentation{backend="slab"}' in final
+
+
+def _run_fails(*extra) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app", "run", "--scenario", "churn", *extra], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_port_in_use_is_one_line_before_any_work():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        result = _run_fails("--metrics-port", str(taken.getsockname()[1]))
+    assert result.returncode == 2 and result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1 and "cannot serve metrics" in result.stderr
+
+
+@pytest.mark.parametrize("port, fragment", [("70000", "0..65535"), ("http", "not a port number"),
+                                            ("-1", "0..65535")])
+def test_bad_port_is_a_usage_error(port, fragment):
+    result = _run_fails("--metrics-port", port)
+    assert result.returncode == 2 and fragment in result.stderr and len(result.stderr.splitlines()) == 1

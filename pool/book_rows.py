@@ -270,11 +270,16 @@ class RowBook:
         if count:
             self._emit(RowsFreed, rows=freed0, count=count)
 
-    def _reserve_capacity(self) -> list[tuple[int, int, int]]:
-        """Round every layer's capacity up to hold its minted rows; model the growth. Returns (layer, old, new)."""
+    def _reserve_capacity(self, extra_blocks: int = 0) -> list[tuple[int, int, int]]:
+        """Round every layer's capacity up to hold its minted rows, plus the rows ``extra_blocks`` more blocks would
+        mint (after taking free rows; never past the budget); model the growth. Returns (layer, old, new)."""
         growth = []
+        budget = self.max_blocks_per_layer
         for index, layer in enumerate(self.layers):
-            needed = capacity_for(self.design, self.slab_blocks, len(layer.row_block))
+            rows = len(layer.row_block) + max(0, extra_blocks - len(layer.free))
+            if budget is not None:
+                rows = min(rows, max(len(layer.row_block), budget))
+            needed = capacity_for(self.design, self.slab_blocks, rows)
             if needed > layer.capacity:
                 growth.append((index, layer.capacity, needed))
                 if self.row_bytes[index]:

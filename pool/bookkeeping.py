@@ -19,7 +19,7 @@ from pool.book_state import BookState
 from pool.config import blocks_for_tokens, chunk_rows
 from pool.errors import PoolError
 from pool.ops import (Adopt, AddSequence, BlockMove, Clone, CopyOnWrite, Detach, PrepareWrite, Release, ReleaseHandle,
-                      RowMint, SetLogicalStart, ShrinkTick, SlabRelease, Trim)
+                      Reserve, RowMint, SetLogicalStart, ShrinkTick, SlabRelease, Trim)
 
 __all__ = ["BlockBook", "LayerRows", "OpListener", "WritePlan"]
 
@@ -169,6 +169,31 @@ class BlockBook(RowBook):
             raise PoolError(f"sequence {seq_id} layer {layer}: blocks {shared} are shared; prepare_write "
                             f"copies them on write and must come first")
         return rows
+
+    def reserve(self, lengths: dict[int, int]) -> WritePlan:
+        """Hold capacity, in every layer, for the blocks sequences still need to reach ``lengths`` (seq id -> tokens):
+        blocks past their tables' ends, plus a shared partial last block their next write copies. Growth happens
+        here, once, instead of at the writes that fill those blocks (each growth is measured, and measuring waits
+        for the device: pool/copy_meter.py). Rows stay unminted until a write takes them; capacity never exceeds
+        what the budget lets live blocks reach. Mutates capacity (and its modelled growth); returns the growth."""
+        if not isinstance(lengths, dict):
+            raise PoolError(f"reserve takes {{seq id: tokens}}, got {type(lengths).__name__}")
+        for seq_id, num_tokens in lengths.items():
+            self.tables(seq_id)
+            _check_int("reserved length", num_tokens)
+        blocks = sum(self._blocks_to_come(self.tables(seq_id)[0], num_tokens) for seq_id, num_tokens in lengths.items())
+        self._check_room([blocks] * self.num_layers)
+        growth = self._reserve_capacity(extra_blocks=blocks)
+        self._emit(Reserve, seqs=list(lengths), lengths=list(lengths.values()))
+        return WritePlan(cow_pairs=[[] for _ in range(self.num_layers)], growth=growth)
+
+    def _blocks_to_come(self, table: BlockTable, num_tokens: int) -> int:
+        """New blocks (rows) a sequence needs to grow from its table to ``num_tokens`` tokens (layer 0's table:
+        layers allocate in lockstep)."""
+        if num_tokens <= table.length:
+            return 0
+        shared_tail = table.length % self.block_size != 0 and self.layers[0].row_refcount[table.rows[-1]] > 1
+        return max(0, blocks_for_tokens(num_tokens, self.block_size) - len(table.rows)) + int(shared_tail)
 
     def release(self, seq_id: int) -> None:
         """Drop the sequence; blocks whose refcount reaches 0 free their rows."""

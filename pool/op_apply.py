@@ -11,7 +11,7 @@ from __future__ import annotations
 from pool.block_table import PrefixHandle
 from pool.errors import PoolError
 from pool.ops import (Adopt, AddSequence, Clone, DerivedOp, Detach, Op, PrepareWrite, Release, ReleaseHandle,
-                      SequenceOp, SetLogicalStart, SetSlabBlocks, ShrinkTick, StorageInit, Trim)
+                      Reserve, SequenceOp, SetLogicalStart, SetSlabBlocks, ShrinkTick, StorageInit, Trim)
 
 SEQUENCE_OPS = frozenset(cls.__struct_config__.tag for cls in SequenceOp.__subclasses__())
 
@@ -50,6 +50,8 @@ def apply_op(book, op: Op, handles: dict[int, PrefixHandle]) -> bool:
             book.set_slab_blocks(slab_blocks)
         case SetLogicalStart(seq=seq, logical_start=start):
             book.set_logical_start(seq, start)
+        case Reserve(seqs=seqs, lengths=lengths):
+            book.reserve(dict(zip(seqs, lengths)))
         case ShrinkTick():
             book.shrink()  # under the replaying book's own policy (a what-if may run another one)
         case _:

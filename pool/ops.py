@@ -90,6 +90,14 @@ class SetLogicalStart(SequenceOp, tag="set_logical_start"):
     logical_start: int
 
 
+class Reserve(SequenceOp, tag="reserve"):
+    """Hold capacity for sequences ``seqs`` to reach ``lengths`` tokens (their blocks still to come) in one growth,
+    so the writes that fill them grow nothing (``BlockBook.reserve``)."""
+
+    seqs: list[int]
+    lengths: list[int]
+
+
 class ShrinkTick(SequenceOp, tag="shrink"):
     """A shrink point (one per workload step, and per idle tick): the book ran its shrink policy here
     (pool/shrink_types.py). Logged whatever the policy, ``off`` included, so a what-if replay can run another

@@ -148,6 +148,12 @@ class PagedKVPool:
         plan = self.book.prepare_write(seq_id, start, num_tokens)
         self._execute(plan)
 
+    def reserve(self, lengths: dict[int, int]) -> None:
+        """Grow once, now, to hold the blocks sequences still need to reach ``lengths`` (seq id -> tokens; see
+        BlockBook.reserve), so the writes that fill them grow nothing: a growth is measured (copy_meter.py), and
+        measuring waits for the device, which would drain a pipelined prefill at every slab it appends."""
+        self._execute(self.book.reserve(lengths))
+
     def _execute(self, plan: WritePlan) -> None:
         if not plan.growth and not any(plan.cow_pairs):
             return  # storage already holds the book's capacity (kept equal after every operation)
@@ -194,7 +200,9 @@ class PagedKVPool:
 
         self.book.check_layer(layer)
         check_batch(seq_ids, starts, keys, values)
-        per_seq = [(keys[i], values[i]) for i in range(len(seq_ids))]
+        # views, not ``keys[i]``: MLX turns an integer index into a Gather that copies the sequence's K/V once more
+        # before the slab update copies it in (per layer per prefill chunk); a slice and a squeeze copy nothing
+        per_seq = [(keys[i:i + 1].squeeze(0), values[i:i + 1].squeeze(0)) for i in range(len(seq_ids))]
         geometry = geometry_of(*per_seq[0])  # one geometry: check_batch made K and V one shape and dtype
         self.storage.check_geometry(layer, geometry)
         num_tokens = int(keys.shape[1])

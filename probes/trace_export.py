@@ -29,8 +29,8 @@ from pathlib import Path
 
 import msgspec
 
-from pool.ops import (BlockMove, Clone, Copied, CopyOnWrite, Detach, Grow, Release, ReleaseHandle, SlabAppend,
-                      SlabRelease, StorageInit, Trim)
+from pool.ops import (BlockMove, Clone, Copied, CopyOnWrite, Detach, Grow, Release, ReleaseHandle, Reserve,
+                      SlabAppend, SlabRelease, StorageInit, Trim)
 from probes.events import (FusedChange, GatherRuns, PhaseEdge, ProbeStats, Step, TimelineEvent, WorkerError)
 
 # Sample column -> (counter name, unit). ``pool reserved`` is live + free (the pool's reserved capacity).
@@ -55,6 +55,7 @@ OP_INSTANTS: dict[type, str] = {
     StorageInit: "storage init",
     SlabRelease: "slab release",
     BlockMove: "blocks moved",
+    Reserve: "reserve ahead",  # an admission round's capacity held in one growth (its slab appends follow it)
 }
 
 # Timeline events drawn elsewhere (slices, counters) or too frequent to be useful as instants.

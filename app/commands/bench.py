@@ -12,6 +12,7 @@ BENCH_KINDS = {
     "snapshot": "cost of a pool snapshot on a large pool",
     "throughput": "backends and mlx-lm's BatchGenerator on the same prompts: warm and fresh-process, median and range",
     "model": "load time, prefill and decode speed of one model with stock mlx-lm caches",
+    "host": "host time per prefill chunk and decode step (graph build, dispatch, wait) and its MLX primitives",
     "export": "slabscope export of a synthetic one-hour 10 Hz session: fresh-process time and file size per format",
     "shrink": "shrink policies: footprint after a burst (fresh processes) and decode throughput against off",
 }
@@ -19,7 +20,7 @@ BENCH_KINDS = {
 
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="benchmarks that print figures (growth, decode, probes, snapshot, throughput, "
-                       "model, export, shrink)")
+                       "model, export, shrink, host)")
     kinds = p.add_subparsers(dest="bench_kind", metavar="KIND")
     for kind, help_text in BENCH_KINDS.items():
         try:

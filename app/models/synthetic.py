@@ -35,6 +35,14 @@ SYNTHETIC_CONFIGS: dict[str, dict[str, Any]] = {
         "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
         "max_position_embeddings": 4096,
     },
+    # qwen3-0.6b's depth and context (28 layers, 40960 positions) at tiny widths: a run's pool growth, device
+    # syncs and per-layer graph (ops per step) are qwen3-0.6b's; its compute is a CPU's
+    "tiny-qwen3-28l": {
+        "model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 28, "intermediate_size": 128,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 512,
+        "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
+        "max_position_embeddings": 40960,
+    },
 }
 
 def _init_std(name: str, shape: tuple[int, ...], hidden_size: int) -> float | None:

@@ -27,8 +27,13 @@ from probes.events import GatherRuns
 class PagedBackend:
     """Owns a ``PagedKVPool`` and its prefix cache; mutates them per planned step and on admit/release."""
 
-    def __init__(self, pool, *, prefix_cache=None, align_tokens: int = 1, decisions=None, kernel=None):
+    def __init__(self, pool, *, prefix_cache=None, align_tokens: int = 1, decisions=None, kernel=None,
+                 reserve_ahead: bool = False):
         self.pool = pool
+        # grow once per admission round for the running sequences' final lengths (``_reserve_admitted``) instead
+        # of at the prefill chunks and decode steps that fill the pool
+        self.reserve_ahead = reserve_ahead
+        self._reserve_due = False
         self.prefix_cache = prefix_cache
         self.align_tokens = align_tokens  # shared prefixes end on a prefill-chunk boundary (see PrefixCache.attach)
         self.decisions = decisions  # DecodeDecisions (None: always gather, no decision asked)
@@ -61,8 +66,20 @@ class PagedBackend:
                                               align_tokens=self.align_tokens)
             seq.num_cached = seq.num_shared = shared
         self._running[seq.seq_id] = seq
+        self._reserve_due = self.reserve_ahead
         self._prefetch_projected()
         return True
+
+    def _reserve_admitted(self) -> None:
+        """After an admission round, before the next forward pass: hold capacity for every running sequence's
+        final length (its cache never holds the last sampled token) in one pool growth. Each growth is measured,
+        and measuring waits for the device (pool/copy_meter.py): growing at every slab a prefill fills drained
+        the GPU's prefill pipeline dozens of times per burst; now a burst admitted together grows once."""
+        if not self._reserve_due:
+            return
+        self._reserve_due = False
+        self.pool.reserve({s.seq_id: len(s.request.prompt) + s.request.max_new_tokens - 1
+                           for s in self._running.values()})
 
     def _prefetch_projected(self) -> None:
         """Queue the fused kernels for the slab count the running sequences will reach at their final lengths
@@ -94,6 +111,7 @@ class PagedBackend:
         self.conversations.keep_or_release(seq)
 
     def prefill_caches(self, seq: Sequence, start: int, num_tokens: int) -> list:
+        self._reserve_admitted()
         step = PagedStep(self.pool, [seq.seq_id], [start], num_tokens, batched=False)
         if self.kernel is not None:  # the pool may just have appended a slab: build the next kernels meanwhile
             self.kernel.prefetch(self.pool.num_buffers(0))
@@ -104,6 +122,7 @@ class PagedBackend:
         is the one the kernel will see). ``starts``: write positions (default ``num_cached``; the engine passes
         ``num_cached + 1`` when it builds a step before recording the previous one's tokens)."""
         starts = [s.num_cached for s in seqs] if starts is None else starts
+        self._reserve_admitted()
         step = PagedStep(self.pool, [s.seq_id for s in seqs], starts, 1, batched=True)
         if self.decisions is not None:
             context = max(n - self.pool.logical_start(sid) for n, sid in zip(step.lengths, step.seq_ids))

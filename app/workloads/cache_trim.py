@@ -7,12 +7,13 @@ ladder of ever larger, never reused buffers behind (about P^2/2 score elements f
 chunk size). On CUDA and Metal that ladder is real memory the process holds (footprint = active + cache).
 
 Policy: before a prefill chunk is dispatched, if the cache exceeds ``fraction`` x (weight bytes + K/V bytes of the
-tokens cached so far), and at least ``MIN_TRIM_BYTES``, the engine waits for the chunk in flight and releases the cache (``mx.clear_cache``), then
-dispatches: freeing device memory synchronises, and with nothing in flight it waits for nothing (trimming after a
-dispatch would also wait for the new chunk and leave the device idle while the host builds the next one). The budget keeps the buffers every chunk reuses (MLP and
-projection temporaries of one chunk are far below it) and drops the ladder before it grows past the budget. A
-trim waits for the device (freeing device memory synchronises), so it is rare by design; ``trims`` counts them and
-the run summary reports the count. The same policy runs on every backend (the engine owns it), so backends stay
+running sequences at their final lengths), and at least ``MIN_TRIM_BYTES``, the engine waits for the chunk in flight
+and releases the cache (``mx.clear_cache``), then dispatches: freeing device memory synchronises, and with nothing
+in flight it waits for nothing (trimming after a dispatch would also wait for the new chunk and leave the device
+idle while the host builds the next one). The budget keeps the buffers every chunk reuses (MLP and projection
+temporaries of one chunk are far below it) and drops the ladder before it grows past the budget. A trim waits for
+the device (freeing device memory synchronises), so it is rare by design; ``trims`` counts them and the run summary
+reports the count. The same policy runs on every backend (the engine owns it), so backends stay
 comparable; ``fraction=None`` turns it off. mlx is imported lazily.
 """
 
@@ -35,18 +36,18 @@ class CacheTrim:
         self.trims = 0
         self.trimmed_bytes = 0
 
-    def budget(self, tokens_cached: int) -> int:
-        """Cache bytes allowed before a trim: the fraction of (weights + cached K/V), at least ``min_bytes``."""
-        return max(self.min_bytes,
-                   int((self.fraction or 0.0) * (self.weight_bytes + tokens_cached * self.bytes_per_token)))
+    def budget(self, tokens: int) -> int:
+        """Cache bytes allowed before a trim: the fraction of (weights + K/V of ``tokens``, the running sequences'
+        final lengths: the run's peak, known from the first chunk), at least ``min_bytes``."""
+        return max(self.min_bytes, int((self.fraction or 0.0) * (self.weight_bytes + tokens * self.bytes_per_token)))
 
-    def due(self, tokens_cached: int) -> bool:
+    def due(self, tokens: int) -> bool:
         """True when the cache holds more than the budget (one cheap counter read)."""
         if self.fraction is None:
             return False
         import mlx.core as mx
 
-        return mx.get_cache_memory() > self.budget(tokens_cached)
+        return mx.get_cache_memory() > self.budget(tokens)
 
     def trim(self) -> None:
         """Release MLX's cache now (frees device memory: waits for the work in flight)."""
@@ -56,9 +57,9 @@ class CacheTrim:
         mx.clear_cache()
         self.trims += 1
 
-    def after_prefill_chunk(self, tokens_cached: int) -> bool:
+    def after_prefill_chunk(self, tokens: int) -> bool:
         """Trim if the cache is over budget; True when it trimmed."""
-        if not self.due(tokens_cached):
+        if not self.due(tokens):
             return False
         self.trim()
         return True

@@ -104,7 +104,7 @@ class Engine:
         # the trunk alone: its hidden states feed nothing but the cache writes
         out = self._trunk(inputs, cache=caches) if self._trunk is not None else self.model(inputs, cache=caches)
         trim = self.cache_trim
-        if trim is not None and trim.due(sum(s.num_cached for s in self.scheduler.running)):
+        if trim is not None and trim.due(self._projected_tokens()):
             # the previous chunks' attention temporaries (a new size each chunk) piled up in MLX's cache: drain the
             # chunk in flight, then trim with nothing running (see app/workloads/cache_trim.py)
             if self._prefill_inflight is not None:
@@ -119,6 +119,13 @@ class Engine:
             mx.eval(previous)
         self.scheduler.complete_prefill(plan)
         return StepResult("prefill", 1, plan.num_tokens, time.perf_counter() - t0, [])
+
+    def _projected_tokens(self) -> int:
+        """K/V tokens the running sequences will hold at their final lengths (the last sampled token is never
+        cached): what the trim's budget is counted on, so it is the run's peak from the first chunk on and early
+        chunks, whose K/V is still small, do not trim (each trim waits for the device) for a footprint the end of
+        the prefill exceeds anyway."""
+        return sum(len(s.request.prompt) + s.request.max_new_tokens - 1 for s in self.scheduler.running)
 
     def _dispatch(self, plan: DecodeBatch, starts: list[int], inputs: mx.array) -> _Dispatched:
         """Build one decode step's graph (sequence i writes at ``starts[i]``; ``inputs`` [B, 1], possibly lazy)

@@ -161,7 +161,12 @@ def make_backend(spec: RunSpec, loaded, pool_params: dict, *, kernel_route=None,
     decisions = DecodeDecisions(pool, dtype=loaded.dtype, head_dim=loaded.head_dim,
                                 routable=routable and kernel_route is not None,
                                 readiness=kernel_route.readiness() if kernel_route is not None else None)
-    return PagedBackend(pool, prefix_cache=prefix, align_tokens=align, decisions=decisions, kernel=kernel_route)
+    # the slab design reserves ahead (its growth appends, so holding capacity early costs nothing but the capacity
+    # itself); the monolithic baseline keeps the origin's presize-per-span growth, the behaviour it exists to show.
+    # A shrink policy gives free slabs back at every step, reserved ones included: the two aims conflict, so a
+    # shrinking pool grows as its writes need
+    return PagedBackend(pool, prefix_cache=prefix, align_tokens=align, decisions=decisions, kernel=kernel_route,
+                        reserve_ahead=spec.backend == "slab" and spec.shrink_policy().mode == "off")
 
 
 def _query_heads(loaded) -> int:

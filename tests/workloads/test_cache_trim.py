@@ -103,3 +103,17 @@ def test_bad_cache_parameters_are_refused():
         RunSpec(cache_limit=-1)
     with pytest.raises(ValueError, match="prefill_trim"):
         RunSpec(prefill_trim=-0.5)
+
+
+@pytest.mark.parametrize("backend", ["slab", "dense"])
+def test_the_trim_budget_counts_the_running_sequences_final_lengths(tiny_llama, tmp_path, backend, monkeypatch):
+    """Asked before every prefill chunk with the K/V the running sequences will hold at their final lengths (the
+    run's peak), not with what is cached so far: early chunks must not trim for a footprint the end exceeds."""
+    from app.workloads.cache_trim import CacheTrim
+
+    asked = []
+    monkeypatch.setattr(CacheTrim, "due", lambda self, tokens: asked.append(tokens) or False)
+    scenario = write_scenario(tmp_path, burst_toml(n=2, concurrency=2, prompt_tokens="48", gen_tokens="4"))
+    summary, _, _ = run_backend(tiny_llama, scenario, backend, **(POOL if backend != "dense" else {}))
+    prefill_steps = sum(p["prefill_steps"] for p in summary["phases"].values())
+    assert asked == [2 * (48 + 4 - 1)] * prefill_steps  # both admitted at once: one projection for every chunk

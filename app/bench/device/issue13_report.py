@@ -5,7 +5,9 @@
   median; the decline reasons counted (e.g. "kernel for 33 slabs compiling");
 * footprint: max(active + cache) over the samples vs the ideal (weight bytes + the K/V bytes of every cached token
   at the end of the burst: n x (prompt + gen - 1) tokens x 2 x layers x kv_heads x head_dim x dtype size);
-* probe cost (the probes' own measure), cache trims, kernel-build figures (compiled / from disk, NVRTC seconds).
+* probe cost (the probes' own measure), cache trims, kernel-build figures (compiled / from disk, NVRTC seconds);
+* pool growths: the op log's slab_append / grow ops (capacity raised; every one after the layers' first writes is
+  measured from the allocator, two device syncs each: pool/copy_meter.py).
 
     PYTHONPATH=. python3 app/bench/device/issue13_report.py DIR [--json OUT.json]
 """
@@ -45,6 +47,8 @@ def figures(path: str) -> dict:
     steps_ms = [e.wall_s * 1e3 for e in decode]
     first_fused = next(((i, e.wall_s * 1e3) for i, e in enumerate(decode) if e.step in fused_steps), None)
     footprint = session.peak("footprint").value
+    growths = _growth_ops(session)
+    parts = _footprint_parts(session)
     ideal = ideal_bytes(meta)
     run = session.summary.summary if session.summary is not None else {}
     fused = run.get("fused_decode") or {}
@@ -62,7 +66,31 @@ def figures(path: str) -> dict:
         "footprint_over_ideal": footprint / ideal if ideal else None,
         "probe_cost_fraction": (run.get("probe_overhead") or {}).get("cost_fraction"),
         "cache_trim": run.get("cache_trim"),
+        "pool_growths": growths,
+        "footprint_parts": parts,
     }
+
+
+PARTS = ("weights", "pool_live", "pool_free", "other_active", "cache")
+
+
+def _footprint_parts(session) -> dict | None:
+    """What the sample at the footprint peak held (bytes): weights, live K/V, reserved-but-free pool rows, other
+    active arrays (activations, transients, the dense caches), MLX's buffer cache: they sum to the footprint."""
+    window = session.samples.window()
+    best = session.samples.argmax("footprint", 0, len(window))
+    if best is None:
+        return None
+    return {name: int(getattr(window, name)[best]) for name in PARTS}
+
+
+def _growth_ops(session) -> int | None:
+    """Capacity growths: the op log's slab_append (slab) and grow (monolithic) ops; None for a dense run."""
+    from pool.ops import Grow, SlabAppend
+
+    if session.meta.get("backend") == "dense":
+        return None
+    return sum(1 for entry in session.all_ops() if isinstance(entry.op, (SlabAppend, Grow)))
 
 
 def _f(value, spec: str) -> str:
@@ -88,7 +116,8 @@ def main() -> int:
               f" = {_f(r['footprint_over_ideal'], '.3f')}x (weights + live KV "
               f"{_f(r['ideal_bytes'] and r['ideal_bytes'] / MIB, ',.0f')} MiB) | probes "
               f"{_f(r['probe_cost_fraction'] and 100 * r['probe_cost_fraction'], '.2f')}% | trims "
-              f"{(r['cache_trim'] or {}).get('trims')} | declines {r['declines'] or '-'} | build "
+              f"{(r['cache_trim'] or {}).get('trims')} | growths {_f(r['pool_growths'], 'd')} | declines "
+              f"{r['declines'] or '-'} | build "
               f"{r['kernel_build'] or '-'}")
     if args.json:
         with open(args.json, "w") as f:

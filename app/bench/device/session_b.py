@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # app/bench/device/..
 
 
 def sizes(small: bool) -> dict:
@@ -32,17 +32,20 @@ def sizes(small: bool) -> dict:
 
 
 class Driver:
-    def __init__(self, out: str):
-        self.out = out
+    """Runs steps (each its own process), keeping every step's JSON or error in ``OUT/<name>.json`` and its output
+    in ``OUT/<name>.log``."""
+
+    def __init__(self, out: str, name: str = "session_b"):
+        self.out, self.name = out, name
         knobs = ("SLABSCOPE_CUDA_UNROLL", "SLABSCOPE_DECODE_TARGET_BLOCKS", "SLABSCOPE_PAGED_ATTENTION_NATIVE")
         self.results: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S"),
                               "kernel_env": {k: os.environ.get(k) for k in knobs}}
-        self.log = open(os.path.join(out, "session_b.log"), "a")
+        self.log = open(os.path.join(out, f"{name}.log"), "a")
 
     def step(self, name: str, argv: list[str], timeout: float, parse_json: bool = True,
-             extra_env: dict | None = None) -> dict | None:
+             extra_env: dict | None = None, keep_stdout: bool = False) -> dict | None:
         """Run ``argv`` from the repo root (with ``extra_env``); keep its JSON (last JSON value on stdout) or its
-        error. Returns the JSON, or None."""
+        error (``keep_stdout``: also the end of its output, for text reports). Returns the JSON, or None."""
         start = time.perf_counter()
         self.log.write(f"\n=== {name}: {' '.join(argv)} {extra_env or ''}\n")
         self.log.flush()
@@ -57,6 +60,8 @@ class Driver:
         self.log.write(done.stdout[-20000:] + "\n--- stderr ---\n" + done.stderr[-20000:] + "\n")
         self.log.flush()
         entry: dict = {"exit": done.returncode, "wall_s": round(wall, 2), "env": extra_env or {}}
+        if keep_stdout:
+            entry["stdout_tail"] = done.stdout[-6000:]
         if parse_json:
             try:
                 entry["json"] = _last_json(done.stdout)
@@ -70,7 +75,7 @@ class Driver:
         return entry.get("json")
 
     def _save(self) -> None:
-        with open(os.path.join(self.out, "session_b.json"), "w") as f:
+        with open(os.path.join(self.out, f"{self.name}.json"), "w") as f:
             json.dump(self.results, f, indent=1, default=str)
 
 

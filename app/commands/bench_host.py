@@ -1,0 +1,49 @@
+"""``slabscope bench host``: host time per prefill chunk and per decode step (graph build, dispatch, wait) and the
+MLX primitives each step builds, per engine on the same schedule, engines interleaved (``app/bench/host_time.py``).
+
+    slabscope bench host --model synthetic:qwen3-0.6b --dtype bfloat16 --device gpu \\
+        --set n=8 --set prompt_tokens=4096 --set gen_tokens=32           # the H200 burst
+    slabscope bench host --model synthetic:tiny-qwen3-28l --set n=2 --set prompt_tokens=2048 --set gen_tokens=8
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from app.commands.arg_types import positive_int
+
+
+def add_arguments(p) -> None:
+    from app.bench.host_time import DEFAULT_ENGINES, ENGINES
+
+    p.add_argument("--scenario", default="distinct_burst")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="scenario overrides")
+    p.add_argument("--model", default="synthetic:qwen3-0.6b")
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--device", choices=("cpu", "gpu"), default=None)
+    p.add_argument("--engines", default=",".join(DEFAULT_ENGINES),
+                   help=f"comma-separated subset of {','.join(ENGINES)} (default {','.join(DEFAULT_ENGINES)})")
+    p.add_argument("--prefill-chunk", type=positive_int, default=None, help="tokens per prefill chunk (default: "
+                   "the scenario's)")
+    p.add_argument("--no-ops", action="store_true", help="skip counting each step's primitives")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print one JSON object (progress still on stderr)")
+
+
+def main(args) -> int:
+    from app.bench.host_time import HostConfig, format_report, run_host_bench
+    from app.workloads.scenarios import ScenarioError, load_scenario, parse_overrides
+
+    try:
+        overrides = parse_overrides(args.set)
+        load_scenario(args.scenario, overrides)
+        config = HostConfig(scenario=args.scenario, overrides=overrides, model=args.model, dtype=args.dtype,
+                            device=args.device, engines=tuple(e.strip() for e in args.engines.split(",") if e.strip()),
+                            prefill_chunk=args.prefill_chunk, seed=args.seed, count_ops=not args.no_ops)
+    except (ScenarioError, ValueError) as exc:
+        print(f"slabscope bench host: {exc}", file=sys.stderr)
+        return 2
+    result = run_host_bench(config, progress=lambda text: print(text, file=sys.stderr, flush=True))
+    print(json.dumps(result, default=str) if args.json else format_report(result))
+    return 0

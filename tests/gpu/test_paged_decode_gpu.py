@@ -179,6 +179,7 @@ def test_live_decode_gathers_while_its_kernel_compiles_then_fuses(tmp_path, monk
     from app.models import load_model
     from app.workloads.fused_attention import KernelRoute
     from app.workloads.runner import run_workload
+    from probes.events import FusedChange
     from app.workloads.spec import RunSpec
     from pool.kernels.kernel_cache import KernelCache
     from pool.kernels.nvrtc import load_nvrtc
@@ -204,7 +205,7 @@ def test_live_decode_gathers_while_its_kernel_compiles_then_fuses(tmp_path, monk
                    overrides={"n": 4, "prompt_tokens": 1024, "gen_tokens": 128})
     events: list = []
     summary = run_workload(spec, events.append, loaded=loaded, kernel_route=KernelRoute(builds=builds))
-    layer0 = [e for e in events if e["kind"] == "fused" and e["layer"] == 0]
-    assert not layer0[0]["use_fused"] and layer0[0]["reason"].endswith("slabs compiling")
-    assert layer0[-1]["use_fused"], layer0
+    layer0 = [e for e in events if isinstance(e, FusedChange) and e.layer == 0]
+    assert not layer0[0].use_fused and layer0[0].reason.endswith("slabs compiling")
+    assert layer0[-1].use_fused, layer0
     assert summary["fused_decode"]["fused"] > 0 and summary["fused_decode"]["build"]["compiled"] >= 3

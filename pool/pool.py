@@ -343,6 +343,25 @@ class PagedKVPool:
         self.decisions.record(layer, decision)
         return decision
 
+    def fused_decisions(self, *, dtype: str, head_dim: int, batch_size: int, context_len: int | None = None,
+                        readiness=None) -> list[FusedDecision]:
+        """:meth:`fused_decision` for every layer, in layer order, each counted for its layer. What the rule reads
+        per layer is its slab count and largest buffer; layers that share them (the usual case: they grow in
+        lockstep) share one evaluation, so a decode step runs the rule (environment, backend, registry, readiness
+        probe) once instead of once per layer. Mutates only the decision counters."""
+        answers: dict[tuple, FusedDecision] = {}
+        out = []
+        for layer in range(self.config.num_layers):
+            key = (self.storage.num_buffers(layer), self._largest_buffer_elements(layer))
+            decision = answers.get(key)
+            if decision is None:
+                decision = answers[key] = decide(num_slabs=key[0], dtype=dtype, head_dim=head_dim,
+                                                 batch_size=batch_size, context_len=context_len,
+                                                 readiness=readiness, buffer_elements=key[1])
+            self.decisions.record(layer, decision)
+            out.append(decision)
+        return out
+
     def _largest_buffer_elements(self, layer: int) -> int | None:
         """Elements of the layer's largest K tensor (what the fused kernel would index), None before its first
         write."""

@@ -17,6 +17,8 @@ from pool.copy_meter import CopyWindow
 from pool.errors import PoolError
 from pool.gather_runs import contiguous_range, split_runs
 
+READS_MEMO_ENTRIES = 1024  # gather splits kept (``RowStorage._reads_for``): a few per running sequence
+
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 
 
@@ -79,6 +81,14 @@ def store_rows(tensors: list, index: int, start: int, rows: mx.array) -> None:
         target[start:start + rows.shape[0]] = rows
 
 
+def _picked(update: mx.array, picks) -> mx.array:
+    """The entries ``picks`` selects from ``update`` (see ``RowStorage._token_groups``): all (None), a slice
+    ((first, stop): a view) or a take (an index array)."""
+    if picks is None:
+        return update
+    return update[picks[0]:picks[1]] if isinstance(picks, tuple) else update[picks]
+
+
 class RowStorage:
     """Physical K/V rows of every layer. Subclasses define the row mapping, capacity and growth."""
 
@@ -101,7 +111,7 @@ class RowStorage:
         self._window: CopyWindow | None = None  # open while a growth is measured (checkpointed by _allocated)
         self._zero_scalars: dict = {}  # one evaluated 0 per dtype: mx.zeros would allocate a scalar per call
         self._unevaluated: list[mx.array] = []  # tensors allocated since the last materialize()
-        self._last_reads: tuple[list[int], list[tuple]] | None = None  # gather's memo (see _reads_for)
+        self._reads_memo: dict[tuple[int, ...], list[tuple]] = {}  # gather's memo (see _reads_for)
         self._last_spans: tuple | None = None  # write_span's memo (see _spans_for)
 
     # ---- mapping and capacity (design-specific) --------------------------------------------------------------
@@ -316,30 +326,43 @@ class RowStorage:
     def write_tokens(self, layer: int, rows: tuple[int, ...], offsets: tuple[int, ...], keys: mx.array,
                      values: mx.array, indices: dict) -> None:
         """One token per entry: ``keys``/``values`` [n, H, D], entry i into token ``offsets[i]`` of row ``rows[i]``.
-        One scatter per slab touched (a decode step's tail blocks usually share one or two slabs) instead of one
-        slice update per entry; each scatter is assigned back into its slab so MLX can donate the slab's buffer.
-        ``indices`` caches the device index arrays by (rows, offsets) (the caller's dict, kept for one step: layers
-        that write the same rows share them). Mutates the layer's slabs."""
+        One update per slab touched (a decode step's tail blocks share a slab or sit one per slab): a scatter for
+        several entries, a slice update for one. Each is assigned back into its slab so MLX can donate the slab's
+        buffer. ``indices`` caches the groups' device index arrays by (rows, offsets) (the caller's dict, kept for
+        one step: layers that write the same rows share them). Mutates the layer's slabs."""
         groups = indices.get((rows, offsets))
         if groups is None:
             groups = indices[rows, offsets] = self._token_groups(rows, offsets)
-        for slab, local_rows, token_offsets, picks in groups:
-            for tensors, update in ((self.keys[layer], keys), (self.values[layer], values)):
-                tensors[slab][local_rows, token_offsets] = update if picks is None else update[picks]
+        for tensors, update in ((self.keys[layer], keys), (self.values[layer], values)):
+            boxes = update[:, None]  # [n, 1, H, D]: one entry's slice is the [1, 1, H, D] box a slice update writes
+            for slab, picks, target in groups:
+                if isinstance(target, tuple):
+                    tensors[slab][target] = _picked(update, picks)
+                else:
+                    tensors[slab] = mx.slice_update(tensors[slab], _picked(boxes, picks), target, axes=(0, 1))
 
     def _token_groups(self, rows: tuple[int, ...], offsets: tuple[int, ...]) -> list[tuple]:
-        """[(slab, local rows, token offsets, entry picks or None when the group is every entry in order)], the
-        index arrays as int32 mx.arrays, slabs in first-seen order."""
+        """[(slab, entry picks, target)] per slab touched, in first-seen order. Picks: None when the group is
+        every entry in order, (first, stop) when its entries are consecutive (a slice, a view), else an int32
+        array (a take). Target: for several entries, (local rows, token offsets) as int32 arrays (a scatter); for
+        one, its [local row, token offset] as an int32 array (the start of a slice update). Host time decided
+        both: a decode step whose sequences each had their tail block in its own slab spent most of its write time
+        building a gather of one entry and a scatter of one token, per slab, K and V, in every layer; a slice and
+        a slice update of the same bytes cost about half."""
         located = [self._slab_for_row(row) for row in rows]
         by_slab: dict[int, list[int]] = {}
         for i, (slab, _) in enumerate(located):
             by_slab.setdefault(slab, []).append(i)
         groups = []
         for slab, entries in by_slab.items():
-            local = mx.array([located[i][1] for i in entries], dtype=mx.int32)
-            tokens = mx.array([offsets[i] for i in entries], dtype=mx.int32)
-            picks = None if len(entries) == len(rows) else mx.array(entries, dtype=mx.int32)
-            groups.append((slab, local, tokens, picks))
+            picks = None if len(entries) == len(rows) else (
+                contiguous_range(entries) or mx.array(entries, dtype=mx.int32))
+            if len(entries) == 1:
+                target = mx.array([located[entries[0]][1], offsets[entries[0]]], dtype=mx.int32)
+            else:
+                target = (mx.array([located[i][1] for i in entries], dtype=mx.int32),
+                          mx.array([offsets[i] for i in entries], dtype=mx.int32))
+            groups.append((slab, picks, target))
         return groups
 
     def _full_block_run(self, rows: list[int], index: int, limit: int) -> int:
@@ -387,16 +410,23 @@ class RowStorage:
 
     def _reads_for(self, rows: list[int]) -> list[tuple]:
         """The reads of ``rows``: per same-slab run (slab, (first, stop) slice bounds, or None and a take index).
-        Memoised for the last rows list: the layers of one step read equal tables (they allocate in lockstep), so
-        27 of 28 layers reuse the split for one C-level list comparison instead of a Python walk over the rows."""
-        last = self._last_reads
-        if last is not None and last[0] == rows:
-            return last[1]
+        Memoised by the rows themselves: a batched decode step gathers every sequence in every layer, and the
+        layers of a step read equal tables (they allocate in lockstep), so a memo of the last call alone missed
+        at every call of a batch (it alternated between sequences); keyed by the rows' tuple (one C-level copy
+        and hash), each sequence's split is walked once and reused by the other layers and by later steps until
+        its table changes. A split depends only on the rows and the fixed row mapping, so an entry never goes
+        stale; the memo is emptied when it reaches ``READS_MEMO_ENTRIES`` (tables that changed leave dead keys)."""
+        key = tuple(rows)
+        reads = self._reads_memo.get(key)
+        if reads is not None:
+            return reads
         reads = []
         for slab, local_rows in split_runs(rows, self._slab_for_row):
             bounds = contiguous_range(local_rows)
             reads.append((slab, bounds, None if bounds is not None else mx.array(local_rows)))
-        self._last_reads = (list(rows), reads)
+        if len(self._reads_memo) >= READS_MEMO_ENTRIES:
+            self._reads_memo.clear()
+        self._reads_memo[key] = reads
         return reads
 
     def read_row(self, layer: int, row: int) -> tuple[mx.array, mx.array]:

@@ -171,13 +171,14 @@ class DecodeDecisions:
         self.events: list[FusedChange] = []  # not stamped yet: the runner stamps them with the step
 
     def decide(self, batch_size: int, context_len: int) -> list[bool]:
-        """Per layer: True to run the fused kernel this step. Counts in the pool's decision counters."""
+        """Per layer: True to run the fused kernel this step. Counts in the pool's decision counters (the pool
+        evaluates the rule once per distinct slab geometry, not once per layer: ``fused_decisions``)."""
         geometry = self.pool.geometry
         dtype, head_dim = (geometry.dtype, geometry.head_dim) if geometry else (self.dtype, self.head_dim)
+        decisions = self.pool.fused_decisions(dtype=dtype, head_dim=head_dim, batch_size=batch_size,
+                                              context_len=context_len, readiness=self.readiness)
         out = []
-        for layer in range(self.pool.config.num_layers):
-            decision = self.pool.fused_decision(layer, dtype=dtype, head_dim=head_dim, batch_size=batch_size,
-                                                context_len=context_len, readiness=self.readiness)
+        for layer, decision in enumerate(decisions):
             use, reason = decision.use_fused, decision.reason
             if use and not self.routable:
                 use, reason = False, NOT_ROUTABLE

@@ -128,3 +128,38 @@ def test_pool_asks_with_its_largest_tensor(tiny_pool, monkeypatch, design):
             assert decision.use_fused is fused, decision.reason
     finally:
         unregister_kernel("cuda")
+
+
+def test_pool_decides_every_layer_once_per_distinct_slab_geometry(tiny_pool, monkeypatch):
+    """``fused_decisions`` answers each layer as ``fused_decision`` would and counts each layer, but runs the rule
+    once per distinct (slab count, largest tensor): the readiness probe is asked once for the two written layers
+    (3 slabs each) and once for the unwritten one (none), not once per layer."""
+    import mlx.core as mx
+
+    import pool.fused_decision as fused_module
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setattr(fused_module, "detect_backend", lambda: "cuda")
+    pool = tiny_pool("slab", num_layers=3)
+    pool.add_sequence(0)
+    pool.prepare_write(0, 0, 20)
+    for layer in (0, 1):
+        pool.write(layer, 0, 0, mx.zeros((20, 2, 4)), mx.zeros((20, 2, 4)))
+    asked = []
+
+    def readiness(num_slabs):
+        asked.append(num_slabs)
+        return None if num_slabs else "nothing written"
+
+    register_kernel(KernelCaps("cuda", frozenset({"float32"}), frozenset({4}), multi_slab=True))
+    try:
+        decisions = pool.fused_decisions(dtype="float32", head_dim=4, batch_size=1, readiness=readiness)
+        assert sorted(asked) == [0, 3]
+        singles = [pool.fused_decision(layer, dtype="float32", head_dim=4, batch_size=1, readiness=readiness)
+                   for layer in range(3)]
+    finally:
+        unregister_kernel("cuda")
+    assert decisions == singles and [d.use_fused for d in decisions] == [True, True, False]
+    counters = pool.counters()
+    assert (counters.fused_decisions, counters.gather_decisions) == (4, 2)
+    assert [layer.fused for layer in pool.snapshot().layers] == decisions

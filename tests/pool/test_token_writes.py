@@ -215,16 +215,21 @@ def assert_gathers_match(pool, written):
 
 
 def describe(groups):
-    return [(slab, local.tolist(), tokens.tolist(), None if picks is None else picks.tolist())
-            for slab, local, tokens, picks in groups]
+    """(slab, local rows, token offsets, picks) per group; picks as a take's indices or a slice's bounds."""
+    out = []
+    for slab, picks, target in groups:
+        local, tokens = ([a.tolist() for a in target] if isinstance(target, tuple) else
+                         ([target[0].item()], [target[1].item()]))
+        out.append((slab, local, tokens, picks if picks is None or isinstance(picks, tuple) else picks.tolist()))
+    return out
 
 
 SCENARIOS = {  # name: (slab_blocks, prefill {seq: tokens}, slots order); block size 2
     "different_slabs": (2, {0: 3, 1: 4, 2: 1}, [1, 0, 2]),  # step 0 targets rows 5, 1, 4: slabs 2, 0, 2
     "same_slab": (4, {0: 3, 1: 1}, [0, 1]),  # step 0 targets rows 1, 2: both in slab 0
 }
-FIRST_STEP_GROUPS = {  # (slab, local rows, token offsets, entry picks) of step 0
-    ("slab", "different_slabs"): [(2, [1, 0], [0, 1], [0, 2]), (0, [1], [1], [1])],
+FIRST_STEP_GROUPS = {  # (slab, local rows, token offsets, entry picks: a take's indices or a slice's bounds)
+    ("slab", "different_slabs"): [(2, [1, 0], [0, 1], [0, 2]), (0, [1], [1], (1, 2))],
     ("monolithic", "different_slabs"): [(0, [5, 1, 4], [0, 1, 1], None)],
     ("slab", "same_slab"): [(0, [1, 2], [1, 1], None)],
     ("monolithic", "same_slab"): [(0, [1, 2], [1, 1], None)],

@@ -210,7 +210,8 @@ def test_decode_gathers_with_the_compiling_reason_until_the_kernel_is_built(tiny
     make_route, calls = fake_metal
     scenario = write_scenario(tmp_path, BURST)
     layers = tiny_llama.num_layers
-    builds = EmulatedBuilds(ready_after=2 * layers)  # two decode steps' worth of questions (one per layer)
+    # two decode steps' worth of questions: one per step, the layers sharing their slab count (pool.fused_decisions)
+    builds = EmulatedBuilds(ready_after=2)
     route = make_route()
     route.builds = builds
     summary, events, logits = run_backend(tiny_llama, scenario, "slab", kernel_route=route, **POOL)
@@ -223,6 +224,7 @@ def test_decode_gathers_with_the_compiling_reason_until_the_kernel_is_built(tiny
     compiling = sum(n for r, n in reasons.items() if r.endswith("slabs compiling"))
     assert compiling == 2 * layers and summary["pool"]["counters"]["gather_decisions"] == 2 * layers
     assert len(calls) == (len(decode) - 2) * layers  # the kernel ran only once it was built
+    assert len(builds.asked) == len(decode)  # the rule ran once per step for every layer (equal slab counts)
     assert summary["fused_decode"]["build"] == {"mode": "emulated", "asked": len(builds.asked)}
     reached = [n for n, actual in builds.prefetched if actual]
     projected = [n for n, actual in builds.prefetched if not actual]

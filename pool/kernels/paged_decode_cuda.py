@@ -27,6 +27,7 @@ module imports mlx only inside functions.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Sequence
 
@@ -376,13 +377,14 @@ def paged_decode_cuda(queries, k_slabs: Sequence, v_slabs: Sequence, plan: Decod
     shaped like ``queries``. Reads only; mutates nothing. Raises KernelUnsupported on shapes it cannot run."""
     import mlx.core as mx
 
+    from pool.kernels.cuda_builds import process_builds
+
     n_q, n_kv, head_dim, block_size = check_inputs(queries, k_slabs, v_slabs, plan)
     bucket = slab_bucket(len(k_slabs))
     pad_k = [k_slabs[0]] * (bucket - len(k_slabs))
     pad_v = [v_slabs[0]] * (bucket - len(v_slabs))
     q3 = queries.reshape(plan.batch, n_q, head_dim)
     meta_array = mx.array(plan.meta) if meta is None else meta
-    unroll = unroll_for(block_size, head_dim)
     inputs = [q3, meta_array, *k_slabs, *pad_k, *v_slabs, *pad_v]
     grid = (THREADS * plan.num_splits, n_kv, plan.batch)
     direct = plan.num_splits == 1
@@ -392,12 +394,10 @@ def paged_decode_cuda(queries, k_slabs: Sequence, v_slabs: Sequence, plan: Decod
         out_shapes = [(plan.batch, n_q, plan.num_splits, head_dim), (plan.batch, n_q, plan.num_splits, 2)]
         out_dtypes = [mx.float32, mx.float32]
     merge_grid = (head_dim, n_q, plan.batch)
-    from pool.kernels.cuda_builds import process_builds
-
     builds = process_builds()
     if builds is None:  # MLX's cuda_kernel JIT (no NVRTC of our own): the fallback build
         template = [("T", queries.dtype), ("HEAD_DIM", head_dim), ("GROUP", n_q // n_kv), ("N_KV", n_kv),
-                    ("BLOCK_SIZE", block_size), ("UNROLL", unroll), ("NUM_SLABS", bucket)]
+                    ("BLOCK_SIZE", block_size), ("UNROLL", unroll_for(block_size, head_dim)), ("NUM_SLABS", bucket)]
         outs = pass1_kernel(bucket, direct)(inputs=inputs, template=template, grid=grid, threadgroup=(THREADS, 1, 1),
                                             output_shapes=out_shapes, output_dtypes=out_dtypes)
         if direct:
@@ -406,21 +406,33 @@ def paged_decode_cuda(queries, k_slabs: Sequence, v_slabs: Sequence, plan: Decod
             inputs=list(outs), template=[("T", queries.dtype), ("HEAD_DIM", head_dim)], grid=merge_grid,
             threadgroup=(head_dim, 1, 1), output_shapes=[(plan.batch, n_q, head_dim)], output_dtypes=[queries.dtype])
         return out.reshape(queries.shape)
-    geometry = kernel_geometry(_dtype_name(queries.dtype), head_dim, n_q, n_kv, block_size)
-    direct_variant, split_variant, merge_variant = geometry.variants(bucket)
-    name, binary = builds.binary(direct_variant if direct else split_variant)
-    outs = mx.fast.precompiled_cuda_kernel(name=name, compiled_source=binary, inputs=inputs, output_shapes=out_shapes,
-                                           output_dtypes=out_dtypes, scalars=[], grid=grid,
+    first, merge = launch_binaries(builds, _dtype_name(queries.dtype), head_dim, n_q, n_kv, block_size, bucket,
+                                   direct, os.environ.get(UNROLL_ENV))
+    outs = mx.fast.precompiled_cuda_kernel(name=first[0], compiled_source=first[1], inputs=inputs,
+                                           output_shapes=out_shapes, output_dtypes=out_dtypes, scalars=[], grid=grid,
                                            threadgroup=(THREADS, 1, 1), ensure_row_contiguous=True)
     if direct:
         return outs[0].reshape(queries.shape)
-    name, binary = builds.binary(merge_variant)
-    (out,) = mx.fast.precompiled_cuda_kernel(name=name, compiled_source=binary, inputs=list(outs),
+    (out,) = mx.fast.precompiled_cuda_kernel(name=merge[0], compiled_source=merge[1], inputs=list(outs),
                                              output_shapes=[(plan.batch, n_q, head_dim)],
                                              output_dtypes=[queries.dtype], scalars=[plan.num_splits],
                                              grid=merge_grid, threadgroup=(head_dim, 1, 1),
                                              ensure_row_contiguous=True)
     return out.reshape(queries.shape)
+
+
+@functools.lru_cache(maxsize=64)
+def launch_binaries(builds, dtype: str, head_dim: int, n_q: int, n_kv: int, block_size: int, bucket: int,
+                    direct: bool, unroll_env: str | None) -> tuple[tuple[str, bytes], tuple[str, bytes] | None]:
+    """((name, binary) of the first pass, (name, binary) of the merge pass or None when ``direct``) of a launch
+    through ``builds`` (``KernelBuilds``). Memoised: a decode step launches once per layer with the same
+    arguments, and deriving the variants and looking up their binaries cost ~10 us per launch of host time.
+    ``unroll_env`` ($SLABSCOPE_CUDA_UNROLL, which ``unroll_for`` reads) is part of the key, so a tuning run that
+    sets it never gets another unroll's binary. A binary never changes once built; a build error is not cached."""
+    geometry = kernel_geometry(dtype, head_dim, n_q, n_kv, block_size)
+    direct_variant, split_variant, merge_variant = geometry.variants(bucket)
+    first = builds.binary(direct_variant if direct else split_variant)
+    return first, None if direct else builds.binary(merge_variant)
 
 
 def kernel_geometry(dtype: str, head_dim: int, n_q_heads: int, n_kv_heads: int, block_size: int):

@@ -1,0 +1,61 @@
+"""The CUDA launch's host side, on CPU: what ``paged_decode_cuda`` hands ``mx.fast.precompiled_cuda_kernel`` (kernel
+names and binaries, inputs with the bucket's padding, grid, output shapes, the merge pass's split count), and that
+the layers of a step derive their kernel variants once (``launch_binaries``), not once per launch. MLX's kernel
+call is replaced by a recorder; binaries come from ``KernelBuilds`` with a fake compiler (no GPU, no NVRTC)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_launch_arguments_and_one_variant_derivation_for_every_layer(tmp_path, monkeypatch, num_splits):
+    import mlx.core as mx
+
+    import pool.kernels.cuda_builds as cb
+    from pool.kernels import paged_decode_cuda as cu
+    from pool.kernels.kernel_cache import KernelCache
+    from pool.kernels.nvrtc import CompileResult
+    from pool.kernels.plan import plan_decode
+
+    compile_fn = lambda source, sm: CompileResult(source[-40:].encode(), "cubin", "sm_90", 0.0)  # noqa: E731
+    builds = cb.KernelBuilds(90, cache=KernelCache(str(tmp_path)), compiler=compile_fn)
+    monkeypatch.setattr(cb, "process_builds", lambda environ=None: builds)
+    calls = []
+
+    def recorder(**kwargs):
+        calls.append(kwargs)
+        return [mx.zeros(shape, dtype=dtype) for shape, dtype in zip(kwargs["output_shapes"], kwargs["output_dtypes"])]
+
+    monkeypatch.setattr(mx.fast, "precompiled_cuda_kernel", recorder, raising=False)
+    derived = []
+    geometry_of = cu.kernel_geometry
+    monkeypatch.setattr(cu, "kernel_geometry", lambda *args: derived.append(args) or geometry_of(*args))
+    monkeypatch.delenv(cu.UNROLL_ENV, raising=False)
+    cu.launch_binaries.cache_clear()
+
+    # bf16, head_dim 64, 4 query heads on 2 KV heads, 16-token blocks, 3 slabs of 4 rows (bucket 4: slab 0 pads)
+    slabs = [[mx.zeros((4, 16, 2, 64), dtype=mx.bfloat16) for _ in range(3)] for _ in range(2)]
+    queries = mx.zeros((2, 4, 1, 64), dtype=mx.bfloat16)
+    plan = plan_decode([[0, 5], [9, 10, 11]], [20, 40], None, block_size=16, slab_blocks=4, num_slabs=3,
+                       n_kv_heads=2, scale=0.125, num_splits=num_splits)
+    assert plan.num_splits == num_splits
+    for _ in range(3):  # three layers of one step (the same slabs: only the host side is under test)
+        assert cu.paged_decode_cuda(queries, slabs[0], slabs[1], plan).shape == queries.shape
+    assert len(derived) == 1  # one derivation of the variants for the step's three launches
+    variants = geometry_of("bfloat16", 64, 4, 2, 16).variants(4)
+    direct = num_splits == 1
+    per_launch = 1 if direct else 2
+    assert len(calls) == 3 * per_launch
+    first = calls[0]
+    assert (first["name"], first["compiled_source"]) == builds.binary(variants[0 if direct else 1])
+    keys, values = slabs
+    assert [id(a) for a in first["inputs"][2:]] == [id(a) for a in (*keys, keys[0], *values, values[0])]
+    assert first["inputs"][0].shape == (2, 4, 64) and first["inputs"][1].tolist() == plan.meta.tolist()
+    assert first["grid"] == (cu.THREADS * num_splits, 2, 2)
+    assert first["output_shapes"] == ([(2, 4, 64)] if direct else [(2, 4, num_splits, 64), (2, 4, num_splits, 2)])
+    if not direct:
+        merge = calls[1]
+        assert (merge["name"], merge["compiled_source"]) == builds.binary(variants[2])
+        assert merge["scalars"] == [num_splits] and merge["grid"] == (64, 4, 2)
+    assert all(call["name"] == calls[i % per_launch]["name"] for i, call in enumerate(calls))

@@ -326,43 +326,34 @@ class RowStorage:
     def write_tokens(self, layer: int, rows: tuple[int, ...], offsets: tuple[int, ...], keys: mx.array,
                      values: mx.array, indices: dict) -> None:
         """One token per entry: ``keys``/``values`` [n, H, D], entry i into token ``offsets[i]`` of row ``rows[i]``.
-        One update per slab touched (a decode step's tail blocks share a slab or sit one per slab): a scatter for
-        several entries, a slice update for one. Each is assigned back into its slab so MLX can donate the slab's
-        buffer. ``indices`` caches the groups' device index arrays by (rows, offsets) (the caller's dict, kept for
-        one step: layers that write the same rows share them). Mutates the layer's slabs."""
+        One scatter per slab touched (a decode step's tail blocks usually share one or two slabs) instead of one
+        slice update per entry; each scatter is assigned back into its slab so MLX can donate the slab's buffer.
+        ``indices`` caches the device index arrays by (rows, offsets) (the caller's dict, kept for one step: layers
+        that write the same rows share them). Mutates the layer's slabs."""
         groups = indices.get((rows, offsets))
         if groups is None:
             groups = indices[rows, offsets] = self._token_groups(rows, offsets)
-        for tensors, update in ((self.keys[layer], keys), (self.values[layer], values)):
-            boxes = update[:, None]  # [n, 1, H, D]: one entry's slice is the [1, 1, H, D] box a slice update writes
-            for slab, picks, target in groups:
-                if isinstance(target, tuple):
-                    tensors[slab][target] = _picked(update, picks)
-                else:
-                    tensors[slab] = mx.slice_update(tensors[slab], _picked(boxes, picks), target, axes=(0, 1))
+        for slab, local_rows, token_offsets, picks in groups:
+            for tensors, update in ((self.keys[layer], keys), (self.values[layer], values)):
+                tensors[slab][local_rows, token_offsets] = _picked(update, picks)
 
     def _token_groups(self, rows: tuple[int, ...], offsets: tuple[int, ...]) -> list[tuple]:
-        """[(slab, entry picks, target)] per slab touched, in first-seen order. Picks: None when the group is
-        every entry in order, (first, stop) when its entries are consecutive (a slice, a view), else an int32
-        array (a take). Target: for several entries, (local rows, token offsets) as int32 arrays (a scatter); for
-        one, its [local row, token offset] as an int32 array (the start of a slice update). Host time decided
-        both: a decode step whose sequences each had their tail block in its own slab spent most of its write time
-        building a gather of one entry and a scatter of one token, per slab, K and V, in every layer; a slice and
-        a slice update of the same bytes cost about half."""
+        """[(slab, local rows, token offsets, entry picks)], the index arrays as int32 mx.arrays, slabs in
+        first-seen order. Picks: None when the group is every entry in order, (first, stop) when its entries are
+        consecutive, else an int32 array. A slice is a view where an index array is a gather: when every sequence's
+        tail block sits in its own slab (a burst's sequences prefill one after another), an index array per slab
+        made one gather kernel per sequence, K and V, in every layer of every decode step."""
         located = [self._slab_for_row(row) for row in rows]
         by_slab: dict[int, list[int]] = {}
         for i, (slab, _) in enumerate(located):
             by_slab.setdefault(slab, []).append(i)
         groups = []
         for slab, entries in by_slab.items():
+            local = mx.array([located[i][1] for i in entries], dtype=mx.int32)
+            tokens = mx.array([offsets[i] for i in entries], dtype=mx.int32)
             picks = None if len(entries) == len(rows) else (
                 contiguous_range(entries) or mx.array(entries, dtype=mx.int32))
-            if len(entries) == 1:
-                target = mx.array([located[entries[0]][1], offsets[entries[0]]], dtype=mx.int32)
-            else:
-                target = (mx.array([located[i][1] for i in entries], dtype=mx.int32),
-                          mx.array([offsets[i] for i in entries], dtype=mx.int32))
-            groups.append((slab, picks, target))
+            groups.append((slab, local, tokens, picks))
         return groups
 
     def _full_block_run(self, rows: list[int], index: int, limit: int) -> int:

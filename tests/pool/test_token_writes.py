@@ -216,12 +216,8 @@ def assert_gathers_match(pool, written):
 
 def describe(groups):
     """(slab, local rows, token offsets, picks) per group; picks as a take's indices or a slice's bounds."""
-    out = []
-    for slab, picks, target in groups:
-        local, tokens = ([a.tolist() for a in target] if isinstance(target, tuple) else
-                         ([target[0].item()], [target[1].item()]))
-        out.append((slab, local, tokens, picks if picks is None or isinstance(picks, tuple) else picks.tolist()))
-    return out
+    return [(slab, local.tolist(), tokens.tolist(), picks if picks is None or isinstance(picks, tuple) else
+             picks.tolist()) for slab, local, tokens, picks in groups]
 
 
 SCENARIOS = {  # name: (slab_blocks, prefill {seq: tokens}, slots order); block size 2

@@ -15,12 +15,13 @@ BENCH_KINDS = {
     "host": "host time per prefill chunk and decode step (graph build, dispatch, wait) and its MLX primitives",
     "export": "slabscope export of a synthetic one-hour 10 Hz session: fresh-process time and file size per format",
     "shrink": "shrink policies: footprint after a burst (fresh processes) and decode throughput against off",
+    "blas": "MLX's CPU fp32 matmul, bundled reference BLAS vs OpenBLAS: fresh processes, speed-up median and range",
+    "follow": "following a growing recording (GrowingSession.refresh) against re-opening the whole file",
 }
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks that print figures (growth, decode, probes, snapshot, throughput, "
-                       "model, export, shrink, host)")
+    p = sub.add_parser("bench", help=f"benchmarks that print figures ({', '.join(BENCH_KINDS)})")
     kinds = p.add_subparsers(dest="bench_kind", metavar="KIND")
     for kind, help_text in BENCH_KINDS.items():
         try:

@@ -4,6 +4,10 @@ and defines ``add_arguments(parser)`` and ``main(args) -> int``."""
 from __future__ import annotations
 
 import importlib
+import json
+import sys
+
+from app.commands.errors import RunError, UsageError
 
 BENCH_KINDS = {
     "growth": "successive pool-extending prefills per storage design: copies, appends, footprint",
@@ -34,3 +38,17 @@ def add_parser(sub) -> None:
         mod.add_arguments(kp)
         kp.set_defaults(func=mod.main)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def print_figures(args, measure, format_report) -> int:
+    """Run ``measure(progress)`` (progress lines go to stderr) and print its figures: one JSON object with
+    ``--json``, else ``format_report``'s text. A ValueError from it is a usage error (exit 2), a RuntimeError a
+    failed run (exit 1), each one line."""
+    try:
+        result = measure(lambda text: print(text, file=sys.stderr, flush=True))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except RuntimeError as exc:
+        raise RunError(str(exc)) from None
+    print(json.dumps(result) if args.json else format_report(result))
+    return 0

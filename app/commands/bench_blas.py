@@ -8,11 +8,8 @@ OpenBLAS speed-up figure comes from this command.
 
 from __future__ import annotations
 
-import json
-import sys
-
 from app.commands.arg_types import positive_int_up_to
-from app.commands.errors import RunError
+from app.commands.bench import print_figures
 
 
 MAX_SIZE = 16384  # three fp32 arrays of 1 GiB each, seconds per matmul on the reference BLAS
@@ -33,10 +30,5 @@ def add_arguments(p) -> None:
 def main(args) -> int:
     from app.bench.blas import format_report, run_blas_bench
 
-    try:
-        result = run_blas_bench(args.rounds, args.size, args.repeats, args.threads,
-                                progress=lambda text: print(text, file=sys.stderr, flush=True))
-    except RuntimeError as exc:
-        raise RunError(str(exc)) from None
-    print(json.dumps(result) if args.json else format_report(result))
-    return 0
+    return print_figures(args, lambda progress: run_blas_bench(args.rounds, args.size, args.repeats, args.threads,
+                                                               progress), format_report)

@@ -8,11 +8,8 @@ docs/distributed.md's follow figures come from this command.
 
 from __future__ import annotations
 
-import json
-import sys
-
 from app.commands.arg_types import finite_float, positive_int_up_to
-from app.commands.errors import RunError, UsageError
+from app.commands.bench import print_figures
 
 
 def add_arguments(p) -> None:
@@ -30,12 +27,5 @@ def add_arguments(p) -> None:
 def main(args) -> int:
     from app.bench.follow import format_report, run_follow_bench
 
-    try:
-        result = run_follow_bench(args.rounds, args.seconds, args.tail_records, args.flush_records,
-                                  progress=lambda text: print(text, file=sys.stderr, flush=True))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    except RuntimeError as exc:
-        raise RunError(str(exc)) from None
-    print(json.dumps(result) if args.json else format_report(result))
-    return 0
+    return print_figures(args, lambda progress: run_follow_bench(args.rounds, args.seconds, args.tail_records,
+                                                                 args.flush_records, progress), format_report)

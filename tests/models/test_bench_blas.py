@@ -11,25 +11,14 @@ import sys
 import pytest
 
 from app.bench import blas as bench_blas
-from app.cli import main
 from app.models.blas import OPENBLAS_PATH
 
 HAVE_OPENBLAS = sys.platform.startswith("linux") and os.path.exists(OPENBLAS_PATH)
 TINY = ["bench", "blas", "--size", "64", "--repeats", "1"]
 
 
-def run(argv: list[str], capsys) -> tuple[int, str, list[str]]:
-    """(exit code, stdout, stderr lines) of one in-process invocation."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err.strip().splitlines()
-
-
-def test_json_has_every_figure_and_each_child_ran_on_the_blas_it_names(capsys):
-    code, out, _ = run([*TINY, "--rounds", "2", "--json"], capsys)
+def test_json_has_every_figure_and_each_child_ran_on_the_blas_it_names(cli):
+    code, out, _ = cli([*TINY, "--rounds", "2", "--json"])
     assert code == 0
     result = json.loads(out)
     assert {"size", "repeats", "rounds", "threads", "blas", "seconds", "seconds_stats", "speedups",
@@ -46,8 +35,8 @@ def test_json_has_every_figure_and_each_child_ran_on_the_blas_it_names(capsys):
             ", 1 thread")
 
 
-def test_text_report_prints_the_times_and_the_speed_up(capsys):
-    code, out, _ = run([*TINY, "--rounds", "2"], capsys)
+def test_text_report_prints_the_times_and_the_speed_up(cli):
+    code, out, _ = cli([*TINY, "--rounds", "2"])
     lines = out.strip().splitlines()
     assert code == 0 and "fp32 64x64x64 matmul" in lines[0] and "OPENBLAS_NUM_THREADS=1" in lines[0]
     assert [line.split(" ms per matmul: ")[0].strip() for line in lines if " ms per matmul: " in line] == \
@@ -72,9 +61,9 @@ def test_rounds_alternate_the_order_and_pair_each_round(monkeypatch):
     assert "median 4.0x [2.0x .. 9.0x] over 3 interleaved rounds" in bench_blas.format_report(result)
 
 
-def test_a_failed_measurement_process_is_one_line(capsys, monkeypatch):
+def test_a_failed_measurement_process_is_one_line(cli, monkeypatch):
     monkeypatch.setattr(sys, "executable", "/bin/false")
-    code, out, err = run([*TINY, "--rounds", "1"], capsys)
+    code, out, err = cli([*TINY, "--rounds", "1"])
     assert code == 1 and out == "" and len(err) == 1, (code, err)
     assert err[0].startswith("slabscope bench: the reference measurement process failed (exit 1)")
 
@@ -86,7 +75,7 @@ def test_a_failed_measurement_process_is_one_line(capsys, monkeypatch):
     ("--repeats", "1e9", "argument --repeats: '1e9' is not a whole number"),
     ("--threads", "-1", "argument --threads: must be >= 1, got -1"),
 ])
-def test_bad_flags_are_one_line_and_start_nothing(flag, value, text, capsys, monkeypatch):
+def test_bad_flags_are_one_line_and_start_nothing(flag, value, text, cli, monkeypatch):
     monkeypatch.setattr(bench_blas, "measure_fresh", lambda *a: pytest.fail("a measurement started"))
-    code, out, err = run(["bench", "blas", flag, value], capsys)
+    code, out, err = cli(["bench", "blas", flag, value])
     assert code == 2 and out == "" and len(err) == 1 and text in err[0], (code, err)

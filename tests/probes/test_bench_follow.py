@@ -12,23 +12,12 @@ import sys
 import pytest
 
 from app.bench import follow as bench_follow
-from app.cli import main
 
 TINY = ["bench", "follow", "--seconds", "30", "--tail-records", "40"]
 
 
-def run(argv: list[str], capsys) -> tuple[int, str, list[str]]:
-    """(exit code, stdout, stderr lines) of one in-process invocation."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err.strip().splitlines()
-
-
-def test_json_has_every_figure(capsys):
-    code, out, _ = run([*TINY, "--rounds", "2", "--json"], capsys)
+def test_json_has_every_figure(cli):
+    code, out, _ = cli([*TINY, "--rounds", "2", "--json"])
     assert code == 0
     result = json.loads(out)
     assert {"seconds", "file_bytes", "records", "rounds", "tail_records", "flush_records", "refresh_ms_rounds",
@@ -77,13 +66,13 @@ def test_every_refresh_is_checked_to_take_what_was_appended(tmp_path, monkeypatc
     (["--seconds", "1e9"], "argument --seconds: must be <= 86400, got 1e9"),
     (["--flush-records", "x"], "argument --flush-records: 'x' is not a whole number"),
 ], ids=["rounds 0", "seconds nan", "seconds 1e9", "flush x"])
-def test_bad_flags_are_one_line_and_start_nothing(argv, text, capsys, monkeypatch):
+def test_bad_flags_are_one_line_and_start_nothing(argv, text, cli, monkeypatch):
     monkeypatch.setattr(bench_follow, "run_follow_bench", lambda *a, **k: pytest.fail("the bench started"))
-    code, out, err = run(["bench", "follow", *argv], capsys)
+    code, out, err = cli(["bench", "follow", *argv])
     assert code == 2 and out == "" and len(err) == 1 and text in err[0], (code, err)
 
 
-def test_a_tail_longer_than_the_session_is_one_line(capsys):
-    code, out, err = run(["bench", "follow", "--seconds", "10", "--tail-records", "5000"], capsys)
+def test_a_tail_longer_than_the_session_is_one_line(cli):
+    code, out, err = cli(["bench", "follow", "--seconds", "10", "--tail-records", "5000"])
     assert code == 2 and out == "" and len(err) == 1, (code, err)
     assert "--tail-records 5000 must be below the session's" in err[0]

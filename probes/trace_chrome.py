@@ -37,7 +37,9 @@ def chrome_events(process: TraceProcess) -> list[dict]:
             if mark.dur is None:
                 event.update(ph="i", s="t")
             else:
-                event.update(ph="X", dur=round(mark.dur * US))
+                # the end rounded, not the duration: rounding both start and duration could end a slice 1 us past
+                # the next one's start (seen on an H200 recording), and slices on one track must nest
+                event.update(ph="X", dur=round((mark.t + mark.dur) * US) - event["ts"])
             events.append(event)
     return events
 

@@ -111,10 +111,27 @@ def session_name(model, path: str | None = None) -> str:
     model_name = meta.get("model", {})
     model_name = model_name.get("name") if isinstance(model_name, dict) else model_name
     parts = [str(x) for x in (meta.get("backend"), scenario, model_name) if x]
-    if meta.get("rank") is not None:
-        parts.append(f"rank {meta['rank']}")
+    ranks = meta.get("distributed")
+    if isinstance(ranks, dict) and ranks.get("rank") is not None:
+        parts.append(f"rank {ranks['rank']}")
     label = " · ".join(parts) or (model.label or "session")
     return f"{label} ({Path(path).name})" if path else label
+
+
+def _unique_names(names: list[str], paths: list) -> list[str]:
+    """``names`` with repeats told apart: the file's folder first (two runs' ``distinct_burst-dense.slabrec``),
+    then a number, so every session is its own process in the viewers."""
+    out = []
+    for name, path in zip(names, paths):
+        if names.count(name) > 1 and path:
+            name = f"{name[:name.rfind(' (')]} ({Path(path).parent.name}/{Path(path).name})"
+        out.append(name)
+    seen: dict[str, int] = {}
+    for k, name in enumerate(out):
+        seen[name] = seen.get(name, 0) + 1
+        if out.count(name) > 1:
+            out[k] = f"{name} #{seen[name]}"
+    return out
 
 
 def trace_process(model, pid: int, name: str) -> TraceProcess:
@@ -245,5 +262,6 @@ def _event_args(event) -> dict:
 
 def trace_processes(models_and_paths) -> list[TraceProcess]:
     """One process per (model, path) pair, pids 1, 2, ... in the order given."""
-    return [trace_process(model, pid, session_name(model, path))
-            for pid, (model, path) in enumerate(models_and_paths, start=1)]
+    pairs = list(models_and_paths)
+    names = _unique_names([session_name(model, path) for model, path in pairs], [path for _, path in pairs])
+    return [trace_process(model, pid, name) for pid, ((model, _), name) in enumerate(zip(pairs, names), start=1)]

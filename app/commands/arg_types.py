@@ -21,6 +21,18 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_int_up_to(maximum: int):
+    """A type for an int in ``[1, maximum]`` (a bound that keeps a typo from asking for hours or terabytes)."""
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum:,}, got {value:,}")
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
+
+
 def finite_float(minimum: float | None = None, maximum: float | None = None, *, above: bool = False):
     """A type for a finite float in ``[minimum, maximum]`` (``above``: strictly greater than ``minimum``)."""
     def parse(text: str) -> float:

@@ -4,6 +4,10 @@ and defines ``add_arguments(parser)`` and ``main(args) -> int``."""
 from __future__ import annotations
 
 import importlib
+import json
+import sys
+
+from app.commands.errors import RunError, UsageError
 
 BENCH_KINDS = {
     "growth": "successive pool-extending prefills per storage design: copies, appends, footprint",
@@ -15,12 +19,13 @@ BENCH_KINDS = {
     "host": "host time per prefill chunk and decode step (graph build, dispatch, wait) and its MLX primitives",
     "export": "slabscope export of a synthetic one-hour 10 Hz session: fresh-process time and file size per format",
     "shrink": "shrink policies: footprint after a burst (fresh processes) and decode throughput against off",
+    "blas": "MLX's CPU fp32 matmul, bundled reference BLAS vs OpenBLAS: fresh processes, speed-up median and range",
+    "follow": "following a growing recording (GrowingSession.refresh) against re-opening the whole file",
 }
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks that print figures (growth, decode, probes, snapshot, throughput, "
-                       "model, export, shrink, host)")
+    p = sub.add_parser("bench", help=f"benchmarks that print figures ({', '.join(BENCH_KINDS)})")
     kinds = p.add_subparsers(dest="bench_kind", metavar="KIND")
     for kind, help_text in BENCH_KINDS.items():
         try:
@@ -33,3 +38,17 @@ def add_parser(sub) -> None:
         mod.add_arguments(kp)
         kp.set_defaults(func=mod.main)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def print_figures(args, measure, format_report) -> int:
+    """Run ``measure(progress)`` (progress lines go to stderr) and print its figures: one JSON object with
+    ``--json``, else ``format_report``'s text. A ValueError from it is a usage error (exit 2), a RuntimeError a
+    failed run (exit 1), each one line."""
+    try:
+        result = measure(lambda text: print(text, file=sys.stderr, flush=True))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except RuntimeError as exc:
+        raise RunError(str(exc)) from None
+    print(json.dumps(result) if args.json else format_report(result))
+    return 0

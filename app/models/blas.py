@@ -2,8 +2,8 @@
 
 MLX's Linux CPU wheel links a bundled *reference* BLAS (~8 GFLOP/s fp32 on this class of machine). Debian's
 OpenBLAS, loaded with ``RTLD_GLOBAL`` before the first ``import mlx.core``, interposes its ``sgemm``/``cblas_*``
-symbols and runs the same matmuls faster (16x for a 1024^3 fp32 matmul on one thread:
-tests/models/bench_blas.py). The interposition only works if it happens before mlx's shared
+symbols and runs the same matmuls faster (16x for a 1024^3 fp32 matmul on one thread: ``slabscope bench
+blas``). The interposition only works if it happens before mlx's shared
 library is loaded, so this module must never import mlx at import time, and ``enable_openblas`` refuses (and
 says so) once mlx is in ``sys.modules``.
 

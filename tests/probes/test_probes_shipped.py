@@ -1,5 +1,6 @@
 """The shipped recordings (format v1, written before the typed data model) open through the typed reader and show
-the same figures the dict-based reader showed: the numbers below were printed by the reader of commit 03dc2e7
+the same figures the dict-based reader showed (v1-h200/: the H200 recordings of commit 46f1726, kept as v1 examples
+when assets/recordings/gpu/ was re-recorded in v2): the numbers below were printed by the reader of commit 03dc2e7
 (`Session.open`, `peak()`, `snapshot_at(duration / 2)`, `run_whatif(slab_blocks=8)`, `compare_sessions`)."""
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ ROOT = Path(__file__).resolve().parents[2] / "assets" / "recordings"
 #        largest run, live blocks, bytes reserved) | None, what-if peak reserved with 8-block slabs,
 #        whole-run compare row: (footprint max, tok/s, max slabs, max fragmentation, mean runs))
 EXPECTED = {
-    "gpu/distinct_burst-dense.slabrec": (176, (11941630552.0, 1.741503), 96, 0, 0, None, None,
+    "v1-h200/distinct_burst-dense.slabrec": (176, (11941630552.0, 1.741503), 96, 0, 0, None, None,
                                          (11941630552.0, 18918.33504844488, None, None, None)),
-    "gpu/distinct_burst-monolithic.slabrec": (565, (68552058248.0, 5.62461), 96, 450, 4,
+    "v1-h200/distinct_burst-monolithic.slabrec": (565, (68552058248.0, 5.62461), 96, 450, 4,
                                               (32, 0, 0, 0, 28672, 3758096384), 3875536896,
                                               (68552058248.0, 5848.136685123345, 33, 0.0, 1.0)),
-    "gpu/distinct_burst-slab.slabrec": (821, (6895692936.0, 8.006473), 96, 450, 5, (32, 0, 0, 0, 28672, 3758096384),
+    "v1-h200/distinct_burst-slab.slabrec": (821, (6895692936.0, 8.006473), 96, 450, 5, (32, 0, 0, 0, 28672, 3758096384),
                                         3787456512, (6895692936.0, 4021.747859303556, 33, 0.0, 2.5)),
     "sample-churn-dense.slabrec": (169, (664292209.0, 8.206169), 45, 0, 0, None, None,
                                    (664292209.0, 66.8029233154921, None, None, None)),
@@ -74,7 +75,7 @@ def test_migrate_rewrites_a_v1_recording_as_a_smaller_v2_one(tmp_path, capsys):
     assert not (tmp_path / "again.slabrec").exists()
 
 
-@pytest.mark.parametrize("name", ["gpu/distinct_burst-monolithic.slabrec", "sample-churn-slab.slabrec"])
+@pytest.mark.parametrize("name", ["v1-h200/distinct_burst-monolithic.slabrec", "sample-churn-slab.slabrec"])
 def test_recordings_made_before_copies_were_measured_keep_their_modelled_copies(name):
     """These recordings predate measured copies: no ``copied`` ops, and their ``bytes_copied`` was the model. The
     rebuild advances it by the book's model (so it equals every recorded summary), leaves the measured-era fields
@@ -89,5 +90,5 @@ def test_recordings_made_before_copies_were_measured_keep_their_modelled_copies(
         assert rebuilt.bytes_copied == record.snapshot.counters.bytes_copied, record.t
         assert rebuilt.bytes_copied_model is None and rebuilt.cow_bytes_copied is None
         grew |= rebuilt.bytes_copied > session.keyframes[0].load().snapshot.counters.bytes_copied
-    assert grew == name.startswith("gpu/"), "the monolithic run grows by copying after its first keyframe"
+    assert grew == name.startswith("v1-h200/"), "the monolithic run grows by copying after its first keyframe"
     assert mismatches_with_recording(session, run_whatif(session)) == []

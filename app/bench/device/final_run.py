@@ -110,11 +110,16 @@ def main() -> int:
     parser.add_argument("--small", action="store_true", help="tiny sizes on the CPU (dry run)")
     parser.add_argument("--deadline-s", type=float, default=430.0,
                         help="start no step after this many seconds; no step runs past it")
+    parser.add_argument("--only", default="", help="comma list: run only these steps of the half (a recheck)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     driver = Driver(args.out, name=args.half)
     begin = time.perf_counter()
-    for name, argv, timeout, options in steps(args.half, sizes(args.small), args.out):
+    only = {name for name in args.only.split(",") if name}
+    chosen = [step for step in steps(args.half, sizes(args.small), args.out) if not only or step[0] in only]
+    if only - {step[0] for step in chosen}:
+        parser.error(f"no such step in half {args.half}: {', '.join(sorted(only - {s[0] for s in chosen}))}")
+    for name, argv, timeout, options in chosen:
         left = args.deadline_s - (time.perf_counter() - begin)
         if left < 20:
             driver.results[name] = {"error": f"not run: the {args.deadline_s:.0f} s deadline was reached"}

@@ -4,6 +4,7 @@
 #
 #   OUT=/tmp/out bash app/bench/device/final_run.sh              # on the GPU machine
 #   SMALL=1 OUT=/tmp/dry bash app/bench/device/final_run.sh      # a CPU dry run of every step at tiny sizes
+#   ONLY_A=gpu_tests,rec_burst ONLY_B=bench_host OUT=... bash ...   # a recheck: only these steps of each half
 #
 # A shared warm-up (MLX's own kernels and our fused kernels compiled once, into their caches), then two independent
 # halves in parallel, one per GPU (final_run.py: a = recordings and tests/gpu, b = benches), each stopping before
@@ -27,10 +28,10 @@ fi
 say "warm-up"
 $py app/bench/device/final_run.py --half warm $small --out "$OUT/a" --deadline-s 90 > "$OUT/a/warm.txt" 2>&1
 say "halves start"
-CUDA_VISIBLE_DEVICES=0 $py app/bench/device/final_run.py --half a $small --out "$OUT/a" --deadline-s "$deadline" \
+CUDA_VISIBLE_DEVICES=0 $py app/bench/device/final_run.py --half a $small --out "$OUT/a" --deadline-s "$deadline" --only "${ONLY_A:-}" \
   > "$OUT/a/stdout.txt" 2>&1 &
 half_a=$!
-CUDA_VISIBLE_DEVICES=1 $py app/bench/device/final_run.py --half b $small --out "$OUT/b" --deadline-s "$deadline" \
+CUDA_VISIBLE_DEVICES=1 $py app/bench/device/final_run.py --half b $small --out "$OUT/b" --deadline-s "$deadline" --only "${ONLY_B:-}" \
   > "$OUT/b/stdout.txt" 2>&1 &
 half_b=$!
 wait $half_a; say "half a finished (exit $?)"

@@ -49,6 +49,8 @@ class HostConfig:
     prefill_chunk: int | None = None  # None: the scenario's
     seed: int = 0
     count_ops: bool = True
+    slab_blocks: int | None = None  # None: the scenario's
+    emulate_cuda: bool = False  # the CUDA fused route's host side on this machine (app/bench/host_emulation.py)
 
     def __post_init__(self) -> None:
         unknown = [e for e in self.engines if e not in ENGINES]
@@ -79,7 +81,8 @@ class EngineSteps:
 
         spec = RunSpec(scenario=config.scenario, backend="dense" if engine == "mlx_lm" else engine,
                        model=loaded.name, dtype=config.dtype, device=config.device, seed=config.seed,
-                       overrides=dict(config.overrides), prefill_chunk=config.prefill_chunk, prefill_trim=None)
+                       overrides=dict(config.overrides), prefill_chunk=config.prefill_chunk, prefill_trim=None,
+                       slab_blocks=config.slab_blocks)
         self.engine = engine
         self.count_ops = config.count_ops
         self.session = build_session(spec, scenario, loaded=loaded)
@@ -156,6 +159,10 @@ def run_host_bench(config: HostConfig, progress=None) -> dict:
     say = progress or (lambda text: None)
     scenario = load_scenario(config.scenario, config.overrides)
     loaded = load_model(config.model, dtype=config.dtype, device=config.device, seed=config.seed)
+    if config.emulate_cuda:
+        from app.bench.host_emulation import install
+
+        install(loaded.dtype, loaded.head_dim)
     runners = [EngineSteps(engine, config, loaded, scenario) for engine in config.engines]
     active, index = list(runners), 0
     while active:
@@ -192,6 +199,9 @@ def format_report(result: dict) -> str:
     config, layers = result["config"], result["num_layers"]
     lines = [f"bench host: {config['scenario']} {config['overrides']} on {result['model']} ({result['device']}, "
              f"MLX {result['mlx']}); every step built, dispatched and awaited in sequence, engines interleaved"]
+    if config.get("emulate_cuda"):
+        lines.append("EMULATED CUDA fused route (kernels replaced by zeros): only the build columns mean what they "
+                     "mean on a GPU")
     for kind in ("prefill", "decode"):
         rows = {e: data[kind]["stats"] for e, data in result["engines"].items() if data[kind]["steps"]}
         if not rows:

@@ -4,6 +4,8 @@ MLX primitives each step builds, per engine on the same schedule, engines interl
     slabscope bench host --model synthetic:qwen3-0.6b --dtype bfloat16 --device gpu \\
         --set n=8 --set prompt_tokens=4096 --set gen_tokens=32           # the H200 burst
     slabscope bench host --model synthetic:tiny-qwen3-28l --set n=2 --set prompt_tokens=2048 --set gen_tokens=8
+    slabscope bench host --emulate-cuda --slab-blocks 8 --model synthetic:tiny-qwen3-28l --dtype float32 \\
+        --device cpu --set n=8 --set prompt_tokens=1024 --set gen_tokens=32 --engines slab,dense   # GPU route, CPU
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ def add_arguments(p) -> None:
                    help=f"comma-separated subset of {','.join(ENGINES)} (default {','.join(DEFAULT_ENGINES)})")
     p.add_argument("--prefill-chunk", type=positive_int, default=None, help="tokens per prefill chunk (default: "
                    "the scenario's)")
+    p.add_argument("--slab-blocks", type=positive_int, default=None, help="rows per slab of the paged engines "
+                   "(default: the scenario's)")
+    p.add_argument("--emulate-cuda", action="store_true", help="run the CUDA fused route's host side on this "
+                   "machine, kernels replaced by zeros (app/bench/host_emulation.py): build times only")
     p.add_argument("--no-ops", action="store_true", help="skip counting each step's primitives")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object (progress still on stderr)")
@@ -40,7 +46,8 @@ def main(args) -> int:
         load_scenario(args.scenario, overrides)
         config = HostConfig(scenario=args.scenario, overrides=overrides, model=args.model, dtype=args.dtype,
                             device=args.device, engines=tuple(e.strip() for e in args.engines.split(",") if e.strip()),
-                            prefill_chunk=args.prefill_chunk, seed=args.seed, count_ops=not args.no_ops)
+                            prefill_chunk=args.prefill_chunk, seed=args.seed, count_ops=not args.no_ops,
+                            slab_blocks=args.slab_blocks, emulate_cuda=args.emulate_cuda)
     except (ScenarioError, ValueError) as exc:
         print(f"slabscope bench host: {exc}", file=sys.stderr)
         return 2

@@ -28,7 +28,9 @@ import re
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from app.bench.workload import BenchWorkload, check_engines
 
 ENGINES = ("slab", "monolithic", "dense", "mlx_lm")
 DEFAULT_ENGINES = ("slab", "dense", "mlx_lm")
@@ -37,14 +39,9 @@ HEADINGS = ("build", "build (CPU)", "dispatch", "host", "wait")  # the table's c
 
 
 @dataclass
-class HostConfig:
+class HostConfig(BenchWorkload):
     """What one host-time bench depends on."""
 
-    scenario: str = "distinct_burst"
-    overrides: dict = field(default_factory=dict)
-    model: str = "synthetic:qwen3-0.6b"
-    dtype: str | None = None
-    device: str | None = None
     engines: tuple = DEFAULT_ENGINES
     prefill_chunk: int | None = None  # None: the scenario's
     seed: int = 0
@@ -53,9 +50,7 @@ class HostConfig:
     emulate_cuda: bool = False  # the CUDA fused route's host side on this machine (app/bench/host_emulation.py)
 
     def __post_init__(self) -> None:
-        unknown = [e for e in self.engines if e not in ENGINES]
-        if unknown or not self.engines:
-            raise ValueError(f"unknown engine(s) {unknown or list(self.engines)}; choose from {', '.join(ENGINES)}")
+        check_engines(self.engines, ENGINES)
 
 
 def graph_ops(arrays: list) -> collections.Counter:

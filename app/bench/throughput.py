@@ -17,7 +17,9 @@ import multiprocessing as mp
 import os
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from app.bench.workload import BenchWorkload, check_engines
 
 ENGINES = ("dense", "slab", "monolithic", "mlx_lm")
 DEFAULT_ENGINES = ("dense", "slab", "mlx_lm")
@@ -32,14 +34,9 @@ MIN_RUNS_FOR_VERDICT = 5  # fewer runs than this per engine: no winner is named 
 
 
 @dataclass
-class BenchConfig:
+class BenchConfig(BenchWorkload):
     """Everything a run of the bench depends on (picklable: fresh-process children receive it)."""
 
-    scenario: str = "distinct_burst"
-    overrides: dict = field(default_factory=dict)
-    model: str = "synthetic:qwen3-0.6b"
-    dtype: str | None = None
-    device: str | None = None
     engines: tuple = DEFAULT_ENGINES
     rounds: int = 5
     fresh_rounds: int = 1
@@ -50,9 +47,7 @@ class BenchConfig:
     shrink_budget: int | None = None   # bytes a shrink point may move (None: the pool's default)
 
     def __post_init__(self) -> None:
-        unknown = [e for e in self.engines if e not in ENGINES]
-        if unknown or not self.engines:
-            raise ValueError(f"unknown engine(s) {unknown or self.engines}; choose from {', '.join(ENGINES)}")
+        check_engines(self.engines, ENGINES)
         if self.rounds < 1 or self.fresh_rounds < 0:
             raise ValueError("rounds must be >= 1 and fresh_rounds >= 0")
 

@@ -14,18 +14,13 @@ import json
 import sys
 
 from app.commands.arg_types import positive_int
+from app.commands.bench_workload import add_workload_arguments, workload_fields
 
 
 def add_arguments(p) -> None:
     from app.bench.host_time import DEFAULT_ENGINES, ENGINES
 
-    p.add_argument("--scenario", default="distinct_burst")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="scenario overrides")
-    p.add_argument("--model", default="synthetic:qwen3-0.6b")
-    p.add_argument("--dtype", default=None)
-    p.add_argument("--device", choices=("cpu", "gpu"), default=None)
-    p.add_argument("--engines", default=",".join(DEFAULT_ENGINES),
-                   help=f"comma-separated subset of {','.join(ENGINES)} (default {','.join(DEFAULT_ENGINES)})")
+    add_workload_arguments(p, ENGINES, DEFAULT_ENGINES)
     p.add_argument("--prefill-chunk", type=positive_int, default=None, help="tokens per prefill chunk (default: "
                    "the scenario's)")
     p.add_argument("--slab-blocks", type=positive_int, default=None, help="rows per slab of the paged engines "
@@ -39,16 +34,10 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     from app.bench.host_time import HostConfig, format_report, run_host_bench
-    from app.workloads.scenarios import ScenarioError, load_scenario, parse_overrides
-
     try:
-        overrides = parse_overrides(args.set)
-        load_scenario(args.scenario, overrides)
-        config = HostConfig(scenario=args.scenario, overrides=overrides, model=args.model, dtype=args.dtype,
-                            device=args.device, engines=tuple(e.strip() for e in args.engines.split(",") if e.strip()),
-                            prefill_chunk=args.prefill_chunk, seed=args.seed, count_ops=not args.no_ops,
-                            slab_blocks=args.slab_blocks, emulate_cuda=args.emulate_cuda)
-    except (ScenarioError, ValueError) as exc:
+        config = HostConfig(**workload_fields(args), prefill_chunk=args.prefill_chunk, seed=args.seed,
+                            count_ops=not args.no_ops, slab_blocks=args.slab_blocks, emulate_cuda=args.emulate_cuda)
+    except ValueError as exc:  # ScenarioError too
         print(f"slabscope bench host: {exc}", file=sys.stderr)
         return 2
     result = run_host_bench(config, progress=lambda text: print(text, file=sys.stderr, flush=True))

@@ -12,18 +12,13 @@ from __future__ import annotations
 import sys
 
 from app.commands.arg_types import add_mlx_cache_arguments, add_shrink_arguments, positive_int
+from app.commands.bench_workload import add_workload_arguments, workload_fields
 
 
 def add_arguments(p) -> None:
     from app.bench.throughput import DEFAULT_ENGINES, ENGINES
 
-    p.add_argument("--scenario", default="distinct_burst")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="scenario overrides")
-    p.add_argument("--model", default="synthetic:qwen3-0.6b")
-    p.add_argument("--dtype", default=None)
-    p.add_argument("--device", choices=("cpu", "gpu"), default=None)
-    p.add_argument("--engines", default=",".join(DEFAULT_ENGINES),
-                   help=f"comma-separated subset of {','.join(ENGINES)} (default {','.join(DEFAULT_ENGINES)})")
+    add_workload_arguments(p, ENGINES, DEFAULT_ENGINES)
     p.add_argument("--rounds", type=positive_int, default=5, help="interleaved warm rounds after the warm-up (>= 5 "
                    "for a verdict worth reading; default 5)")
     p.add_argument("--fresh-rounds", type=int, default=1, help="fresh-process runs per engine (0: none; default 1)")
@@ -35,17 +30,12 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     from app.bench.throughput import BenchConfig, format_report, run_bench, to_json
-    from app.workloads.scenarios import ScenarioError, load_scenario, parse_overrides
 
     try:
-        overrides = parse_overrides(args.set)
-        load_scenario(args.scenario, overrides)
-        config = BenchConfig(scenario=args.scenario, overrides=overrides, model=args.model, dtype=args.dtype,
-                             device=args.device, engines=tuple(e.strip() for e in args.engines.split(",") if e.strip()),
-                             rounds=args.rounds, fresh_rounds=args.fresh_rounds, seed=args.seed,
-                             cache_limit=args.cache_limit, prefill_trim=args.prefill_trim, shrink=args.shrink,
-                             shrink_budget=args.shrink_budget)
-    except (ScenarioError, ValueError) as exc:
+        config = BenchConfig(**workload_fields(args), rounds=args.rounds, fresh_rounds=args.fresh_rounds,
+                             seed=args.seed, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim,
+                             shrink=args.shrink, shrink_budget=args.shrink_budget)
+    except ValueError as exc:  # ScenarioError too
         print(f"slabscope bench throughput: {exc}", file=sys.stderr)
         return 2
     result = run_bench(config, progress=lambda text: print(text, file=sys.stderr, flush=True))

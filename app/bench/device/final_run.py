@@ -99,6 +99,10 @@ def steps(half: str, s: dict, out: str) -> list[tuple]:
                                   "--sample-hz", str(hz), "--snapshot-hz", "0.5"], 240,
                {"parse_json": False, "keep_stdout": True}) for hz in (100, 10)],
             ("bench_host", [*py, "bench", "host", *burst, *target, "--json"], 240, {}),
+            # 128-block slabs: 9 slabs per layer instead of 33, so the fused kernel takes a quarter of the slab inputs
+            # (does the decode step's host time follow the kernel's input count?)
+            ("bench_host_slab128", [*py, "bench", "host", *burst, *target, "--slab-blocks", "128", "--json"], 240,
+             {}),
         ]
     raise ValueError(f"unknown half {half!r}")
 

@@ -6,10 +6,13 @@ from tui_fixtures import SimPool, event_stream, sample
 
 from app.tui.analysis import (
     accounting, free_run_origin, free_runs, gather_runs, merged_gather_hist, next_request_need, pool_totals,
-    runs_per_sequence, slab_cells,
+    rows_per_slab, runs_per_sequence, shrink_so_far, slab_cells,
 )
+from app.tui.views.occupancy import totals_text
 from pool import FusedDecision, LayerSnapshot, Owner, PoolCounters, PoolSnapshot, PoolStats
-from probes.events import MetaUpdate
+from pool.ops import BlockMove, Release
+from pool.shrink_types import ShrinkReport
+from probes.events import MetaUpdate, OpBatch, Shrunk, SnapshotTaken
 from probes.store import SessionModel
 
 
@@ -97,3 +100,110 @@ def test_free_run_origin_names_the_releasing_sequence():
     assert origin.describe() == "freed by seq 1's release at 4.00s"
     never = free_run_origin(model, 0, 9, 3, before=4.0)  # rows 9-11: reserved capacity never minted
     assert never.seq is None and never.describe().startswith("never used")
+
+
+# ---- figures the views print (issue 10: surviving mutants of app/tui/analysis.py at 550bf32) ---------------------
+
+def model_of(*items, meta=None):
+    """A session from hand-made items: (t, snapshot) pairs become keyframe snapshots, (t, [ops]) op batches."""
+    model = SessionModel("slab")
+    model.append(MetaUpdate(t=0.0, meta={"t_start": 0.0, **(meta or {})}))
+    for t, item in items:
+        if isinstance(item, PoolSnapshot):
+            model.append(SnapshotTaken(t=t, step=0, tokens=0, snapshot=item, keyframe=True))
+        else:
+            model.append(OpBatch(t=t, step=0, tokens=0, ops=item, op_t=[t] * len(item)))
+    return model
+
+
+def test_every_row_of_a_state_is_counted_and_rows_past_the_reserved_slabs_get_their_own_cells():
+    """Two shared and two handle-held rows in one slab; row arrays longer than ``num_chunks`` slabs (slabs 1
+    and 4 past them) grow the grid by exactly the slabs they reach instead of being dropped. The Slabs view's totals line prints them."""
+    lay = layer([1, 1, Owner.HANDLE, Owner.HANDLE, -1, 4, -1, -1] + [-1] * 8 + [5, 5],
+                [2, 2, 1, 1, 0, 1, 0, 0] + [0] * 8 + [1, 1], num_slabs=1)
+    shot = snap([lay])
+    shot = PoolSnapshot(**{**{f: getattr(shot, f) for f in shot.__struct_fields__},
+                           "stats": PoolStats(5, 5, 3, 12 * 1024, 7 * 1024, 2, 1)})
+    cells = slab_cells(shot, lay)
+    assert [(c.capacity, c.live, c.shared, c.held, c.free) for c in cells] == [(4, 0, 2, 2, 0), (4, 1, 0, 0, 3),
+                                                                              (4, 0, 0, 0, 4), (4, 0, 0, 0, 4), (4, 2, 0, 0, 2)]
+    totals = pool_totals(shot)
+    assert (totals.slabs, totals.live_rows, totals.shared_rows, totals.held_rows, totals.free_rows) == (5, 3, 2, 2, 13)
+    assert (totals.bytes_reserved, totals.bytes_in_use) == (12 * 1024, 7 * 1024)
+    line = totals_text("slab", 1.0, shot).plain
+    assert "slabs 5  rows live 3  shared 2  held 2  free 13" in line
+    assert "bytes reserved 12 KiB  in use 7 KiB (58%)" in line
+
+
+def test_one_block_slabs_draw_one_row_per_cell():
+    shot = PoolSnapshot(**{**{f: getattr(snap([]), f) for f in PoolSnapshot.__struct_fields__}, "slab_blocks": 1})
+    lay = layer([1, -1, 2], [1, 0, 1], num_slabs=3, per=1)
+    assert rows_per_slab(shot) == 1
+    assert [(c.capacity, c.live, c.free) for c in slab_cells(shot, lay)] == [(1, 1, 0), (1, 0, 1), (1, 1, 0)]
+
+
+def test_next_request_need_uses_the_announced_size_else_the_longest_sequence():
+    longest = snap([], seq_rows={1: [0, 1], 2: [2, 3, 4, 5, 6]})  # block_size 16; the longest sequence: 5 blocks
+    announced = {tokens: next_request_need(longest, model_of(meta={"next_request_tokens": tokens}))
+                 for tokens in (40, 16, 1, 0, -3, "40")}
+    assert announced == {40: 3, 16: 1, 1: 1, 0: 5, -3: 5, "40": 5}  # ceil(tokens / 16); not a positive int: 5
+    assert next_request_need(longest, model_of()) == next_request_need(longest) == 5
+    one_token_blocks = PoolSnapshot(**{**{f: getattr(longest, f) for f in PoolSnapshot.__struct_fields__},
+                                       "block_size": 1})
+    assert next_request_need(one_token_blocks, model_of(meta={"next_request_tokens": 5})) == 5
+    assert next_request_need(snap([])) == 1  # no sequence: one block
+    assert next_request_need(snap([], seq_rows={7: []})) == 1  # a sequence with no block yet: still one
+
+
+def test_accounting_on_a_discrete_gpu_shows_the_host_rss_on_its_own():
+    model = model_of(meta={"memory_model": "discrete"})
+    model.append(sample(0.0, 0, 0, active=100, cache=10, rss=50, weights=60, pool_live=20, pool_free=5,
+                        other_active=15, rss_other=-60))
+    parts = [(p.label, p.bytes) for p in accounting(model, 1)]
+    assert parts[-1] == ("host RSS (not on GPU)", 50)
+    assert [label for label, _ in parts[:-1]] == ["weights", "pool live", "pool reserved-free", "other active",
+                                                  "MLX cache"]
+
+
+def one_layer(owners, num_slabs=2, seq_rows=None):
+    refs = [1 if o >= 0 else 0 for o in owners]
+    return snap([layer(owners, refs, num_slabs)], seq_rows=seq_rows or {})
+
+
+def test_free_run_origin_looks_the_op_up_only_until_the_rows_were_seen_free():
+    """A shrink moved seq 1's rows 4-5 down (no op of seq 1's frees them) and seq 1 was released later: the run is
+    not "freed by seq 1's release" at a time after the inspected moment."""
+    model = model_of((1.0, one_layer([2, 2, -1, -1, 1, 1, -1, -1])),
+                     (2.0, [BlockMove(layers=1, moves=[(4, 2), (5, 3)], count=2, bytes=0)]),
+                     (5.0, [Release(1)]),
+                     (6.0, one_layer([2, 2, -1, -1, -1, -1, -1, -1])))
+    origin = free_run_origin(model, 0, 4, 2, before=3.0)
+    assert (origin.seq, origin.last_owned, origin.seen_free, origin.op, origin.op_t) == (1, 1.0, 3.0, "", None)
+    assert origin.describe() == "last owned by seq 1 at 1.00s, free by 3.00s"
+
+
+def test_free_run_origin_names_the_main_holder_sequence_zero_and_skips_rows_never_minted():
+    model = model_of((1.0, one_layer([2, 1, 1, 0, 0, 0])), (2.0, one_layer([-1, -1, -1, -1, -1, -1])))
+    assert free_run_origin(model, 0, 0, 3, before=2.0).seq == 1  # two rows of seq 1 against one of seq 2
+    assert free_run_origin(model, 0, 3, 3, before=2.0).describe() == "last owned by seq 0 at 1.00s, free by 2.00s"
+    tail = free_run_origin(model, 0, 6, 2, before=2.0)  # capacity rows 6-7: never minted (no row_owner entry)
+    assert tail.seq is None and tail.describe().startswith("never used")
+    assert free_run_origin(model, 1, 0, 3, before=2.0).seq is None  # a layer the recording does not have
+
+
+def test_shrink_so_far_sums_the_shrink_events_up_to_the_cursor():
+    """The Memory view's "reclaimed ... (N slabs)" and the Slabs view's "last @" line."""
+    reports = [ShrinkReport(slabs_released=n, bytes_released=n * 100, blocks_moved=2 * n, footprint_before=1000,
+                            footprint_after=1000 - 10 * n) for n in (1, 2, 4)]
+    model = model_of()
+    for t, report in zip((1.0, 2.0, 3.0), reports):
+        model.append(Shrunk(t=t, step=0, tokens=0, report=report))
+    figures = {}
+    for until in (None, 3.0, 2.5, 2.0, 1.0, 0.5):
+        so_far = shrink_so_far(model, until)
+        tally = so_far.tally
+        figures[until] = (tally.events, tally.slabs_released, tally.blocks_moved, tally.reclaimed_bytes,
+                          so_far.last.t if so_far.last else None)
+    assert figures == {None: (3, 7, 14, 70, 3.0), 3.0: (3, 7, 14, 70, 3.0), 2.5: (2, 3, 6, 30, 2.0),
+                       2.0: (2, 3, 6, 30, 2.0), 1.0: (1, 1, 2, 10, 1.0), 0.5: (0, 0, 0, 0, None)}
+    assert shrink_so_far(model_of(), None).last is None

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from msgspec.structs import replace
 from tui_fixtures import SimPool, event_stream, sample
 
 from app.tui.analysis import (
-    accounting, free_run_origin, free_runs, gather_runs, merged_gather_hist, next_request_need, pool_totals,
-    rows_per_slab, runs_per_sequence, shrink_so_far, slab_cells,
+    HISTORY_LIMIT, accounting, free_run_origin, free_runs, gather_runs, merged_gather_hist, next_request_need,
+    pool_totals, rows_per_slab, runs_per_sequence, shrink_so_far, slab_cells,
 )
 from app.tui.views.occupancy import totals_text
 from pool import FusedDecision, LayerSnapshot, Owner, PoolCounters, PoolSnapshot, PoolStats
@@ -104,9 +105,9 @@ def test_free_run_origin_names_the_releasing_sequence():
 
 # ---- figures the views print (issue 10: surviving mutants of app/tui/analysis.py at 550bf32) ---------------------
 
-def model_of(*items, meta=None):
+def model_of(*items, meta=None, max_keyframes=360):
     """A session from hand-made items: (t, snapshot) pairs become keyframe snapshots, (t, [ops]) op batches."""
-    model = SessionModel("slab")
+    model = SessionModel("slab", max_keyframes=max_keyframes)
     model.append(MetaUpdate(t=0.0, meta={"t_start": 0.0, **(meta or {})}))
     for t, item in items:
         if isinstance(item, PoolSnapshot):
@@ -118,15 +119,14 @@ def model_of(*items, meta=None):
 
 def test_every_row_of_a_state_is_counted_and_rows_past_the_reserved_slabs_get_their_own_cells():
     """Two shared and two handle-held rows in one slab; row arrays longer than ``num_chunks`` slabs (slabs 1
-    and 4 past them) grow the grid by exactly the slabs they reach instead of being dropped. The Slabs view's totals line prints them."""
+    and 4 past them) grow the grid by exactly the slabs they reach instead of being dropped. The Slabs view's
+    totals line prints them."""
     lay = layer([1, 1, Owner.HANDLE, Owner.HANDLE, -1, 4, -1, -1] + [-1] * 8 + [5, 5],
                 [2, 2, 1, 1, 0, 1, 0, 0] + [0] * 8 + [1, 1], num_slabs=1)
-    shot = snap([lay])
-    shot = PoolSnapshot(**{**{f: getattr(shot, f) for f in shot.__struct_fields__},
-                           "stats": PoolStats(5, 5, 3, 12 * 1024, 7 * 1024, 2, 1)})
+    shot = replace(snap([lay]), stats=PoolStats(5, 5, 3, 12 * 1024, 7 * 1024, 2, 1))
     cells = slab_cells(shot, lay)
-    assert [(c.capacity, c.live, c.shared, c.held, c.free) for c in cells] == [(4, 0, 2, 2, 0), (4, 1, 0, 0, 3),
-                                                                              (4, 0, 0, 0, 4), (4, 0, 0, 0, 4), (4, 2, 0, 0, 2)]
+    assert [(c.capacity, c.live, c.shared, c.held, c.free) for c in cells] == [
+        (4, 0, 2, 2, 0), (4, 1, 0, 0, 3), (4, 0, 0, 0, 4), (4, 0, 0, 0, 4), (4, 2, 0, 0, 2)]
     totals = pool_totals(shot)
     assert (totals.slabs, totals.live_rows, totals.shared_rows, totals.held_rows, totals.free_rows) == (5, 3, 2, 2, 13)
     assert (totals.bytes_reserved, totals.bytes_in_use) == (12 * 1024, 7 * 1024)
@@ -136,7 +136,7 @@ def test_every_row_of_a_state_is_counted_and_rows_past_the_reserved_slabs_get_th
 
 
 def test_one_block_slabs_draw_one_row_per_cell():
-    shot = PoolSnapshot(**{**{f: getattr(snap([]), f) for f in PoolSnapshot.__struct_fields__}, "slab_blocks": 1})
+    shot = replace(snap([]), slab_blocks=1)
     lay = layer([1, -1, 2], [1, 0, 1], num_slabs=3, per=1)
     assert rows_per_slab(shot) == 1
     assert [(c.capacity, c.live, c.free) for c in slab_cells(shot, lay)] == [(1, 1, 0), (1, 0, 1), (1, 1, 0)]
@@ -148,9 +148,7 @@ def test_next_request_need_uses_the_announced_size_else_the_longest_sequence():
                  for tokens in (40, 16, 1, 0, -3, "40")}
     assert announced == {40: 3, 16: 1, 1: 1, 0: 5, -3: 5, "40": 5}  # ceil(tokens / 16); not a positive int: 5
     assert next_request_need(longest, model_of()) == next_request_need(longest) == 5
-    one_token_blocks = PoolSnapshot(**{**{f: getattr(longest, f) for f in PoolSnapshot.__struct_fields__},
-                                       "block_size": 1})
-    assert next_request_need(one_token_blocks, model_of(meta={"next_request_tokens": 5})) == 5
+    assert next_request_need(replace(longest, block_size=1), model_of(meta={"next_request_tokens": 5})) == 5
     assert next_request_need(snap([])) == 1  # no sequence: one block
     assert next_request_need(snap([], seq_rows={7: []})) == 1  # a sequence with no block yet: still one
 
@@ -189,6 +187,16 @@ def test_free_run_origin_names_the_main_holder_sequence_zero_and_skips_rows_neve
     tail = free_run_origin(model, 0, 6, 2, before=2.0)  # capacity rows 6-7: never minted (no row_owner entry)
     assert tail.seq is None and tail.describe().startswith("never used")
     assert free_run_origin(model, 1, 0, 3, before=2.0).seq is None  # a layer the recording does not have
+
+
+def test_free_run_origin_scans_a_bounded_history():
+    """The inspector looks back at most HISTORY_LIMIT snapshots: a run freed longer ago than that is shown as never
+    used in the kept history (its text says "or freed before it"), one freed within it names its sequence."""
+    free = one_layer([-1] * 4)
+    model = model_of((1.0, one_layer([1, 1, 1, -1])), *((2.0 + k, free) for k in range(HISTORY_LIMIT)),
+                     max_keyframes=2 * HISTORY_LIMIT)  # every snapshot kept whole: exact at every instant
+    assert free_run_origin(model, 0, 0, 3, before=HISTORY_LIMIT + 1.0).seq is None  # 1.0 s is 401 snapshots back
+    assert free_run_origin(model, 0, 0, 3, before=HISTORY_LIMIT + 0.5).seq == 1  # 400 back
 
 
 def test_shrink_so_far_sums_the_shrink_events_up_to_the_cursor():

@@ -103,8 +103,8 @@ class TraceProcess:
         return next((c for c in self.counters if c.name == name), None)
 
 
-def session_name(model, path: str | None = None) -> str:
-    """What a process is called: backend, scenario, model and (for files) the file's name."""
+def session_name(model, path: str | None = None, shown: str | None = None) -> str:
+    """What a process is called: backend, scenario, model and (for files) the file, as ``shown`` or by its name."""
     meta = model.meta
     scenario = meta.get("scenario", {})
     scenario = scenario.get("name") if isinstance(scenario, dict) else scenario
@@ -115,22 +115,25 @@ def session_name(model, path: str | None = None) -> str:
     if isinstance(ranks, dict) and ranks.get("rank") is not None:
         parts.append(f"rank {ranks['rank']}")
     label = " · ".join(parts) or (model.label or "session")
-    return f"{label} ({Path(path).name})" if path else label
+    shown = shown or (Path(path).name if path else None)
+    return f"{label} ({shown})" if shown else label
 
 
-def _unique_names(names: list[str], paths: list) -> list[str]:
-    """``names`` with repeats told apart: the file's folder first (two runs' ``distinct_burst-dense.slabrec``),
-    then a number, so every session is its own process in the viewers."""
-    out = []
-    for name, path in zip(names, paths):
-        if names.count(name) > 1 and path:
-            name = f"{name[:name.rfind(' (')]} ({Path(path).parent.name}/{Path(path).name})"
-        out.append(name)
+def _shown_files(paths: list) -> list[str | None]:
+    """How each file is named in its process: by its name, with its folder when two files share a name (two runs'
+    ``distinct_burst-dense.slabrec``)."""
+    names = [Path(path).name if path else None for path in paths]
+    return [f"{Path(path).parent.name}/{name}" if name and names.count(name) > 1 else name
+            for path, name in zip(paths, names)]
+
+
+def _numbered(names: list[str]) -> list[str]:
+    """``names`` with any still repeated (the same file given twice) numbered, so each is its own process."""
     seen: dict[str, int] = {}
-    for k, name in enumerate(out):
+    out = []
+    for name in names:
         seen[name] = seen.get(name, 0) + 1
-        if out.count(name) > 1:
-            out[k] = f"{name} #{seen[name]}"
+        out.append(f"{name} #{seen[name]}" if names.count(name) > 1 else name)
     return out
 
 
@@ -263,5 +266,6 @@ def _event_args(event) -> dict:
 def trace_processes(models_and_paths) -> list[TraceProcess]:
     """One process per (model, path) pair, pids 1, 2, ... in the order given."""
     pairs = list(models_and_paths)
-    names = _unique_names([session_name(model, path) for model, path in pairs], [path for _, path in pairs])
+    shown = _shown_files([path for _, path in pairs])
+    names = _numbered([session_name(model, path, label) for (model, path), label in zip(pairs, shown)])
     return [trace_process(model, pid, name) for pid, ((model, _), name) in enumerate(zip(pairs, names), start=1)]

@@ -122,7 +122,8 @@ def test_a_run_missing_a_rank_when_record_ends_is_one_line_and_the_rest_show_alo
 
 
 def test_the_record_command_names_every_choice(tmp_path):
-    choice = RankRunChoice("churn", "synthetic:tiny-llama", ["slab", "dense"], 4, "nccl", 8, 4, ("--set", "n=3"))
+    choice = RankRunChoice("churn", "synthetic:tiny-llama", ["slab", "dense"], 4, "nccl", 8, 4, ("--set", "n=3"),
+                           "compact")
     from app.cli import build_parser
 
     command = record_command(choice, tmp_path)
@@ -131,4 +132,6 @@ def test_the_record_command_names_every_choice(tmp_path):
     assert (args.ranks, args.launch_backend, args.backends, args.model, args.scenario) == \
         (4, "nccl", ["slab", "dense"], "synthetic:tiny-llama", "churn")
     assert (args.block_size, args.slab_blocks, args.out, args.set) == (8, 4, str(tmp_path), ["n=3"])
-    assert args.stop_with_parent
+    assert args.stop_with_parent and args.shrink == "compact"  # the run form's shrink reaches every rank
+    default = build_parser().parse_args(record_command(RankRunChoice("churn", "m", ["slab"], 2), tmp_path)[3:])
+    assert default.shrink == "off"

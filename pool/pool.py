@@ -22,6 +22,7 @@ from pool.shrink_types import ShrinkReport
 from pool.snapshot import SnapshotCache, build_snapshot
 from pool.snapshot_types import ObservedFigures, PoolSnapshot
 from pool.stats import PoolCounters, PoolStats
+from pool.table_match import TableMatch
 from pool.token_slots import TokenSlots, check_current, resolve_token_slots
 
 
@@ -60,6 +61,7 @@ class PagedKVPool:
         self.book = BlockBook(config.num_layers, config.block_size, config.design, config.slab_blocks,
                               config.max_blocks_per_layer, shrink=config.shrink)
         self.storage = _make_storage(config)
+        self.table_match = TableMatch(self.book)  # memoised "layers hold equal tables" (fused launch plans)
         self.gathers = 0
         self.gather_runs_total = 0
         self.gather_runs_hist: list[Counter] = [Counter() for _ in range(config.num_layers)]
@@ -222,11 +224,11 @@ class PagedKVPool:
         The same bytes as ``write_batch`` with one-token spans, in one scatter per slab touched. ``indices``: a
         dict the caller keeps for one step (device index arrays shared by layers writing the same rows). Checks
         (stale slots, geometry, batch) run before the first store, so an error writes nothing."""
-        from pool.storage_base import geometry_of
+        from pool.storage_base import token_geometry
 
         self.book.check_layer(layer)
         check_current(self.book, slots, layer)
-        geometry = geometry_of(keys, values, tokens=len(slots.seq_ids))
+        geometry = token_geometry(keys, values, len(slots.seq_ids))
         self.storage.check_geometry(layer, geometry)
         self._ensure_layer(layer, geometry)
         self.storage.write_tokens(layer, slots.layer_rows[layer], slots.offsets, keys, values,
@@ -452,6 +454,24 @@ class PagedKVPool:
                          logical_starts=tuple(t.logical_start for t in tables), block_size=self.config.block_size,
                          design=self.config.design, geometry=self.storage.geometry[layer], keys=tuple(keys),
                          values=tuple(values), rows_per_slab=int(keys[0].shape[0]) if keys else 0)
+
+    def layer_slabs(self, layer: int) -> tuple[list, list]:
+        """The layer's K and V tensor lists (the pool's own, no copy): what a fused launch reads once its plan is
+        known. Read them, never mutate them, and ask again after the pool changes."""
+        self.book.check_layer(layer)
+        return self.storage.keys[layer], self.storage.values[layer]
+
+    def layer_key(self, layer: int) -> tuple:
+        """(slab count, rows per slab, geometry) of ``layer``: what a launch plan depends on besides the tables
+        (``layer_view`` has them too, at the cost of copying every table). Reads only."""
+        self.book.check_layer(layer)
+        keys = self.storage.keys[layer]
+        return len(keys), int(keys[0].shape[0]) if keys else 0, self.storage.geometry[layer]
+
+    def same_tables(self, layer: int, ref_layer: int, seq_ids) -> bool:
+        """True when every sequence of ``seq_ids`` has the same block table (rows, length, logical start) in
+        ``layer`` as in ``ref_layer``; memoised by the layers' row versions (``pool/table_match.py``). Reads only."""
+        return self.table_match.same(layer, ref_layer, seq_ids)
 
     def book_state(self):
         """The bookkeeping's full state (``pool.book_state.BookState``: keyframes of a recording carry it)."""

@@ -24,10 +24,11 @@ from probes.events import FusedChange
 KernelFn = Callable[..., object]  # (pool, layer, seq_ids, queries, *, scale, backend[, plan, meta]) -> [B, Hq, 1, D]
 
 
-def _fused_decode(pool, layer, seq_ids, queries, *, scale, backend, plan=None, meta=None):
+def _fused_decode(pool, layer, seq_ids, queries, *, scale, backend, plan=None, meta=None, launches=None):
     from pool.kernels.paged_decode import fused_decode
 
-    return fused_decode(pool, layer, seq_ids, queries, scale=scale, backend=backend, plan=plan, meta=meta)
+    return fused_decode(pool, layer, seq_ids, queries, scale=scale, backend=backend, plan=plan, meta=meta,
+                        launches=launches)
 
 
 def _register_kernels() -> list[str]:
@@ -51,6 +52,8 @@ class KernelRoute:
     registered: list = field(default_factory=list)
     # run takes ``plan=``/``meta=`` (a launch plan built once per step, see step_plans.py); None: only the default
     accepts_plan: bool | None = None
+    # run also takes ``launches=`` (the plan's dict of prepared launches, reused by the layers it serves)
+    accepts_launches: bool | None = None
     # Kernel variants built off the decode path (pool.kernels.cuda_builds.KernelBuilds: ``pending_reason`` and
     # ``prefetch``); None: the kernel needs no build step we control. Tests pass builds with emulated readiness.
     builds: object | None = None
@@ -60,6 +63,8 @@ class KernelRoute:
     def __post_init__(self) -> None:
         if self.accepts_plan is None:
             self.accepts_plan = self.run is _fused_decode
+        if self.accepts_launches is None:
+            self.accepts_launches = self.run is _fused_decode
 
     def start(self) -> "KernelRoute":
         """Register the kernels and fix the backend name the kernel is called with; returns self. The real CUDA

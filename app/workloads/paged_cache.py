@@ -147,9 +147,12 @@ class PagedStep:
             return kernel.run(self.pool, layer, self.seq_ids, queries, scale=scale, backend=kernel.backend)
         if self.plans is None:
             self.plans = StepPlans(self.pool, self.seq_ids)
-        plan, meta = self.plans.plan(layer, scale)  # one plan for every layer with the same tables (verified)
+        entry = self.plans.entry(layer, scale)  # one plan for every layer with the same tables (verified)
+        if kernel.accepts_launches:  # the plan's prepared launch serves every layer it fits
+            return kernel.run(self.pool, layer, self.seq_ids, queries, scale=scale, backend=kernel.backend,
+                              plan=entry.plan, meta=entry.meta, launches=entry.launches)
         return kernel.run(self.pool, layer, self.seq_ids, queries, scale=scale, backend=kernel.backend,
-                          plan=plan, meta=meta)
+                          plan=entry.plan, meta=entry.meta)
 
     def check_served(self) -> None:
         """RuntimeError if a fused layer's attention did not go through the paged SDPA (after the forward)."""

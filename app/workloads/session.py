@@ -32,6 +32,7 @@ class WorkloadSession:
         self.backend, self.scheduler, self.engine, self.source = backend, scheduler, engine, source
         self.pool_params = pool_params
         self.sdpa_module: str | None = None  # model module whose scaled_dot_product_attention we rebound
+        self.decode_warmup_s: float | None = None  # the GPU decode warm-up's time at build (None: not run)
         self._next_request = 0
         longest = max((p.shared_prefix for p in scenario.phases), default=0)
         # one system prompt shared by every phase that asks for a prefix
@@ -100,6 +101,7 @@ class WorkloadSession:
             "mlx_cache": {"limit_bytes": self.spec.cache_limit, "limit": "MLX default" if self.spec.cache_limit is None
                           else f"{self.spec.cache_limit} bytes (mx.set_cache_limit)",
                           "prefill_trim_fraction": self.spec.prefill_trim},
+            "decode_warmup_s": self.decode_warmup_s,
         }
 
     def _fused_meta(self) -> dict | None:
@@ -187,6 +189,7 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
     check_fits_context(scenario, loaded.max_positions, loaded.name)
     import mlx.core as mx
 
+    warmup_s = _warm_decode(loaded, scenario, spec)
     mx.random.seed(spec.seed)
     if spec.cache_limit is not None:  # process-wide; every backend's worker applies it the same way
         mx.set_cache_limit(spec.cache_limit)
@@ -215,4 +218,18 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
     session = WorkloadSession(spec, scenario, loaded, backend, scheduler, engine, make_source(loaded, spec.seed),
                               pool_params)
     session.sdpa_module = sdpa_module
+    session.decode_warmup_s = warmup_s
     return session
+
+
+WARMUP_ENV = "SLABSCOPE_DECODE_WARMUP"  # "0": skip the decode warm-up (to measure a first step without it)
+
+
+def _warm_decode(loaded, scenario, spec: RunSpec) -> float | None:
+    """Seconds of the GPU decode warm-up (``app/workloads/decode_warmup.py``), None when it did not run (a CPU
+    device, or $SLABSCOPE_DECODE_WARMUP=0)."""
+    from app.workloads.decode_warmup import first_decode_batch, wants_warmup, warm_decode_path
+
+    if os.environ.get(WARMUP_ENV, "1") == "0" or not wants_warmup(spec.device):
+        return None
+    return warm_decode_path(loaded.model, first_decode_batch(scenario))

@@ -6,14 +6,31 @@ heads) and the softmax scale. Layers allocate in lockstep, so in the usual step 
 and one plan serves all of them: building it per layer cost ~0.1 ms of host time per layer (28 layers -> ~3 ms per
 step), plus one host-to-device array per layer.
 
-Reuse is verified, never assumed: each cached plan keeps a copy of the rows/ranges and the geometry it was built
-from, and a layer reuses it only when its own current values compare equal (C-level list comparisons, ~1 us per
-sequence). A layer that differs (after a copy-on-write, or a different slab count) gets its own plan.
+Reuse is verified, never assumed: a layer reuses a plan only when its slab geometry equals the one the plan was
+built for (``pool.layer_key``) and the pool says its tables equal those of the layer the plan was built from
+(``pool.same_tables``: lengths and starts compared, rows compared once per pair of row versions). A layer that
+differs (after a copy-on-write, or a different slab count) gets its own plan.
+
+Each plan also carries ``launches``, a dict the kernel fills with the launch it prepared for the plan
+(``pool.kernels.paged_decode_cuda.CudaLaunch``: checks, variant lookup, shapes, grid, done once per step), so the
+layers after the first only hand over their slabs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Sequence
+
+
+@dataclass
+class StepPlan:
+    """One plan of the step and what it was built from: the layer (its tables), the layer key and the scale."""
+
+    key: tuple
+    layer: int
+    plan: object
+    meta: object
+    launches: dict = field(default_factory=dict)
 
 
 class StepPlans:
@@ -22,32 +39,30 @@ class StepPlans:
 
     def __init__(self, pool, seq_ids: Sequence[int]):
         self.pool = pool
-        self.seq_ids = list(seq_ids)
-        self._entries: list[tuple[tuple, tuple, object, object]] = []  # (geometry key, tables, plan, meta)
+        self.seq_ids = tuple(seq_ids)
+        self._entries: list[StepPlan] = []
         self.built = 0
         self.reused = 0
 
     def plan(self, layer: int, scale: float):
         """(plan, meta array) for ``layer``: a verified-equal cached one, else a new one (cached)."""
-        view = self.pool.layer_view(layer, self.seq_ids)
-        key = (view.num_slabs, view.rows_per_slab, view.geometry, float(scale))
-        for cached_key, cached_tables, plan, meta in self._entries:
-            if cached_key == key and _same_tables(cached_tables, view):
+        entry = self.entry(layer, scale)
+        return entry.plan, entry.meta
+
+    def entry(self, layer: int, scale: float) -> StepPlan:
+        """The ``StepPlan`` serving ``layer``: an earlier one whose key matches and whose layer's tables equal
+        this layer's, else a new one built from this layer's view (cached)."""
+        key = (*self.pool.layer_key(layer), float(scale))
+        for entry in self._entries:
+            if entry.key == key and self.pool.same_tables(layer, entry.layer, self.seq_ids):
                 self.reused += 1
-                return plan, meta
+                return entry
         import mlx.core as mx
 
         from pool.kernels.paged_decode import plan_for_view
 
-        plan = plan_for_view(view, scale=scale)
-        meta = mx.array(plan.meta)
-        # copies of the rows: the plan must be compared with what it was built from, even if a table changed since
-        self._entries.append((key, ([list(rows) for rows in view.rows], view.lengths, view.logical_starts), plan,
-                              meta))
+        plan = plan_for_view(self.pool.layer_view(layer, self.seq_ids), scale=scale)
+        entry = StepPlan(key, layer, plan, mx.array(plan.meta))
+        self._entries.append(entry)
         self.built += 1
-        return plan, meta
-
-
-def _same_tables(cached: tuple, view) -> bool:
-    rows, lengths, starts = cached
-    return lengths == view.lengths and starts == view.logical_starts and rows == list(view.rows)
+        return entry

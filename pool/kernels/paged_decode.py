@@ -42,13 +42,23 @@ def kernel_for_backend(backend: str):
 
 
 def fused_decode(pool, layer: int, seq_ids: Sequence[int], queries, *, scale: float, backend: str,
-                 plan: DecodePlan | None = None, meta=None):
+                 plan: DecodePlan | None = None, meta=None, launches: dict | None = None):
     """Fused paged attention of one new token per sequence, reading the layer's slabs in place. ``plan`` (and
-    ``meta``, ``mx.array(plan.meta)``) may come from the caller, built once for every layer they fit."""
-    view = pool.layer_view(layer, seq_ids if plan is None else ())
+    ``meta``, ``mx.array(plan.meta)``) may come from the caller, built once for every layer they fit.
+    ``launches``: the caller's dict for that plan (kept for one step); on CUDA it holds the launch prepared at the
+    plan's first layer (``CudaLaunch``), reused by each later layer it fits (slab count, shapes, dtype)."""
     if plan is None:
-        plan, meta = plan_for_view(view, scale=scale), None
-    return kernel_for_backend(backend)(queries, view.keys, view.values, plan, meta=meta)
+        view = pool.layer_view(layer, seq_ids)
+        return kernel_for_backend(backend)(queries, view.keys, view.values, plan_for_view(view, scale=scale))
+    keys, values = pool.layer_slabs(layer)
+    if launches is None or backend != "cuda":
+        return kernel_for_backend(backend)(queries, keys, values, plan, meta=meta)
+    from pool.kernels.paged_decode_cuda import CudaLaunch
+
+    launch = launches.get(backend)
+    if launch is None or launch.plan is not plan or not launch.fits(queries, keys, values):
+        launch = launches[backend] = CudaLaunch(queries, keys, values, plan, meta=meta)
+    return launch(queries, keys, values)
 
 
 def gather_decode(pool, layer: int, seq_ids: Sequence[int], queries, *, scale: float, upcast: bool = False):

@@ -59,3 +59,59 @@ def test_launch_arguments_and_one_variant_derivation_for_every_layer(tmp_path, m
         assert (merge["name"], merge["compiled_source"]) == builds.binary(variants[2])
         assert merge["scalars"] == [num_splits] and merge["grid"] == (64, 4, 2)
     assert all(call["name"] == calls[i % per_launch]["name"] for i, call in enumerate(calls))
+
+
+def test_a_prepared_launch_serves_every_layer_it_fits_and_a_layer_that_does_not_gets_its_own(tmp_path, monkeypatch):
+    """``fused_decode(..., launches=)``: the launch prepared at a plan's first layer (inputs checked, variants found)
+    is reused by the next layers, each launching on its own slabs; a layer with another slab count, or another
+    plan, is prepared anew (and checked in full)."""
+    import mlx.core as mx
+
+    import pool.kernels.cuda_builds as cb
+    from pool.kernels import paged_decode_cuda as cu
+    from pool.kernels.kernel_cache import KernelCache
+    from pool.kernels.nvrtc import CompileResult
+    from pool.kernels.paged_decode import fused_decode
+    from pool.kernels.plan import KernelUnsupported, plan_decode
+
+    compile_fn = lambda source, sm: CompileResult(source[-40:].encode(), "cubin", "sm_90", 0.0)  # noqa: E731
+    builds = cb.KernelBuilds(90, cache=KernelCache(str(tmp_path)), compiler=compile_fn)
+    monkeypatch.setattr(cb, "process_builds", lambda environ=None: builds)
+    calls, checks = [], []
+
+    def recorder(**kwargs):
+        calls.append(kwargs)
+        return [mx.zeros(shape, dtype=dtype) for shape, dtype in zip(kwargs["output_shapes"], kwargs["output_dtypes"])]
+
+    monkeypatch.setattr(mx.fast, "precompiled_cuda_kernel", recorder, raising=False)
+    check_inputs = cu.check_inputs
+    monkeypatch.setattr(cu, "check_inputs", lambda *args: checks.append(args) or check_inputs(*args))
+
+    def slabs(count):
+        return [mx.zeros((4, 16, 2, 64), dtype=mx.bfloat16) for _ in range(count)]
+
+    layers = {0: (slabs(3), slabs(3)), 1: (slabs(3), slabs(3)), 2: (slabs(4), slabs(4))}
+
+    class Layers:  # the one pool method a planned launch reads
+        def layer_slabs(self, layer):
+            return layers[layer]
+
+    def plan_for(num_slabs):
+        return plan_decode([[0, 5], [9, 10, 11]], [20, 40], None, block_size=16, slab_blocks=4, num_slabs=num_slabs,
+                           n_kv_heads=2, scale=0.125, num_splits=1)
+
+    queries = mx.zeros((2, 4, 1, 64), dtype=mx.bfloat16)
+    plan3, launches = plan_for(3), {}
+    for layer in (0, 1):
+        out = fused_decode(Layers(), layer, [0, 1], queries, scale=0.125, backend="cuda", plan=plan3, launches=launches)
+        assert out.shape == queries.shape
+    assert len(checks) == 1 and len(calls) == 2  # prepared once, launched twice
+    keys, values = layers[1]
+    assert [id(a) for a in calls[1]["inputs"][2:]] == [id(a) for a in (*keys, keys[0], *values, values[0])]
+    with pytest.raises(KernelUnsupported, match="another slab geometry"):
+        fused_decode(Layers(), 2, [0, 1], queries, scale=0.125, backend="cuda", plan=plan3, launches=launches)
+    assert len(checks) == 2  # 4 slabs do not fit the 3-slab launch: prepared anew, and its check refuses the plan
+    fused_decode(Layers(), 2, [0, 1], queries, scale=0.125, backend="cuda", plan=plan_for(4), launches=launches)
+    assert len(checks) == 3 and len(calls[-1]["inputs"]) == 2 + 2 * 4
+    fused_decode(Layers(), 0, [0, 1], queries, scale=0.125, backend="cuda", plan=plan_for(3), launches=launches)
+    assert len(checks) == 4  # another plan object: never another plan's launch

@@ -103,6 +103,7 @@ class PoolFuzz:
         pool.check_integrity()
         assert pool.stats().bytes_reserved <= pool.limits.memory_bytes
         assert sorted(pool.sequence_ids()) == sorted(self.refs)
+        self.check_table_match()
         for seq, per_layer in self.refs.items():
             assert pool.seq_length(seq) == per_layer[0][0].shape[0]
             if not all(pool.storage.has_layer(layer) for layer in range(LAYERS)) or not self._length(seq):
@@ -112,6 +113,17 @@ class PoolFuzz:
                 got = pool.gather_visible(layer, seq)
                 assert np.array_equal(np.array(got.keys), ref_k[start:].transpose(1, 0, 2)), (seq, layer)
                 assert np.array_equal(np.array(got.values), ref_v[start:].transpose(1, 0, 2)), (seq, layer)
+
+    def check_table_match(self) -> None:
+        """``same_tables`` (memoised by row versions) agrees with comparing the tables now, for every group of
+        sequences the fuzz holds: restored prefixes give an adopting sequence other rows in each layer."""
+        pool, seqs = self.pool, sorted(self.refs)
+        for group in (seqs, seqs[:1], seqs[1:]):
+            tables = [pool.book.tables(seq) for seq in group]
+            truth = all((t[1].rows, t[1].length, t[1].logical_start) == (t[0].rows, t[0].length, t[0].logical_start)
+                        for t in tables)
+            assert pool.same_tables(1, 0, group) == truth, group
+            self.counts["tables:" + ("equal" if truth else "differ")] += 1
 
     def _refused(self, call, kind: str, exc_type=PoolError) -> None:
         before = full_state(self.pool)
@@ -281,11 +293,14 @@ class PoolFuzz:
         count = -(-tokens // BLOCK)
         restored: list[list[int]] = []
         try:
+            backwards = self.rng.random() < 0.5  # the last layer restores its blocks last-first: other rows there
             for layer in range(LAYERS):
                 ids = self.pool.block_ids(layer, seq)[:count]
                 restored.append([])
-                for block in ids:
+                for block in (ids[::-1] if backwards and layer == LAYERS - 1 else ids):
                     restored[-1].append(self.pool.restore_block(layer, self.pool.read_block(block)))
+                if backwards and layer == LAYERS - 1:
+                    restored[-1].reverse()  # the handle lists blocks in logical order
         except (BudgetExceeded, SizeLimitError):  # the refused restore changed nothing; give back the others
             for ids in restored:
                 for block in ids:

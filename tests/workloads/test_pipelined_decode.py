@@ -58,3 +58,22 @@ def test_no_pipelining_while_a_request_waits_for_admission(tiny_llama, tmp_path,
     _, logits, ahead = _run(tiny_llama, scenario, "dense", monkeypatch, pipelined=True)
     assert [ids for ids, _ in logits] == [[0]] * 3 + [[1]] * 3
     assert ahead == [True, True, False, True, True, False]
+
+
+@pytest.mark.parametrize("backend", ["slab", "dense"])
+def test_the_last_prefill_chunk_is_awaited_by_its_prefill_step_not_the_first_decode_step(backend, tiny_llama,
+                                                                                          tmp_path, monkeypatch):
+    """A prefill chunk left in flight when decode starts made the first decode step's wall time count the chunk's
+    device time. The prefill step whose successor is a decode step awaits its own chunk, so every decode step
+    starts with no prefill in flight (the two prompts prefill in 16-token chunks, then decode together)."""
+    scenario = write_scenario(tmp_path, burst_toml(n=2, concurrency=2, prompt_tokens="40", gen_tokens="4"))
+    in_flight = []
+    dispatch = Engine._dispatch
+
+    def spy(self, plan, starts, inputs):
+        in_flight.append(self._prefill_inflight is not None)
+        return dispatch(self, plan, starts, inputs)
+
+    monkeypatch.setattr(Engine, "_dispatch", spy)
+    summary, _, _ = run_backend(tiny_llama, scenario, backend, block_size=4, slab_blocks=2, prefill_chunk=16)
+    assert summary["decode_tokens"] == 8 and in_flight and not any(in_flight)

@@ -142,6 +142,44 @@ def _run(loaded, make, finish, batch: int, context: int, steps: int, warmup: int
             "pipelined_step_ms": round(pipelined * 1e3, 3), "pipelined_tok_s": round(batch / pipelined, 1)}
 
 
+def _profile(loaded, make, finish, batch: int, position: int, steps: int, top: int = 30) -> None:
+    """cProfile ``steps`` sequential steps (graph build and ``mx.async_eval``, not the wait); prints the functions
+    with the most own time, per step."""
+    import cProfile
+    import pstats
+
+    import mlx.core as mx
+
+    model, tokens = loaded.model, mx.array([[7]] * batch)
+    launch, dispatch = mx.fast.precompiled_cuda_kernel, mx.async_eval
+
+    # MLX's functions are not Python functions, so cProfile books their time to the caller: wrapped, they get rows
+    def precompiled_cuda_kernel_call(**kwargs):
+        return launch(**kwargs)
+
+    def async_eval_call(*arrays):
+        return dispatch(*arrays)
+
+    mx.fast.precompiled_cuda_kernel = precompiled_cuda_kernel_call
+    profiler = cProfile.Profile()
+    for _ in range(steps):
+        profiler.enable()
+        caches = make([position] * batch)
+        nxt = mx.argmax(model(tokens, cache=caches)[:, -1, :], axis=-1)[:, None]
+        async_eval_call(nxt, *finish(caches))
+        profiler.disable()
+        mx.eval(nxt)
+        tokens, position = nxt, position + 1
+    mx.fast.precompiled_cuda_kernel = launch
+    stats = pstats.Stats(profiler)
+    rows = sorted(stats.stats.items(), key=lambda item: -item[1][2])[:top]
+    total = sum(value[2] for value in stats.stats.values())
+    print(f"profile: {total / steps * 1e3:.3f} ms own time per step")
+    for (path, line, func), (cc, nc, tt, ct, _) in rows:
+        print(f"  {tt / steps * 1e3:8.3f} ms {nc / steps:8.1f} calls  {ct / steps * 1e3:8.3f} cum  "
+              f"{path.rsplit('/', 2)[-1] if '/' in path else path}:{line} {func}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="synthetic:qwen3-0.6b")
@@ -153,6 +191,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--profile", type=int, default=0,
+                        help="also cProfile this many sequential steps per variant (build + encode), top functions")
     args = parser.parse_args()
     from app.models import load_model
 
@@ -167,6 +207,8 @@ def main() -> int:
             make, finish = _paged_factory(loaded, state, design=design, slab_blocks=128 if name == "slab128" else 32,
                                           slices=name == "slab-slices", probe=name if name in PROBES else None)
         out[name] = _run(loaded, make, finish, args.batch, args.context, args.steps, args.warmup)
+        if args.profile:
+            _profile(loaded, make, finish, args.batch, args.context + args.steps * 2 + args.warmup, args.profile)
         print(name, json.dumps(out[name]), flush=True)
         del make, finish
     print(json.dumps(out) if args.json else json.dumps(out, indent=1))

@@ -1,0 +1,53 @@
+"""``PagedKVPool.same_tables`` (pool/table_match.py): layers compared once per pair of row versions, and a row change
+in either layer (here: the next block landing on other rows in one layer) is seen at the next call."""
+
+from __future__ import annotations
+
+import pytest
+
+from pool import PagedKVPool, PoolConfig, PoolError
+
+from pool_helpers import make_kv
+
+
+def _pool(tokens: int = 5) -> PagedKVPool:
+    pool = PagedKVPool(PoolConfig(num_layers=2, block_size=2, slab_blocks=4))
+    for seq_id in (0, 1):
+        pool.add_sequence(seq_id)
+        pool.prepare_write(seq_id, 0, tokens)
+        for layer in range(2):
+            pool.write(layer, seq_id, 0, *make_kv(tokens, seed=seq_id))
+    return pool
+
+
+def test_equal_layers_are_compared_once_until_a_row_changes():
+    pool = _pool()
+    assert pool.same_tables(1, 0, [0, 1]) and pool.table_match.compared == 1
+    for _ in range(3):
+        assert pool.same_tables(1, 0, [0, 1])
+    assert pool.table_match.compared == 1  # memo hits: no row changed
+    pool.prepare_write(0, 5, 1)  # lengths move without a new block: still no row comparison
+    assert pool.same_tables(1, 0, [0, 1]) and pool.table_match.compared == 1
+    pool.prepare_write(0, 6, 1)  # a new block in every layer: rows changed, compared again (still equal)
+    assert pool.same_tables(1, 0, [0, 1]) and pool.table_match.compared == 2
+    assert pool.same_tables(1, 0, [0]) and pool.table_match.compared == 3  # another group of sequences
+
+
+def test_a_layer_whose_next_block_lands_on_another_row_is_no_longer_equal():
+    pool = _pool()
+    assert pool.same_tables(1, 0, [0, 1])  # memoised equal
+    held = pool.restore_block(1, pool.read_block(pool.block_ids(1, 0)[0]))  # layer 1 only takes the next free row
+    pool.prepare_write(1, 5, 2)  # sequence 1's next block: row r in layer 0, row r + 1 in layer 1
+    assert pool.book.tables(1)[0].rows != pool.book.tables(1)[1].rows
+    assert not pool.same_tables(1, 0, [0, 1]) and not pool.same_tables(1, 0, [1])
+    assert pool.same_tables(1, 0, [0])  # sequence 0's tables are still equal
+    pool.release_block(held)
+    pool.check_integrity()
+
+
+def test_unknown_sequences_and_layers_are_clear_errors():
+    pool = _pool()
+    with pytest.raises(PoolError, match="unknown sequence"):
+        pool.same_tables(1, 0, [0, 7])
+    with pytest.raises(PoolError, match="out of range"):
+        pool.same_tables(2, 0, [0])

@@ -6,8 +6,8 @@ loads kernels and cuBLAS picks algorithms for those shapes then. Measured on the
 decode step of a fresh process took 103-130 ms (slab) and 167-223 ms (dense) against a ~10 ms median step, most of
 it such first uses. ``warm_decode_path`` runs one decode step of the whole model on a throwaway ``BatchKVCache`` at
 the batch size the run's first phase will decode at, before the run starts (its time is reported in the run's
-metadata, ``decode_warmup_s``). It draws no random numbers (greedy argmax) and touches no cache of the run, so the
-run's bytes are the same with or without it. The fused kernel's own binaries are built and loaded by
+metadata, ``decode_warmup_s``). It draws no random numbers (greedy argmax), touches no cache of the run and leaves
+nothing in MLX's buffer cache, so the run's bytes and footprint are the same with or without it. The fused kernel's own binaries are built and loaded by
 ``pool.kernels.cuda_builds``, not here.
 """
 
@@ -35,6 +35,11 @@ def warm_decode_path(model, batch: int) -> float:
     logits = model(mx.zeros((batch, 1), dtype=mx.int32), cache=caches)[:, -1, :]
     logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     mx.eval(mx.argmax(logprobs, axis=-1))
+    del caches, logits, logprobs
+    # Its buffers go back to the device, not into MLX's cache, where the run's footprint would count them: a
+    # BatchKVCache reserves 256 tokens per layer (16 sequences of qwen3-0.6b: 16 x 8 heads x 256 x 128 x 2 bytes,
+    # K and V, 28 layers = 448 MiB).
+    mx.clear_cache()
     return time.perf_counter() - t0
 
 

@@ -47,3 +47,12 @@ def test_first_decode_batch_is_the_first_request_phase_concurrency_capped_by_its
                                                                               concurrency=8))) == 3
     assert first_decode_batch(scenario(Phase("r", "requests", count=16, concurrency=8))) == 8
     assert first_decode_batch(scenario(Phase("idle", "idle", seconds=1))) == 1
+
+
+def test_the_warmup_leaves_nothing_in_mlx_buffer_cache(tiny_llama):
+    import mlx.core as mx
+
+    from app.workloads.decode_warmup import warm_decode_path
+
+    assert warm_decode_path(tiny_llama.model, 4) > 0
+    assert mx.get_cache_memory() == 0

@@ -473,6 +473,11 @@ class PagedKVPool:
         ``layer`` as in ``ref_layer``; memoised by the layers' row versions (``pool/table_match.py``). Reads only."""
         return self.table_match.same(layer, ref_layer, seq_ids)
 
+    def layers_matching(self, ref_layer: int, seq_ids) -> frozenset[int]:
+        """Every layer whose tables for ``seq_ids`` equal ``ref_layer``'s (rows, lengths, logical starts), itself
+        included; the rows memoised under all layers' row versions (``pool/table_match.py``). Reads only."""
+        return self.table_match.matching(ref_layer, seq_ids)
+
     def book_state(self):
         """The bookkeeping's full state (``pool.book_state.BookState``: keyframes of a recording carry it)."""
         return self.book.state()

@@ -21,6 +21,7 @@ class TableMatch:
     def __init__(self, book) -> None:
         self.book = book
         self._equal_rows: dict[tuple[int, int], tuple] = {}  # (layer, ref) -> (seq_ids, version, ref version)
+        self._matching: tuple | None = None  # ((seq_ids, ref, every layer's version), layers with ref's rows)
         self.compared = 0  # full row comparisons made (the memo's misses), for tests and benchmarks
 
     def same(self, layer: int, ref: int, seq_ids: Sequence[int]) -> bool:
@@ -42,3 +43,25 @@ class TableMatch:
             self._equal_rows[layer, ref] = stamp
             return True
         return False
+
+    def matching(self, ref: int, seq_ids: Sequence[int]) -> frozenset[int]:
+        """Every layer whose tables for ``seq_ids`` equal ``ref``'s (rows, lengths, logical starts), ``ref``
+        included: what a step's plan asks once instead of ``same`` per layer. The rows part is memoised under all
+        layers' row versions (one tuple comparison per step while no row changes); lengths and starts are compared
+        on every call. PoolError for an unknown sequence or layer."""
+        book = self.book
+        book.check_layer(ref)
+        seq_ids = tuple(seq_ids)
+        all_tables = [book.tables(seq_id) for seq_id in seq_ids]
+        stamp = (seq_ids, ref, tuple(book.versions))
+        if self._matching is not None and self._matching[0] == stamp:
+            same_rows = self._matching[1]
+        else:
+            self.compared += 1
+            same_rows = frozenset(layer for layer in range(book.num_layers)
+                                  if all(tables[layer].rows == tables[ref].rows for tables in all_tables))
+            self._matching = (stamp, same_rows)
+        spans = [(tables[ref].length, tables[ref].logical_start) for tables in all_tables]
+        return frozenset(layer for layer in same_rows
+                         if all((tables[layer].length, tables[layer].logical_start) == span
+                                for tables, span in zip(all_tables, spans)))

@@ -8,8 +8,9 @@ step), plus one host-to-device array per layer.
 
 Reuse is verified, never assumed: a layer reuses a plan only when its slab geometry equals the one the plan was
 built for (``pool.layer_key``) and the pool says its tables equal those of the layer the plan was built from
-(``pool.same_tables``: lengths and starts compared, rows compared once per pair of row versions). A layer that
-differs (after a copy-on-write, or a different slab count) gets its own plan.
+(``pool.layers_matching``, asked once per plan: lengths and starts compared every step, rows compared again only
+after a row version moved). A layer that differs (after a copy-on-write, or a different slab count) gets its own
+plan.
 
 Each plan also carries ``launches``, a dict the kernel fills with the launch it prepared for the plan
 (``pool.kernels.paged_decode_cuda.CudaLaunch``: checks, variant lookup, shapes, grid, done once per step), so the
@@ -30,6 +31,7 @@ class StepPlan:
     layer: int
     plan: object
     meta: object
+    matching: frozenset = frozenset()  # layers whose tables equal ``layer``'s this step (``pool.layers_matching``)
     launches: dict = field(default_factory=dict)
 
 
@@ -54,7 +56,7 @@ class StepPlans:
         this layer's, else a new one built from this layer's view (cached)."""
         key = (*self.pool.layer_key(layer), float(scale))
         for entry in self._entries:
-            if entry.key == key and self.pool.same_tables(layer, entry.layer, self.seq_ids):
+            if entry.key == key and layer in entry.matching:
                 self.reused += 1
                 return entry
         import mlx.core as mx
@@ -62,7 +64,7 @@ class StepPlans:
         from pool.kernels.paged_decode import plan_for_view
 
         plan = plan_for_view(self.pool.layer_view(layer, self.seq_ids), scale=scale)
-        entry = StepPlan(key, layer, plan, mx.array(plan.meta))
+        entry = StepPlan(key, layer, plan, mx.array(plan.meta), self.pool.layers_matching(layer, self.seq_ids))
         self._entries.append(entry)
         self.built += 1
         return entry

@@ -398,12 +398,13 @@ class CudaLaunch:
         self.pad = slab_bucket(self.num_slabs) - self.num_slabs
         self.slab_shape, self.dtype = tuple(k_slabs[0].shape), queries.dtype
         self.query_shape = tuple(queries.shape)
-        self.q3_shape = (plan.batch, n_q, head_dim)
+        # The kernels index queries and outputs as flat [B, Hq, D] rows: a [B, Hq, 1, D] array has the same layout,
+        # so both are passed and made in the queries' own shape (no reshape op per layer on either side)
         self.meta = mx.array(plan.meta) if meta is None else meta
         self.grid = (THREADS * plan.num_splits, n_kv, plan.batch)
         self.direct = plan.num_splits == 1
         if self.direct:
-            self.out_shapes, self.out_dtypes = [self.q3_shape], [queries.dtype]
+            self.out_shapes, self.out_dtypes = [self.query_shape], [queries.dtype]
         else:
             self.out_shapes = [(plan.batch, n_q, plan.num_splits, head_dim), (plan.batch, n_q, plan.num_splits, 2)]
             self.out_dtypes = [mx.float32, mx.float32]
@@ -433,32 +434,32 @@ class CudaLaunch:
         import mlx.core as mx
 
         pad = self.pad
-        inputs = [queries.reshape(self.q3_shape), self.meta, *k_slabs, *([k_slabs[0]] * pad), *v_slabs,
+        inputs = [queries, self.meta, *k_slabs, *([k_slabs[0]] * pad), *v_slabs,
                   *([v_slabs[0]] * pad)]
         plan, head_dim = self.plan, self.head_dim
-        merge_out = [(plan.batch, self.q3_shape[1], head_dim)]
+        merge_out = [self.query_shape]
         if self.builds is None:
             kernel = pass1_kernel(self.num_slabs + pad, self.direct)
             outs = kernel(inputs=inputs, template=self.template, grid=self.grid, threadgroup=(THREADS, 1, 1),
                           output_shapes=self.out_shapes, output_dtypes=self.out_dtypes)
             if self.direct:
-                return outs[0].reshape(queries.shape)
+                return outs[0]
             (out,) = merge_kernel()(
                 inputs=list(outs), template=[("T", queries.dtype), ("HEAD_DIM", head_dim)], grid=self.merge_grid,
                 threadgroup=(head_dim, 1, 1), output_shapes=merge_out, output_dtypes=[queries.dtype])
-            return out.reshape(queries.shape)
+            return out
         outs = mx.fast.precompiled_cuda_kernel(name=self.first[0], compiled_source=self.first[1], inputs=inputs,
                                                output_shapes=self.out_shapes, output_dtypes=self.out_dtypes,
                                                scalars=[], grid=self.grid, threadgroup=(THREADS, 1, 1),
                                                ensure_row_contiguous=True)
         if self.direct:
-            return outs[0].reshape(queries.shape)
+            return outs[0]
         (out,) = mx.fast.precompiled_cuda_kernel(name=self.merge[0], compiled_source=self.merge[1],
                                                  inputs=list(outs), output_shapes=merge_out,
                                                  output_dtypes=[queries.dtype], scalars=[plan.num_splits],
                                                  grid=self.merge_grid, threadgroup=(head_dim, 1, 1),
                                                  ensure_row_contiguous=True)
-        return out.reshape(queries.shape)
+        return out
 
 
 @functools.lru_cache(maxsize=64)

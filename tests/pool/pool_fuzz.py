@@ -123,6 +123,7 @@ class PoolFuzz:
             truth = all((t[1].rows, t[1].length, t[1].logical_start) == (t[0].rows, t[0].length, t[0].logical_start)
                         for t in tables)
             assert pool.same_tables(1, 0, group) == truth, group
+            assert pool.layers_matching(0, group) == (frozenset({0, 1}) if truth else frozenset({0})), group
             self.counts["tables:" + ("equal" if truth else "differ")] += 1
 
     def _refused(self, call, kind: str, exc_type=PoolError) -> None:

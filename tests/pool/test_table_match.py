@@ -51,3 +51,14 @@ def test_unknown_sequences_and_layers_are_clear_errors():
         pool.same_tables(1, 0, [0, 7])
     with pytest.raises(PoolError, match="out of range"):
         pool.same_tables(2, 0, [0])
+
+
+def test_layers_matching_is_memoised_by_every_layer_version_and_sees_a_diverging_layer():
+    pool = _pool()
+    assert pool.layers_matching(0, [0, 1]) == {0, 1} and pool.table_match.compared == 1
+    pool.prepare_write(0, 5, 1)  # lengths move, no row changes: the memo answers
+    assert pool.layers_matching(0, [0, 1]) == {0, 1} and pool.table_match.compared == 1
+    held = pool.restore_block(1, pool.read_block(pool.block_ids(1, 0)[0]))
+    pool.prepare_write(1, 5, 2)  # sequence 1's next block lands on another row in layer 1
+    assert pool.layers_matching(0, [0, 1]) == {0} and pool.layers_matching(1, [0]) == {0, 1}
+    pool.release_block(held)

@@ -43,6 +43,8 @@ def test_one_plan_serves_layers_with_equal_tables_and_a_differing_layer_gets_its
     table.rows[0], table.rows[1] = saved[1], saved[0]  # layer 2 now reads other rows: the plan must differ
     pool.book.versions[2] += 1  # as every row change of the book does (pool/table_match.py relies on it)
     try:
+        plans = StepPlans(pool, [0, 1, 2])  # the next step (tables never change during one)
+        first, _ = plans.plan(0, 0.25)
         plan, _ = plans.plan(2, 0.25)
         assert plan is not first and plans.built == 2
         assert np.array_equal(plan.meta, plan_for_pool(pool, 2, [0, 1, 2], scale=0.25).meta)

@@ -114,9 +114,10 @@ def test_kernel_entry_refuses_a_slab_past_the_index_range(backend, rows, decline
     if declined:
         with pytest.raises(KernelUnsupported, match="index range"):
             kernel(_Shaped((1, 16, 1, 128)), [slab], [slab], plan)
-    else:
-        with pytest.raises(AssertionError, match="past its checks"):
+    else:  # past the checks, the launch fails on the stand-ins (a reshape, MLX's kernel call): not a decline
+        with pytest.raises(Exception) as caught:
             kernel(_Shaped((1, 16, 1, 128)), [slab], [slab], plan)
+        assert not isinstance(caught.value, KernelUnsupported), caught.value
 
 
 def _emulated_vs_gather(lengths, layout, *, n_q=4, n_kv=2, head_dim=64, block_size=16, slab_blocks=4,

@@ -151,6 +151,8 @@ def report(out: str) -> str:
     base = unpacked(out)
     a_dir, b_dir = os.path.join(base, "a"), os.path.join(base, "b")
     warm, a, b = (_load(os.path.join(d, f"{h}.json")) for d, h in ((a_dir, "warm"), (a_dir, "a"), (b_dir, "b")))
+    halves = {"warm": warm, "a": a, "b": b}
+    a, b = {**b, **a}, {**a, **b}  # a step may run in either half (final_run.py --only): look it up in both
     env = (warm.get("env") or {}).get("json") or {}
     correctness = os.path.join(a_dir, "correctness.jsonl")
     growth = (a.get("bench_growth") or {}).get("json")
@@ -158,7 +160,7 @@ def report(out: str) -> str:
         "# Final device run", "",
         f"Device: {env.get('info', {}).get('device_name', env.get('device', '?'))}, MLX {env.get('mlx', '?')}, "
         f"mlx-lm {env.get('mlx_lm', '?')}.", "",
-        "## Steps and their times", steps_table({"warm": warm, "a": a, "b": b}), "",
+        "## Steps and their times", steps_table(halves), "",
         "## Fresh-process records (`slabscope record ... --sample-hz 100 --snapshot-hz 0.5`, one process per "
         "backend)", record_table(a_dir, ["rec_burst", "rec_cold", "rec_heavy"]), "",
         "Compare table printed by `record` (rec_burst):", text_tail(a.get("rec_burst"), 12), "",

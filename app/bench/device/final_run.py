@@ -89,12 +89,14 @@ def steps(half: str, s: dict, out: str) -> list[tuple]:
               "extra_env": {"SLABSCOPE_KERNEL_CACHE": tempfile.mkdtemp(prefix="slabscope-cold-")}}),
         ]
     if half == "b":
-        rounds = ["--rounds", str(s["rounds"]), "--fresh-rounds", "1", "--json"]
+        fresh = int(os.environ.get("FRESH_ROUNDS", "1"))  # fresh processes per engine in bench throughput
+        rounds = ["--rounds", str(s["rounds"]), "--fresh-rounds", str(fresh), "--json"]
+        limit = 270 + 60 * fresh
         return [
             ("throughput_burst", [*py, "bench", "throughput", *burst, *target, "--engines", "dense,slab,mlx_lm",
-                                  *rounds], 330, {}),
+                                  *rounds], limit, {}),
             ("throughput_heavy", [*py, "bench", "throughput", *heavy, *target, "--engines", "dense,slab,mlx_lm",
-                                  *rounds], 330, {}),
+                                  *rounds], limit, {}),
             *[(f"probes_{hz}hz", [*py, "bench", "probes", *burst, "--backend", "slab", "--reps", str(s["reps"]),
                                   "--sample-hz", str(hz), "--snapshot-hz", "0.5"], 240,
                {"parse_json": False, "keep_stdout": True}) for hz in (100, 10)],
@@ -114,13 +116,17 @@ def main() -> int:
     parser.add_argument("--small", action="store_true", help="tiny sizes on the CPU (dry run)")
     parser.add_argument("--deadline-s", type=float, default=430.0,
                         help="start no step after this many seconds; no step runs past it")
-    parser.add_argument("--only", default="", help="comma list: run only these steps of the half (a recheck)")
+    parser.add_argument("--only", default="", help="comma list: run only these steps (a recheck); a step of the "
+                        "other half runs in this one")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     driver = Driver(args.out, name=args.half)
     begin = time.perf_counter()
     only = {name for name in args.only.split(",") if name}
-    chosen = [step for step in steps(args.half, sizes(args.small), args.out) if not only or step[0] in only]
+    mine = steps(args.half, sizes(args.small), args.out)
+    # --only may also name a step of the other half (to balance a recheck across the two GPUs)
+    other = [] if args.half == "warm" else steps("b" if args.half == "a" else "a", sizes(args.small), args.out)
+    chosen = [step for step in mine + other if step[0] in only] if only else mine
     if only - {step[0] for step in chosen}:
         parser.error(f"no such step in half {args.half}: {', '.join(sorted(only - {s[0] for s in chosen}))}")
     for name, argv, timeout, options in chosen:

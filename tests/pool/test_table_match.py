@@ -62,3 +62,22 @@ def test_layers_matching_is_memoised_by_every_layer_version_and_sees_a_diverging
     pool.prepare_write(1, 5, 2)  # sequence 1's next block lands on another row in layer 1
     assert pool.layers_matching(0, [0, 1]) == {0} and pool.layers_matching(1, [0]) == {0, 1}
     pool.release_block(held)
+
+
+def test_lengths_and_starts_are_compared_on_every_call_not_memoised():
+    """Lengths and logical starts move without a row version (every decode step): a table whose length differs in
+    one layer is not a match, memo or not (white-box: set by hand, as no pool operation moves one layer alone)."""
+    pool = _pool()
+    assert pool.layers_matching(0, [0, 1]) == {0, 1} and pool.same_tables(1, 0, [0, 1])
+    table = pool.book.tables(1)[1]
+    table.length -= 1
+    try:
+        assert pool.layers_matching(0, [0, 1]) == {0} and not pool.same_tables(1, 0, [0, 1])
+    finally:
+        table.length += 1
+    table.logical_start += 1
+    try:
+        assert pool.layers_matching(0, [0, 1]) == {0} and not pool.same_tables(1, 0, [0, 1])
+    finally:
+        table.logical_start -= 1
+    assert pool.layers_matching(0, [0, 1]) == {0, 1}

@@ -509,12 +509,16 @@ class PagedKVPool:
             if held != self.storage.slab_appends - self.storage.slab_releases:
                 raise PoolError(f"integrity: storage slabs == appended - released: {held} held, "
                                 f"{self.storage.slab_appends} appended, {self.storage.slab_releases} released")
-        # measured, so a tolerance for allocator rounding (0 on CPU); a re-copy of the existing slabs trips it. Over
-        # every slab ever appended: a shrink may have released the ones the growth was measured on
+        # Measured, so a tolerance: 1% of every slab ever appended (a shrink may have released the ones a growth was
+        # measured on), and never less than one slab's K (or V) tensor less a byte. A re-copy of existing slabs
+        # copies at least one whole tensor and trips it; what stays below is the allocator's own transients (16
+        # bytes on the CPU in a tiny pool, timing-dependent: Hypothesis seed 10 of tests/pool/test_pool_stateful.py)
         appended = self.storage.slab_appends * self.config.slab_blocks * self.book.bytes_per_row
-        if self.config.design == "slab" and self.storage.bytes_copied > appended // 100:
+        one_tensor = self.config.slab_blocks * self.book.bytes_per_row // 2
+        if self.config.design == "slab" and self.storage.bytes_copied > max(appended // 100, one_tensor - 1):
             raise PoolError(f"integrity: slab growth copies nothing: {self.storage.bytes_copied} bytes copied "
-                            f"(measured; over 1% of the {appended} bytes of slabs appended)")
+                            f"(measured; over 1% of the {appended} bytes of slabs appended and at least one slab "
+                            f"tensor, {one_tensor} bytes)")
         if self.gather_runs_total != sum(r * n for hist in self.gather_runs_hist for r, n in hist.items()):
             raise PoolError("integrity: gather run histogram sums to gather_runs_total")
 

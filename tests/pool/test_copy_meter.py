@@ -45,6 +45,22 @@ def test_measured_copies_equal_the_model_when_storage_behaves(design):
         assert c.bytes_copied_model == 2 * 32 * BYTES_PER_ROW == c.bytes_copied
 
 
+def test_the_growth_check_tolerates_allocator_transients_below_one_slab_tensor_and_not_more():
+    """A re-copy copies at least one whole slab tensor; the allocator's own transients (16 bytes measured once on the
+    CPU, pool/pool.py) stay below it. Two slabs per layer of 2 rows: 1% of them is 1 byte, one K tensor 2 rows."""
+    pool = PagedKVPool(PoolConfig(num_layers=2, block_size=4, slab_blocks=2))
+    pool.add_sequence(0)
+    pool.prepare_write(0, 0, 16)
+    for layer in range(2):
+        pool.write(layer, 0, 0, *make_kv(16, seed=1))
+    one_tensor = 2 * BYTES_PER_ROW // 2
+    pool.storage.bytes_copied = one_tensor - 1
+    pool.check_integrity()
+    pool.storage.bytes_copied = one_tensor
+    with pytest.raises(PoolError, match="slab growth copies nothing"):
+        pool.check_integrity()
+
+
 def test_a_slab_storage_that_recopies_on_growth_is_measured_and_caught(monkeypatch):
     use_storage(monkeypatch, recopying_slab_storage_class())
     pool = PagedKVPool(PoolConfig(num_layers=2, block_size=4, slab_blocks=2))

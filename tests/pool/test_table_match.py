@@ -60,7 +60,8 @@ def test_layers_matching_is_memoised_by_every_layer_version_and_sees_a_diverging
     assert pool.layers_matching(0, [0, 1]) == {0, 1} and pool.table_match.compared == 1
     held = pool.restore_block(1, pool.read_block(pool.block_ids(1, 0)[0]))
     pool.prepare_write(1, 5, 2)  # sequence 1's next block lands on another row in layer 1
-    assert pool.layers_matching(0, [0, 1]) == {0} and pool.layers_matching(1, [0]) == {0, 1}
+    assert pool.layers_matching(0, [0, 1]) == {0} and pool.table_match.compared == 2  # versions moved: compared
+    assert pool.layers_matching(1, [0]) == {0, 1}
     pool.release_block(held)
 
 
@@ -81,3 +82,17 @@ def test_lengths_and_starts_are_compared_on_every_call_not_memoised():
     finally:
         table.logical_start -= 1
     assert pool.layers_matching(0, [0, 1]) == {0, 1}
+
+
+def test_layer_slabs_and_layer_key_are_the_pools_own_lists_and_their_geometry():
+    """What a planned launch reads per layer (``layer_slabs``: the storage's own lists, no copy) and what a plan
+    is keyed by (``layer_key``: slab count, rows per slab, geometry); both refuse a layer out of range."""
+    pool = _pool()
+    keys, values = pool.layer_slabs(1)
+    assert keys is pool.storage.keys[1] and values is pool.storage.values[1] and len(keys) == 2
+    assert pool.layer_key(1) == (2, 4, pool.storage.geometry[1]) and pool.storage.geometry[1] is not None
+    empty = PagedKVPool(PoolConfig(num_layers=2, block_size=2, slab_blocks=4))
+    assert empty.layer_key(0) == (0, 0, None) and empty.layer_slabs(0) == ([], [])
+    for call in (pool.layer_slabs, pool.layer_key):
+        with pytest.raises(PoolError, match="out of range"):
+            call(2)

@@ -387,3 +387,25 @@ def test_fast_path_prepare_write_does_no_storage_work(tiny_pool, monkeypatch, de
         written[0, layer].append((keys[:1], values[:1]))
     assert_gathers_match(pool, written)
     pool.check_integrity()
+
+
+def test_token_geometry_is_geometry_of_and_a_memo_of_valid_shapes_only():
+    """``storage_base.token_geometry`` (the decode write's memoised check) answers exactly as ``geometry_of``: after
+    the shapes were seen valid, the same shapes with another token count, a V of another dtype or shape, or
+    something that is not an array are still refused, and an invalid call is never remembered."""
+    import mlx.core as mx
+
+    from pool.storage_base import geometry_of, token_geometry
+
+    keys, values = make_kv(3)
+    assert token_geometry(keys, values, 3) == geometry_of(keys, values, tokens=3)
+    assert token_geometry(keys, values, 3) is token_geometry(keys, values, 3)  # remembered
+    for call, message in [
+        (lambda: token_geometry(keys, values, 2), "hold 3 tokens; expected 2"),
+        (lambda: token_geometry(keys, values.astype(mx.float16), 3), "dtype must match"),
+        (lambda: token_geometry(keys, values[:, :1], 3), "must both be"),
+        (lambda: token_geometry(keys.tolist(), values, 3), "must be mx.array"),
+    ]:
+        for _ in range(2):  # twice: a refused call must not have been remembered
+            with pytest.raises(PoolError, match=message):
+                call()

@@ -468,11 +468,6 @@ class PagedKVPool:
         keys = self.storage.keys[layer]
         return len(keys), int(keys[0].shape[0]) if keys else 0, self.storage.geometry[layer]
 
-    def same_tables(self, layer: int, ref_layer: int, seq_ids) -> bool:
-        """True when every sequence of ``seq_ids`` has the same block table (rows, length, logical start) in
-        ``layer`` as in ``ref_layer``; memoised by the layers' row versions (``pool/table_match.py``). Reads only."""
-        return self.table_match.same(layer, ref_layer, seq_ids)
-
     def layers_matching(self, ref_layer: int, seq_ids) -> frozenset[int]:
         """Every layer whose tables for ``seq_ids`` equal ``ref_layer``'s (rows, lengths, logical starts), itself
         included; the rows memoised under all layers' row versions (``pool/table_match.py``). Reads only."""

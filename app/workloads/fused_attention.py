@@ -21,7 +21,8 @@ from typing import Callable
 
 from probes.events import FusedChange
 
-KernelFn = Callable[..., object]  # (pool, layer, seq_ids, queries, *, scale, backend[, plan, meta]) -> [B, Hq, 1, D]
+# (pool, layer, seq_ids, queries, *, scale, backend[, plan, meta[, launches]]) -> [B, Hq, 1, D]
+KernelFn = Callable[..., object]
 
 
 def _fused_decode(pool, layer, seq_ids, queries, *, scale, backend, plan=None, meta=None, launches=None):

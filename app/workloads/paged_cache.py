@@ -148,11 +148,10 @@ class PagedStep:
         if self.plans is None:
             self.plans = StepPlans(self.pool, self.seq_ids)
         entry = self.plans.entry(layer, scale)  # one plan for every layer with the same tables (verified)
-        if kernel.accepts_launches:  # the plan's prepared launch serves every layer it fits
-            return kernel.run(self.pool, layer, self.seq_ids, queries, scale=scale, backend=kernel.backend,
-                              plan=entry.plan, meta=entry.meta, launches=entry.launches)
+        # the plan's prepared launch serves every layer it fits
+        launches = {"launches": entry.launches} if kernel.accepts_launches else {}
         return kernel.run(self.pool, layer, self.seq_ids, queries, scale=scale, backend=kernel.backend,
-                          plan=entry.plan, meta=entry.meta)
+                          plan=entry.plan, meta=entry.meta, **launches)
 
     def check_served(self) -> None:
         """RuntimeError if a fused layer's attention did not go through the paged SDPA (after the forward)."""

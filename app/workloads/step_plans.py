@@ -25,10 +25,9 @@ from typing import Sequence
 
 @dataclass
 class StepPlan:
-    """One plan of the step and what it was built from: the layer (its tables), the layer key and the scale."""
+    """One plan of the step: the layer key and scale it was built for, and the layers whose tables it fits."""
 
     key: tuple
-    layer: int
     plan: object
     meta: object
     matching: frozenset = frozenset()  # layers whose tables equal ``layer``'s this step (``pool.layers_matching``)
@@ -46,11 +45,6 @@ class StepPlans:
         self.built = 0
         self.reused = 0
 
-    def plan(self, layer: int, scale: float):
-        """(plan, meta array) for ``layer``: a verified-equal cached one, else a new one (cached)."""
-        entry = self.entry(layer, scale)
-        return entry.plan, entry.meta
-
     def entry(self, layer: int, scale: float) -> StepPlan:
         """The ``StepPlan`` serving ``layer``: an earlier one whose key matches and whose layer's tables equal
         this layer's, else a new one built from this layer's view (cached)."""
@@ -64,7 +58,7 @@ class StepPlans:
         from pool.kernels.paged_decode import plan_for_view
 
         plan = plan_for_view(self.pool.layer_view(layer, self.seq_ids), scale=scale)
-        entry = StepPlan(key, layer, plan, mx.array(plan.meta), self.pool.layers_matching(layer, self.seq_ids))
+        entry = StepPlan(key, plan, mx.array(plan.meta), self.pool.layers_matching(layer, self.seq_ids))
         self._entries.append(entry)
         self.built += 1
         return entry

@@ -173,7 +173,7 @@ class KernelBuilds:
     def binary(self, variant: CudaVariant, timeout: float | None = None) -> tuple[str, bytes]:
         """(name, cubin) of ``variant``, building it now if needed (in this thread unless the worker already is).
         Raises NvrtcError if it cannot be built."""
-        loaded = self._loaded.get(variant)  # a launch asks once per layer: the common case takes no lock
+        loaded = self._loaded.get(variant)  # asked at every launch preparation: the common case takes no lock
         if loaded is not None:
             return loaded
         with self._cond:

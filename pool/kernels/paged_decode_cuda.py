@@ -345,8 +345,8 @@ def check_inputs(queries, k_slabs: Sequence, v_slabs: Sequence, plan: DecodePlan
     shape = tuple(k_slabs[0].shape)
     if len(shape) != 4:
         raise KernelUnsupported(f"slabs must be [slab_blocks, block_size, n_kv_heads, head_dim], got {shape}")
-    # The pool's slabs share one geometry by construction; checking the ends keeps this O(1) per call (a decode
-    # step calls it once per layer with up to hundreds of slabs).
+    # The pool's slabs share one geometry by construction; checking the ends keeps this O(1) per call (a launch
+    # may take hundreds of slabs; a decode step checks once per plan, ``CudaLaunch``).
     for slab in (k_slabs[-1], v_slabs[0], v_slabs[-1]):
         if tuple(slab.shape) != shape or slab.dtype != queries.dtype:
             raise KernelUnsupported("every slab must share one shape and the queries' dtype")
@@ -423,9 +423,10 @@ class CudaLaunch:
     def fits(self, queries, k_slabs: Sequence, v_slabs: Sequence) -> bool:
         """True when this launch can run on these slabs and queries: the plan's slab count, the same slab shape
         and dtype (K and V), the same query shape. O(1): a layer's slabs share one shape by construction."""
-        k0, v0 = k_slabs[0] if k_slabs else None, v_slabs[0] if v_slabs else None
-        return (len(k_slabs) == self.num_slabs and len(v_slabs) == self.num_slabs
-                and tuple(queries.shape) == self.query_shape and queries.dtype == self.dtype
+        if len(k_slabs) != self.num_slabs or len(v_slabs) != self.num_slabs:  # num_slabs >= 1 (check_inputs)
+            return False
+        k0, v0 = k_slabs[0], v_slabs[0]
+        return (tuple(queries.shape) == self.query_shape and queries.dtype == self.dtype
                 and k0.dtype == self.dtype and v0.dtype == self.dtype
                 and tuple(k0.shape) == self.slab_shape and tuple(v0.shape) == self.slab_shape)
 
@@ -466,8 +467,9 @@ class CudaLaunch:
 def launch_binaries(builds, dtype: str, head_dim: int, n_q: int, n_kv: int, block_size: int, bucket: int,
                     direct: bool, unroll_env: str | None) -> tuple[tuple[str, bytes], tuple[str, bytes] | None]:
     """((name, binary) of the first pass, (name, binary) of the merge pass or None when ``direct``) of a launch
-    through ``builds`` (``KernelBuilds``). Memoised: a decode step launches once per layer with the same
-    arguments, and deriving the variants and looking up their binaries cost ~10 us per launch of host time.
+    through ``builds`` (``KernelBuilds``). Memoised: a decode step prepares one ``CudaLaunch`` per plan and callers
+    of ``paged_decode_cuda`` (benchmarks, tests) one per call, all with the same arguments, and deriving the
+    variants and looking up their binaries cost ~10 us of host time each.
     ``unroll_env`` ($SLABSCOPE_CUDA_UNROLL, which ``unroll_for`` reads) is part of the key, so a tuning run that
     sets it never gets another unroll's binary. A binary never changes once built; a build error is not cached."""
     geometry = kernel_geometry(dtype, head_dim, n_q, n_kv, block_size)

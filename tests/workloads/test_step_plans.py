@@ -26,16 +26,21 @@ def _filled_pool(num_layers=3, lengths=(9, 14, 5)):
     return pool
 
 
+def _plan(plans, layer, scale):
+    entry = plans.entry(layer, scale)
+    return entry.plan, entry.meta
+
+
 def test_one_plan_serves_layers_with_equal_tables_and_a_differing_layer_gets_its_own():
     from app.workloads.step_plans import StepPlans
     from pool.kernels.paged_decode import plan_for_pool
 
     pool = _filled_pool()
     plans = StepPlans(pool, [0, 1, 2])
-    first, meta = plans.plan(0, 0.25)
+    first, meta = _plan(plans, 0, 0.25)
     assert np.array_equal(np.array(meta), first.meta)
     for layer in (1, 2):
-        plan, _ = plans.plan(layer, 0.25)
+        plan, _ = _plan(plans, layer, 0.25)
         assert plan is first and np.array_equal(plan.meta, plan_for_pool(pool, layer, [0, 1, 2], scale=0.25).meta)
     assert (plans.built, plans.reused) == (1, 2)
     table = pool.book.tables(1)[2]
@@ -44,11 +49,11 @@ def test_one_plan_serves_layers_with_equal_tables_and_a_differing_layer_gets_its
     pool.book.versions[2] += 1  # as every row change of the book does (pool/table_match.py relies on it)
     try:
         plans = StepPlans(pool, [0, 1, 2])  # the next step (tables never change during one)
-        first, _ = plans.plan(0, 0.25)
-        plan, _ = plans.plan(2, 0.25)
+        first, _ = _plan(plans, 0, 0.25)
+        plan, _ = _plan(plans, 2, 0.25)
         assert plan is not first and plans.built == 2
         assert np.array_equal(plan.meta, plan_for_pool(pool, 2, [0, 1, 2], scale=0.25).meta)
-        assert plans.plan(1, 0.5)[0] is not first  # another scale: another plan
+        assert _plan(plans, 1, 0.5)[0] is not first  # another scale: another plan
     finally:
         table.rows[:] = saved
         pool.book.versions[2] += 1

@@ -1,6 +1,7 @@
 """Checks on the META and END blocks slabscope itself reads (the rest of both is free-form), mlx-free.
 
-``probes.codec`` calls ``check_meta`` for a META record (the typed ``Meta`` fields: times and rates finite, the
+``probes.codec`` calls ``check_meta`` for a META record and for every ``MetaUpdate`` an EVENTS record carries (metadata
+added later, merged into the META when a session is replayed): the typed ``Meta`` fields (times and rates finite, the
 pool geometry what-if builds a book from; a rank recording's ``distributed`` block, which ``probes.ranks`` merges
 runs by) and ``check_end`` for an END record (its time; the probe-cost and outputs blocks compare and the reports
 read). Each block is converted to a typed Struct (a wrong type is a ``msgspec.ValidationError``) and checked for

@@ -120,6 +120,10 @@ def decode(image: fmt.FileImage, ref: fmt.RecordRef):
         if ref.kind == fmt.END:
             block_checks.check_end(payload)
             return payload
+        if ref.kind == fmt.EVENTS:  # metadata added later is checked like the META record it merges into
+            for event in payload.events:
+                if isinstance(event, MetaUpdate):
+                    meta_of(event.meta)
         return checks.check_record(ref.kind, payload, ref.t)
     except (msgspec.ValidationError, msgspec.DecodeError, PoolError, ValueError, TypeError, KeyError, IndexError,
             AttributeError, RecursionError, OverflowError) as exc:

@@ -42,9 +42,9 @@ def test_standalone_variants_compile_without_headers_or_spills(dtype, head_dim, 
     text += f"\n// {uuid.uuid4().hex}\n"  # a source new to the process (no cache of any kind can answer)
     result = nvrtc.compile(text, sm=90, options=("--ptxas-options=-v",))
     assert result.kind == "cubin" and name.encode() in result.binary
-    if not result.log:
-        # seen on two H200 machines (CUDA 13 NVRTC) for the bf16 head_dim-128 merge pass: a cubin, no -v report;
-        # the CPU's NVRTC 13.0 reports 0 spills for the same source
+    if not result.log and (kind, dtype, head_dim) == ("merge", "bfloat16", 128):
+        # seen on three H200 machines (CUDA 13 NVRTC) for this variant only: a cubin, no -v report; the CPU's
+        # NVRTC 13.0 reports 0 spills for the same source. Any other variant without a report fails below.
         pytest.skip(f"NVRTC {nvrtc.version} gave no ptxas -v report for {name}: spills cannot be checked here")
     assert "0 bytes spill stores, 0 bytes spill loads" in result.log and "0 bytes stack frame" in result.log
 

@@ -34,7 +34,8 @@ SCRIPT = textwrap.dedent("""
         # the distributed-run side: the form's checks, rank recordings merged, a growing file followed
         choice = RunChoice("churn", "synthetic:tiny-llama", ["slab"], None, None, 1.15, 2, "ring")
         assert sources.check_run_choice(choice) is None
-        assert all(imbalance_rows(run) for run in sources.open_recordings([RANK_FILES[0].parent]).runs)
+        runs = sources.open_recordings([RANK_FILES[0].parent]).runs
+        assert runs and all(imbalance_rows(run) for run in runs)
         GrowingSession.open(RANK_FILES[0]).refresh()
 
         async def run():

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from app.workloads.launch import live_pids
+from probes.errors import RecordingError
 from probes.events import Step
 from probes.replay import Session
 
@@ -31,7 +32,7 @@ def _running_ranks(out, proc_alive) -> None:
         try:
             if all(Session.open(out / f"churn-slab-rank{r}.slabrec").events_of(Step) for r in (0, 1)):
                 return
-        except Exception:  # noqa: BLE001 - not written yet
+        except RecordingError:  # not written yet (missing, or no header yet)
             pass
         time.sleep(0.2)
     raise AssertionError("the ranks did not start")

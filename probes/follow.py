@@ -34,12 +34,7 @@ class GrowingImage(fmt.FileImage):
         continuation)."""
         if self.damage is not None:
             return 0
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(len(self.data))
-                more = fh.read()
-        except OSError as exc:
-            raise RecordingError(self.path, f"cannot read: {exc.strerror or exc}") from None
+        more = fmt.read_bounded(self.path, len(self.data))  # the same refusals as the first read, and its size limit
         if not more:
             return 0
         if not isinstance(self.data, bytearray):
@@ -127,7 +122,7 @@ class GrowingSession(Session):
             self.summary = Done(t=end.t, summary=end.summary)
 
     def _take_samples(self, columns: dict) -> None:
-        last = self.samples.window().t[-1] if len(self.samples) else None
+        last = self.samples.at(len(self.samples) - 1).t if len(self.samples) else None  # not a copy of the column
         times = ([] if last is None else [last]) + list(columns.get("t") or [])
         if any(b < a for a, b in zip(times, times[1:])):
             raise RecordingError(self.path, "samples out of time order")

@@ -236,11 +236,12 @@ class FileImage:
         return out
 
 
-def read_bounded(path: str) -> bytes:
+def read_bounded(path: str, offset: int = 0) -> bytes:
     """The bytes of the regular file at ``path``, refused (``RecordingError``) before reading when it is not a
     regular file (a FIFO would block, /dev/zero never ends), when it is larger than ``limits.max_file_bytes()``,
     or when it does not start with the magic bytes (a 1 GiB sparse file is refused after 16 bytes). Opened
-    non-blocking, so a FIFO without a writer cannot block the open itself."""
+    non-blocking, so a FIFO without a writer cannot block the open itself. ``offset``: the bytes from there on
+    (what a followed file's writer appended; its start was checked when it was first read)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
@@ -249,14 +250,15 @@ def read_bounded(path: str) -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise RecordingError(path, f"not a regular file ({_file_type(info.st_mode)}): a recording is a file")
-        head = _read_upto(fd, FILE_HEADER.size)
-        if len(head) < FILE_HEADER.size or not head.startswith(MAGIC):
-            return head  # the header check names the problem; nothing more is read
+        if offset == 0:
+            head = _read_upto(fd, FILE_HEADER.size)
+            if len(head) < FILE_HEADER.size or not head.startswith(MAGIC):
+                return head  # the header check names the problem; nothing more is read
         if info.st_size > limits.max_file_bytes():
             raise RecordingError(path, f"{info.st_size:,} bytes, over the {limits.max_file_bytes():,}-byte limit "
                                        "for a recording (SLABSCOPE_MAX_RECORDING_MIB raises it)")
-        os.lseek(fd, 0, os.SEEK_SET)
-        return _read_upto(fd, info.st_size)  # what was there at open (a live file grows)
+        os.lseek(fd, offset, os.SEEK_SET)
+        return _read_upto(fd, max(0, info.st_size - offset))  # what was there at open (a live file grows)
     except OSError as exc:
         raise RecordingError(path, f"cannot read: {exc.strerror or exc}") from None
     finally:
@@ -264,12 +266,9 @@ def read_bounded(path: str) -> bytes:
 
 
 def _read_upto(fd: int, count: int) -> bytes:
-    """At most ``count`` bytes from ``fd`` (fewer at the end of the file): one read, more only if it comes short."""
-    data = os.read(fd, count)
-    if len(data) == count or not data:
-        return data
-    parts = [data]
-    left = count - len(data)
+    """At most ``count`` bytes from ``fd`` (fewer at the end of the file): reads until it has them or the file ends."""
+    parts = []
+    left = count
     while left > 0:
         chunk = os.read(fd, left)
         if not chunk:

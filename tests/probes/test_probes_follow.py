@@ -151,3 +151,22 @@ def test_appended_records_get_the_opening_checks_and_a_refused_growth_changes_no
     live.write_bytes(build(version, records + [replace(records[samples[-1]], t=grown.duration)]))
     assert not grown.growing and grown.refresh() == 0  # ended: what is appended after END is never folded in
     assert_same(grown, Session.open(path))
+
+
+def test_a_followed_file_growing_past_the_size_limit_is_refused_and_changes_nothing(written, tmp_path, monkeypatch):
+    """The first read refuses a file over ``SLABSCOPE_MAX_RECORDING_MIB``; growth read it with a plain ``read()``,
+    past any limit. Now growth reads through the same bounded read: over the limit it is a one-line error, and
+    what was read stays as it was."""
+    _, data = written
+    ends = record_ends(data)
+    live = tmp_path / "live.slabrec"
+    live.write_bytes(data[:ends[5]])
+    grown = GrowingSession.open(live)
+    before = (len(grown.samples), len(grown.events), grown.size)
+    live.write_bytes(data)
+    monkeypatch.setattr(fmt.limits, "max_file_bytes", lambda: ends[5] + 1)
+    with pytest.raises(RecordingError, match="over the .*-byte limit"):
+        grown.refresh()
+    assert (len(grown.samples), len(grown.events), grown.size) == before
+    monkeypatch.undo()
+    assert grown.refresh() == len(ends) - 6  # under the default limit it reads on

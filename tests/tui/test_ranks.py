@@ -271,3 +271,26 @@ def test_two_runs_of_one_backend_keep_apart(tmp_path):
     assert list(app.store.sessions) == ["slab r0", "slab r1", f"{other} r0", f"{other} r1"]
     assert [r.label for r in app.store.runs] == ["slab", other] and other == "slab@other-"
     assert f"{other}: 2 ranks via mlx.launch (ring)" in text
+
+
+def test_a_rank_whose_file_is_damaged_says_so_not_that_it_died(tmp_path):
+    """A rank file corrupted in the middle is read up to its damage; the Ranks view called it "died: recording never
+    closed" (the END was past the damage), which was false. It says what ``describe_run`` says: damaged, and where."""
+    directory = tmp_path / "ranks"
+    directory.mkdir()
+    write_rank(directory / "x-slab-rank0.slabrec", "slab", 0)
+    damaged = directory / "x-slab-rank1.slabrec"
+    write_rank(damaged, "slab", 1)
+    blob = bytearray(damaged.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF  # one flipped byte: a checksum mismatch with valid records after it
+    damaged.write_bytes(bytes(blob))
+
+    async def go():
+        app = replay_app([directory], tmp_path)
+        async with app.run_test(size=(130, 40)) as pilot:
+            await pilot.pause(0.2)
+            return app, await show(pilot, "8")
+
+    app, text = run(go())
+    assert app.store.sessions["slab r1"].damage is not None
+    assert "r1 ✗" in text and "damaged file (read up to byte" in text and "never closed" not in text

@@ -23,10 +23,12 @@ LOG_LINES = 3  # launcher output lines shown for a live distributed run
 
 
 def rank_state(model: SessionModel) -> tuple[str, str, str]:
-    """(mark, words, style) for a rank's state: running, complete, stopped with its error, or died without closing
-    its recording."""
+    """(mark, words, style) for a rank's state: running, complete, stopped with its error, a damaged file read up to
+    its damage (as ``probes.ranks.describe_run`` says), or died without closing its recording."""
     if model.error is not None:
         return "✗", model.error.text, WARN_STYLE
+    if model.damage is not None:
+        return "✗", f"damaged file (read up to byte {model.damage.offset})", WARN_STYLE
     if model.complete:
         error = model.summary.summary.get("error")
         return ("✗", f"stopped: {error}", WARN_STYLE) if error else ("✓", "complete", OK_STYLE)

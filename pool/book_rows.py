@@ -208,7 +208,7 @@ class RowBook:
             return
         capacities = []
         for rows, count in zip(self.layers, needed):
-            minted = len(rows.row_block) + max(0, count - len(rows.free))
+            minted = self._rows_after(rows, count)
             capacities.append(max(rows.capacity, capacity_for(self.design, self.slab_blocks, minted)))
         if capacities != [rows.capacity for rows in self.layers]:
             check_pool_capacity(self.design, self.slab_blocks, capacities, self.bytes_per_row, self.limits)
@@ -270,16 +270,21 @@ class RowBook:
         if count:
             self._emit(RowsFreed, rows=freed0, count=count)
 
+    def _rows_after(self, layer: LayerRows, extra_blocks: int) -> int:
+        """Rows ``layer`` holds once ``extra_blocks`` more blocks take its free rows first and mint the rest, never
+        past the budget: a reservation stops there (a write past it is refused earlier, by ``_check_budget``, and
+        a row is minted only when none is free, so minted rows never exceed the budget), and the memory check
+        (``_check_room``) counts exactly what the reservation would hold."""
+        rows = len(layer.row_block) + max(0, extra_blocks - len(layer.free))
+        budget = self.max_blocks_per_layer
+        return rows if budget is None else min(rows, max(len(layer.row_block), budget))
+
     def _reserve_capacity(self, extra_blocks: int = 0) -> list[tuple[int, int, int]]:
         """Round every layer's capacity up to hold its minted rows, plus the rows ``extra_blocks`` more blocks would
         mint (after taking free rows; never past the budget); model the growth. Returns (layer, old, new)."""
         growth = []
-        budget = self.max_blocks_per_layer
         for index, layer in enumerate(self.layers):
-            rows = len(layer.row_block) + max(0, extra_blocks - len(layer.free))
-            if budget is not None:
-                rows = min(rows, max(len(layer.row_block), budget))
-            needed = capacity_for(self.design, self.slab_blocks, rows)
+            needed = capacity_for(self.design, self.slab_blocks, self._rows_after(layer, extra_blocks))
             if needed > layer.capacity:
                 growth.append((index, layer.capacity, needed))
                 if self.row_bytes[index]:

@@ -109,6 +109,20 @@ def test_reserve_stops_at_the_budget():
     pool.check_integrity()
 
 
+def test_reserve_past_the_budget_is_checked_against_memory_for_what_it_holds():
+    """The memory check counted every block a reservation asked for, though the reservation stops at the budget: a
+    pool with room for its budget was refused a reservation it could hold. Room here: 6 rows per layer (3 slabs)."""
+    from pool.limits import MemoryLimits
+
+    pool = started(1, budget=5)
+    row_bytes = pool.book.bytes_per_row
+    pool.limits = pool.book.limits = MemoryLimits(memory_bytes=2 * 6 * row_bytes, max_buffer_bytes=1 << 40,
+                                                  source="test room")
+    pool.reserve({0: 1000})  # 250 blocks asked, 5 held (6 rows): fits
+    assert pool.book.layers[0].capacity == 6
+    pool.check_integrity()
+
+
 @pytest.mark.parametrize("bad, match", [({7: 10}, "unknown sequence 7"), ({0: -1}, "reserved length"),
                                         ({0: 2.5}, "reserved length"), ([(0, 10)], "seq id: tokens")])
 def test_bad_reservations_change_nothing(bad, match):

@@ -25,11 +25,11 @@ from __future__ import annotations
 import collections
 import os
 import re
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass
 
+from app.bench.stats import spread_by_field
 from app.bench.workload import BenchWorkload, check_engines
 
 ENGINES = ("slab", "monolithic", "dense", "mlx_lm")
@@ -177,12 +177,7 @@ def run_host_bench(config: HostConfig, progress=None) -> dict:
 
 def summarize(steps: list[dict]) -> dict:
     """{phase: {"median", "min", "max", "n"}} over ``steps``; the primitives of the median-ops step."""
-    out: dict = {}
-    for phase in PHASES:
-        values = [s[phase] for s in steps if s.get(phase) is not None]
-        if values:
-            out[phase] = {"median": statistics.median(values), "min": min(values), "max": max(values),
-                          "n": len(values)}
+    out = spread_by_field(steps, PHASES)
     counted = sorted((s for s in steps if s.get("primitives")), key=lambda s: s["ops"])
     if counted:
         out["primitives"] = counted[len(counted) // 2]["primitives"]

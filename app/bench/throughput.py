@@ -19,6 +19,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from app.bench.stats import spread_by_field
 from app.bench.workload import BenchWorkload, check_engines
 
 ENGINES = ("dense", "slab", "monolithic", "mlx_lm")
@@ -167,13 +168,7 @@ def fresh_runs(config: BenchConfig, progress=None, timeout_s: float = 900.0) -> 
 
 def summarize(runs: list[dict], metrics=METRICS) -> dict:
     """{metric: {"median", "min", "max", "n"}} over runs (metrics a run lacks are skipped)."""
-    out = {}
-    for metric in metrics:
-        values = [r[metric] for r in runs if r.get(metric) is not None]
-        if values:
-            out[metric] = {"median": statistics.median(values), "min": min(values), "max": max(values),
-                           "n": len(values)}
-    return out
+    return spread_by_field(runs, metrics)
 
 
 def verdicts(stats: dict) -> list[dict]:

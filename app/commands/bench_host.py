@@ -10,10 +10,8 @@ MLX primitives each step builds, per engine on the same schedule, engines interl
 
 from __future__ import annotations
 
-import json
-import sys
-
 from app.commands.arg_types import positive_int
+from app.commands.bench import print_figures
 from app.commands.bench_workload import add_workload_arguments, workload_fields
 
 
@@ -34,12 +32,10 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     from app.bench.host_time import HostConfig, format_report, run_host_bench
-    try:
+
+    def measure(progress):  # a bad configuration (ScenarioError too) is a ValueError: a usage error
         config = HostConfig(**workload_fields(args), prefill_chunk=args.prefill_chunk, seed=args.seed,
                             count_ops=not args.no_ops, slab_blocks=args.slab_blocks, emulate_cuda=args.emulate_cuda)
-    except ValueError as exc:  # ScenarioError too
-        print(f"slabscope bench host: {exc}", file=sys.stderr)
-        return 2
-    result = run_host_bench(config, progress=lambda text: print(text, file=sys.stderr, flush=True))
-    print(json.dumps(result, default=str) if args.json else format_report(result))
-    return 0
+        return run_host_bench(config, progress)
+
+    return print_figures(args, measure, format_report)

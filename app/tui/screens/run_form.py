@@ -13,8 +13,9 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select
 
+from app.workloads.launch import LAUNCH_BACKENDS  # mlx-free, as the TUI needs (rank_live imports it too)
+
 BACKENDS = ("slab", "dense", "monolithic")
-LAUNCH_BACKENDS = ("ring", "mpi", "nccl", "jaccl")  # mx.distributed's backends (app.workloads.launch)
 SHRINK_MODES = ("off", "release", "compact")  # pool.shrink_types.SHRINK_MODES (the TUI stays import-light)
 
 

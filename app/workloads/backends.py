@@ -78,8 +78,7 @@ class PagedBackend:
         if not self._reserve_due:
             return
         self._reserve_due = False
-        self.pool.reserve({s.seq_id: len(s.request.prompt) + s.request.max_new_tokens - 1
-                           for s in self._running.values()})
+        self.pool.reserve({s.seq_id: s.request.final_cached_tokens for s in self._running.values()})
 
     def _prefetch_projected(self) -> None:
         """Queue the fused kernels for the slab count the running sequences will reach at their final lengths

@@ -139,7 +139,7 @@ class Engine:
         cached): what the trim's budget is counted on, so it is the run's peak from the first chunk on and early
         chunks, whose K/V is still small, do not trim (each trim waits for the device) for a footprint the end of
         the prefill exceeds anyway."""
-        return sum(len(s.request.prompt) + s.request.max_new_tokens - 1 for s in self.scheduler.running)
+        return sum(s.request.final_cached_tokens for s in self.scheduler.running)
 
     def _dispatch(self, plan: DecodeBatch, starts: list[int], inputs: mx.array) -> _Dispatched:
         """Build one decode step's graph (sequence i writes at ``starts[i]``; ``inputs`` [B, 1], possibly lazy)

@@ -41,6 +41,11 @@ class Request:
         if self.max_new_tokens < 1:
             raise ValueError(f"request {self.req_id}: max_new_tokens must be >= 1")
 
+    @property
+    def final_cached_tokens(self) -> int:
+        """Tokens its K/V holds at the end: the prompt and every sampled token but the last (never fed back)."""
+        return len(self.prompt) + self.max_new_tokens - 1
+
 
 @dataclass
 class Sequence:

@@ -109,7 +109,6 @@ gen_tokens = [1, 24]
 
 @pytest.mark.parametrize("backend", ["slab", "monolithic"])
 def test_rows_are_freed_and_reused_with_integrity_after_every_step(backend, tiny_llama, tmp_path):
-    from app.workloads.runner import _Runner
     from app.workloads.scenarios import load_scenario
     from app.workloads.session import build_session
     from app.workloads.spec import RunSpec
@@ -118,6 +117,15 @@ def test_rows_are_freed_and_reused_with_integrity_after_every_step(backend, tiny
                    prefill_chunk=16, prefix_cache=False)
     scenario = load_scenario(spec.scenario)
     session = build_session(spec, scenario, loaded=tiny_llama)
+    try:
+        _check_rows_freed_and_reused(spec, scenario, session)
+    finally:
+        session.close()  # restores mlx-lm's attention in the model module (a later test's dense run reads it)
+
+
+def _check_rows_freed_and_reused(spec, scenario, session) -> None:
+    from app.workloads.runner import _Runner
+
     events = []
     summary = _Runner(spec, scenario, session, events.append, lambda s, t: None, None, True).run()
     pool = session.pool

@@ -118,21 +118,13 @@ class Engine:
         if previous is not None:
             mx.eval(previous)
         self.scheduler.complete_prefill(plan)
-        if self._decode_comes_next():
+        if self.scheduler.decode_comes_next():
             # The last chunk's device time is this prefill's: left in flight, the first decode step's clock counted
             # it (25-30 ms of a 4096-token chunk on the H200, against a ~10 ms decode step). Costs the overlap of
             # that chunk with the first decode step's graph build, once per switch from prefill to decode.
             mx.eval(out)
             self._prefill_inflight = None
         return StepResult("prefill", 1, plan.num_tokens, time.perf_counter() - t0, [])
-
-    def _decode_comes_next(self) -> bool:
-        """True when the next forward pass will be a decode step: no running sequence is still prefilling and
-        admission cannot start a new one (nothing waits, or no room)."""
-        scheduler = self.scheduler
-        if scheduler.waiting and len(scheduler.running) < scheduler.concurrency:
-            return False
-        return not any(seq.in_prefill for seq in scheduler.running)
 
     def _projected_tokens(self) -> int:
         """K/V tokens the running sequences will hold at their final lengths (the last sampled token is never
@@ -174,7 +166,7 @@ class Engine:
         """True when completing ``plan`` cannot change the next plan: no sequence ends at this token (fixed
         lengths; stop tokens are unknown until sampled), and nothing waits that admission could take."""
         scheduler = self.scheduler
-        if scheduler.waiting and len(scheduler.running) < scheduler.concurrency:
+        if scheduler.may_admit():
             return False
         running = scheduler.running
         if len(plan.seqs) != len(running) or any(a is not b for a, b in zip(plan.seqs, running)):

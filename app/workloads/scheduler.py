@@ -119,10 +119,20 @@ class Scheduler:
     def idle(self) -> bool:
         return not self.waiting and not self.running
 
+    def may_admit(self) -> bool:
+        """True when ``admit`` would try a waiting request (one waits and concurrency has room; the backend may
+        still refuse it)."""
+        return bool(self.waiting) and len(self.running) < self.concurrency
+
+    def decode_comes_next(self) -> bool:
+        """True when the next plan will be a decode step: no running sequence is still prefilling and admission
+        cannot start a new one."""
+        return not self.may_admit() and not any(seq.in_prefill for seq in self.running)
+
     def admit(self) -> list[Sequence]:
         """Move waiting requests into ``running`` while concurrency and the backend allow (FIFO, no overtaking)."""
         admitted = []
-        while self.waiting and len(self.running) < self.concurrency:
+        while self.may_admit():
             request = self.waiting[0]
             seq = Sequence(self._next_seq_id, request, list(request.prompt))
             if not self.admit_fn(seq):

@@ -92,13 +92,14 @@ class GrowingSession(Session):
         return len(new)
 
     def _take(self, refs: list[fmt.RecordRef]) -> None:
-        """New records, in file order, into the read model (the same routing as opening a recording)."""
-        events, summaries, keyframes = [], [], []
+        """New records, in file order, into the read model (the same routing and order checks as opening a
+        recording: ``Session._load``); every record is decoded and checked before anything is folded in."""
+        columns, events, summaries, keyframes = [], [], [], []
         for ref in refs:
             if ref.kind == fmt.META:
                 raise RecordingError(self.path, f"second metadata record at byte {ref.offset}")
             if ref.kind == fmt.SAMPLES:
-                self._take_samples(self._decode(ref).columns)
+                columns.append(self._decode(ref).columns)
             elif ref.kind == fmt.EVENTS:
                 decoded = self._decode(ref)
                 events += decoded.events
@@ -110,10 +111,13 @@ class GrowingSession(Session):
                 keyframes.append(Keyframe(ref.t, self._keyframe_loader(ref)))
             elif ref.kind == fmt.OPS:
                 self._all_ops = None  # the op log grew: decode it again when all of it is asked for
+        self._check_order(columns, summaries)
+        for block in columns:
+            self.samples.extend(block)
         for event in sorted(events, key=lambda e: e.t):
             self.add_event(event)
         if summaries:
-            self.snapshots = self.snapshots + sorted(summaries, key=lambda record: record.t)
+            self.snapshots = self.snapshots + summaries
         if keyframes:
             self.keyframes = self.keyframes + keyframes
         ends = [ref for ref in refs if ref.kind == fmt.END]
@@ -121,12 +125,15 @@ class GrowingSession(Session):
             end = self._decode(ends[-1])
             self.summary = Done(t=end.t, summary=end.summary)
 
-    def _take_samples(self, columns: dict) -> None:
+    def _check_order(self, columns: list[dict], summaries: list) -> None:
+        """New sample times and snapshot summaries continue the known ones in order (what opening checks)."""
         last = self.samples.at(len(self.samples) - 1).t if len(self.samples) else None  # not a copy of the column
-        times = ([] if last is None else [last]) + list(columns.get("t") or [])
+        times = ([] if last is None else [last]) + [t for block in columns for t in block.get("t") or []]
         if any(b < a for a, b in zip(times, times[1:])):
             raise RecordingError(self.path, "samples out of time order")
-        self.samples.extend(columns)
+        joined = self.snapshots[-1:] + summaries
+        if any(b.t < a.t or b.op_index < a.op_index for a, b in zip(joined, joined[1:])):
+            raise RecordingError(self.path, "snapshot summaries out of time or op order")
 
     def _ops_known(self) -> int:
         return len(self._image.by_kind[fmt.OPS])  # rebuilt snapshots are stale once more op records arrive

@@ -170,3 +170,26 @@ def test_a_followed_file_growing_past_the_size_limit_is_refused_and_changes_noth
     assert (len(grown.samples), len(grown.events), grown.size) == before
     monkeypatch.undo()
     assert grown.refresh() == len(ends) - 6  # under the default limit it reads on
+
+
+def test_appended_snapshot_summaries_going_back_in_op_order_are_refused_as_opening_refuses_them(written, tmp_path):
+    """Opening refuses snapshot summaries out of time or op order; following sorted them by time and took them.
+    Now a refresh checks them like opening does, before it folds in anything."""
+    from tests.probes.recording_craft import build, edited, parse
+
+    path, data = written
+    version, records = parse(data)
+    snaps = [i for i, r in enumerate(records) if r.kind == fmt.SNAPSHOTS]
+    cut = snaps[2]
+    live = tmp_path / "live.slabrec"
+    live.write_bytes(build(version, records[:cut]))
+    grown = GrowingSession.open(live)
+    assert grown.snapshots and grown.snapshots[-1].op_index > 0
+    before = (len(grown.samples), len(grown.events), list(grown.snapshots))
+    backwards = edited(records[cut], [dict(item, op_index=0) for item in records[cut].payload])
+    live.write_bytes(build(version, records[:cut] + [backwards] + records[cut + 1:cut + 4]))
+    with pytest.raises(RecordingError, match="snapshot summaries out of time or op order"):
+        grown.refresh()
+    assert (len(grown.samples), len(grown.events), list(grown.snapshots)) == before
+    with pytest.raises(RecordingError, match="out of time or op order"):
+        Session.open(live)  # opening says the same of the same bytes

@@ -19,7 +19,7 @@ Outcome classes (``FuzzTally``):
 * ``accepted value``: a ``content`` edit (one field of a CRC-valid record set to a hostile value) read as written,
   with nothing crashing. The fuzz does not judge whether the value is plausible where it landed: every silent
   change of a ``content`` case is counted here, with its record kind and value in ``FuzzTally.accepted`` (in CI
-  at 3c8c5f8: 0 in a sample, 2^63-1 in a sample and in an event, -2^63 in the metadata), so a reader that takes an
+  at 2298d6d: 0 in a sample, 2^63-1 in a sample and in an event, -2^63 in the metadata), so a reader that takes an
   implausible value is listed, not failed. Other mutations' silent changes fail;
 * ``v1 undetectable``: a v1 file (no record numbers, no session tag) with a record dropped or another session's
   record spliced in whose times fit; docs/recording-format.md lists what v1 cannot detect.

@@ -72,6 +72,10 @@ class SampleColumns:
             return n
         return bisect.bisect_right(self._columns["t"], t, 0, n)
 
+    def index_before(self, t: float) -> int:
+        """Number of samples strictly before ``t``."""
+        return bisect.bisect_left(self._columns["t"], t, 0, self._n)
+
     def at(self, i: int) -> Sample:
         """Sample ``i`` as a typed record."""
         if not 0 <= i < self._n:

@@ -357,13 +357,14 @@ class SessionModel:
         lo = 0.0 if t0 is None else t0
         hi = self.duration if t1 is None else t1
         label = "max since start" if whole else f"max in window [{lo:.2f}, {hi:.2f}] s"
-        window = self.samples.window()
-        start = 0 if whole else bisect.bisect_left(window.t, lo)
-        stop = len(window) if whole else bisect.bisect_right(window.t, hi)
-        best = self.samples.argmax(field, start, min(stop, len(window)))
+        samples = self.samples  # searched in place: a window would copy the time and field columns per call
+        start = 0 if whole else samples.index_before(lo)
+        stop = samples.index_at(None if whole else hi)
+        best = samples.argmax(field, start, stop)
         if best is None:
             return Peak(0.0, None, label)
-        return Peak(float(getattr(window, field)[best]), window.t[best], label)
+        sample = samples.at(best)
+        return Peak(float(getattr(sample, field)), sample.t, label)
 
     def decode_tok_s(self, until: float | None = None) -> float | None:
         """Decode throughput up to ``until``: decode tokens / decode wall time (None before the first decode)."""

@@ -60,10 +60,15 @@ def ratio_line(frame: ViewState) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f"x:{frame.x_mode} ", style="dim")
     shown = False
+    bases: dict[int, float] = {}  # a dense session's peak, once per line (each is a pass over its samples)
     for tr in tracks:
         dense = frame.sessions.baseline_of(tr)
-        base = max_footprint(dense, frame.cursor_in(dense)) if dense else 0.0
-        if tr is dense or not base:
+        if dense is None or tr is dense:
+            continue
+        if id(dense) not in bases:
+            bases[id(dense)] = max_footprint(dense, frame.cursor_in(dense))
+        base = bases[id(dense)]
+        if not base:
             continue
         shown = True
         ratio = max_footprint(tr, frame.cursor_in(tr)) / base

@@ -18,6 +18,8 @@ import os
 import sys
 import time
 
+from app.models.mlx_env import apply_mlx_defaults
+
 OPENBLAS_PATH = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
 
 # Module state: the handle we loaded (kept alive so the library is never unloaded) and the line describing it.
@@ -51,10 +53,12 @@ def _mlx_imported() -> bool:
 def enable_openblas(path: str = OPENBLAS_PATH) -> str:
     """Load OpenBLAS globally (Linux, before mlx) and return one line describing the BLAS MLX will use.
 
-    Idempotent: a second call returns the same line. Mutates process state only by dlopen-ing ``path`` once.
-    Never imports mlx.
+    Idempotent: a second call returns the same line. Mutates process state by dlopen-ing ``path`` once and by
+    setting slabscope's MLX environment defaults (``mlx_env.py``: they too must precede mlx's start). Never
+    imports mlx.
     """
     global _openblas_handle, _blas_line
+    apply_mlx_defaults()
     if _blas_line is not None:
         return _blas_line
     if sys.platform == "darwin":

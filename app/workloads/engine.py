@@ -79,6 +79,16 @@ class Engine:
             self._chain_t0 = time.perf_counter()
         return result
 
+    def settle(self) -> None:
+        """Wait for the work dispatched but not completed (a pipelined decode step, a prefill chunk) without
+        recording it: for a run that stops early and drops its scheduler and backend (the load-time rehearsal)."""
+        pending = [self._inflight.sampled] if self._inflight is not None else []
+        if self._prefill_inflight is not None:
+            pending.append(self._prefill_inflight)
+        if pending:
+            mx.eval(*pending)
+        self._inflight = self._prefill_inflight = None
+
     def _forward(self) -> StepResult | None:
         """One forward pass, as ``step`` describes (without the shrink point)."""
         if self._inflight is not None:

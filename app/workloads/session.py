@@ -14,6 +14,7 @@ from dataclasses import asdict
 
 import msgspec
 
+from app.models.mlx_env import mlx_env_meta
 from app.workloads.backends import DenseBackend, PagedBackend
 from app.workloads.engine import Engine, make_sampler
 from app.workloads.limits import check_fits_context
@@ -32,7 +33,7 @@ class WorkloadSession:
         self.backend, self.scheduler, self.engine, self.source = backend, scheduler, engine, source
         self.pool_params = pool_params
         self.sdpa_module: str | None = None  # model module whose scaled_dot_product_attention we rebound
-        self.decode_warmup_s: float | None = None  # the GPU decode warm-up's time at build (None: not run)
+        self.rehearsal = None  # RehearsalReport of the load-time rehearsal (None: not run; rehearsal.py)
         self._next_request = 0
         longest = max((p.shared_prefix for p in scenario.phases), default=0)
         # one system prompt shared by every phase that asks for a prefix
@@ -101,7 +102,8 @@ class WorkloadSession:
             "mlx_cache": {"limit_bytes": self.spec.cache_limit, "limit": "MLX default" if self.spec.cache_limit is None
                           else f"{self.spec.cache_limit} bytes (mx.set_cache_limit)",
                           "prefill_trim_fraction": self.spec.prefill_trim},
-            "decode_warmup_s": self.decode_warmup_s,
+            "rehearsal": self.rehearsal.to_dict() if self.rehearsal is not None else None,
+            "mlx_env": mlx_env_meta(),
         }
 
     def _fused_meta(self) -> dict | None:
@@ -189,7 +191,6 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
     check_fits_context(scenario, loaded.max_positions, loaded.name)
     import mlx.core as mx
 
-    warmup_s = _warm_decode(loaded, scenario, spec)
     mx.random.seed(spec.seed)
     if spec.cache_limit is not None:  # process-wide; every backend's worker applies it the same way
         mx.set_cache_limit(spec.cache_limit)
@@ -207,29 +208,53 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
 
         uninstall_paged_sdpa(sdpa_module)
         raise
+    sampler = make_sampler(temperature, top_p)
+    try:
+        rehearsal = _rehearse(spec, scenario, loaded, pool_params, sampler, kernel_route=kernel_route,
+                              routable=sdpa_module is not None)
+    except BaseException:
+        from app.workloads.fused_attention import uninstall_paged_sdpa
+
+        uninstall_paged_sdpa(sdpa_module)
+        raise
+    mx.random.seed(spec.seed)  # a sampling rehearsal drew random numbers: the run's draws start where they did
     scheduler = Scheduler(prefill_chunk=pool_params["prefill_chunk"], admit_fn=backend.admit,
                           release_fn=backend.release)
     from app.workloads.cache_trim import CacheTrim, kv_bytes_per_token
 
     trim = CacheTrim(weight_bytes=loaded.weight_bytes, bytes_per_token=kv_bytes_per_token(loaded),
                      fraction=spec.prefill_trim)
-    engine = Engine(loaded.model, backend, scheduler, sampler=make_sampler(temperature, top_p),
-                    logits_hook=logits_hook, cache_trim=trim)
+    engine = Engine(loaded.model, backend, scheduler, sampler=sampler, logits_hook=logits_hook, cache_trim=trim)
     session = WorkloadSession(spec, scenario, loaded, backend, scheduler, engine, make_source(loaded, spec.seed),
                               pool_params)
     session.sdpa_module = sdpa_module
-    session.decode_warmup_s = warmup_s
+    session.rehearsal = rehearsal
     return session
 
 
-WARMUP_ENV = "SLABSCOPE_DECODE_WARMUP"  # "0": skip the decode warm-up (to measure a first step without it)
+def _rehearse(spec: RunSpec, scenario: Scenario, loaded, pool_params: dict, sampler, *, kernel_route,
+              routable: bool):
+    """The load-time rehearsal (``app/workloads/rehearsal.py``) on a throwaway backend, scheduler and engine of
+    the run's kind; its ``RehearsalReport``, or None when it does not run (a CPU device, $SLABSCOPE_REHEARSAL=0,
+    no request phase). The throwaway objects die with this call, then MLX's cache is emptied."""
+    from app.workloads import rehearsal
 
-
-def _warm_decode(loaded, scenario, spec: RunSpec) -> float | None:
-    """Seconds of the GPU decode warm-up (``app/workloads/decode_warmup.py``), None when it did not run (a CPU
-    device, or $SLABSCOPE_DECODE_WARMUP=0)."""
-    from app.workloads.decode_warmup import first_decode_batch, wants_warmup, warm_decode_path
-
-    if os.environ.get(WARMUP_ENV, "1") == "0" or not wants_warmup(spec.device):
+    if not rehearsal.wants_rehearsal(spec.device):
         return None
-    return warm_decode_path(loaded.model, first_decode_batch(scenario))
+    requests = rehearsal.first_batch_requests(scenario, loaded, spec.seed)
+    if not requests:
+        return None
+    report = _rehearse_on_throwaway(spec, loaded, pool_params, sampler, requests, kernel_route, routable)
+    rehearsal.clear_after_rehearsal()
+    return report
+
+
+def _rehearse_on_throwaway(spec: RunSpec, loaded, pool_params: dict, sampler, requests, kernel_route,
+                           routable: bool):
+    from app.workloads.rehearsal import rehearse
+
+    backend = make_backend(spec, loaded, pool_params, kernel_route=kernel_route, routable=routable)
+    scheduler = Scheduler(prefill_chunk=pool_params["prefill_chunk"], admit_fn=backend.admit,
+                          release_fn=backend.release)
+    engine = Engine(loaded.model, backend, scheduler, sampler=sampler)
+    return rehearse(engine, requests, kv_heads=loaded.n_kv_heads, head_dim=loaded.head_dim, dtype=loaded.dtype)

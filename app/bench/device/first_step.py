@@ -4,7 +4,7 @@ Runs the burst once in this process (``run_workload``, as ``slabscope record`` d
 dispatch and completion timed apart: ``build`` (graph built and handed to ``mx.async_eval``), ``wait`` (until the
 step's tokens are read). Prints the first ``--steps`` decode steps and the median of the rest, with the settings
 that may explain a slow first step: the prefill trim (``--prefill-trim off`` keeps MLX's cache) and the decode
-warm-up ($SLABSCOPE_DECODE_WARMUP=0 skips it). One process per setting: run it once per configuration.
+rehearsal ($SLABSCOPE_REHEARSAL=0 skips it). One process per setting: run it once per configuration.
 
     PYTHONPATH=. python3 app/bench/device/first_step.py --backend slab [--prefill-trim off]
 """
@@ -34,17 +34,20 @@ def main() -> int:
 
     timings: list[dict] = []
     dispatch, complete = Engine._dispatch, Engine._complete
+    run_started: list[bool] = []  # set at the run's MetaUpdate: the load-time rehearsal's own steps are not timed
 
     def timed_dispatch(self, plan, starts, inputs):
         t0 = time.perf_counter()
         out = dispatch(self, plan, starts, inputs)
-        timings.append({"build_ms": (time.perf_counter() - t0) * 1e3})
+        if run_started:
+            timings.append({"build_ms": (time.perf_counter() - t0) * 1e3})
         return out
 
     def timed_complete(self, step, t0):
         t1 = time.perf_counter()
         result = complete(self, step, t0)
-        timings[-1 if self._inflight is None else -2]["complete_ms"] = (time.perf_counter() - t1) * 1e3
+        if run_started:
+            timings[-1 if self._inflight is None else -2]["complete_ms"] = (time.perf_counter() - t1) * 1e3
         return result
 
     Engine._dispatch, Engine._complete = timed_dispatch, timed_complete
@@ -62,11 +65,13 @@ def main() -> int:
             steps.append(event.wall_s * 1e3)
         elif name == "MetaUpdate":
             meta.update(event.meta)
+            run_started.append(True)
 
     summary = run_workload(spec, emit)
     rest = steps[args.steps:]
     print(json.dumps({"backend": args.backend, "prefill_trim": args.prefill_trim,
-                      "decode_warmup_s": meta.get("decode_warmup_s"), "process_s": time.perf_counter() - t_start,
+                      "rehearsal": meta.get("rehearsal"), "mlx_env": meta.get("mlx_env"),
+                      "process_s": time.perf_counter() - t_start,
                       "tok_s": summary.get("tok_s"), "first_steps_ms": [round(s, 2) for s in steps[:args.steps]],
                       "median_rest_ms": round(statistics.median(rest), 2) if rest else None,
                       "first_timings": [{k: round(v, 2) for k, v in t.items()} for t in timings[:args.steps]],

@@ -1,0 +1,153 @@
+"""The load-time rehearsal (app/workloads/rehearsal.py): it runs the first decode batch's shapes through a
+throwaway backend of the run's kind, leaves every byte of the run unchanged (each decode step's logits
+byte-identical with and without it), reports what it ran in the run's metadata, releases what it held, and does
+not run on a CPU unless forced (here it is forced: the path is the GPU's, the arithmetic the CPU's)."""
+
+from __future__ import annotations
+
+import pytest
+
+from probes.events import MetaUpdate
+
+from .helpers import assert_same_logits, burst_toml, run_backend, write_scenario
+
+
+def _meta(events) -> dict:
+    return next(e.meta for e in events if isinstance(e, MetaUpdate))
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """Rehearse on the CPU; collects every report the rehearsal returns."""
+    import app.workloads.rehearsal as rehearsal
+
+    reports = []
+    real = rehearsal.rehearse
+    monkeypatch.setattr(rehearsal, "runs_on_gpu", lambda device: True)
+    monkeypatch.setattr(rehearsal, "rehearse", lambda *a, **k: reports.append(real(*a, **k)) or reports[-1])
+    return reports
+
+
+@pytest.mark.parametrize("backend", ["slab", "monolithic", "dense"])
+def test_the_rehearsal_changes_no_byte_of_the_run_and_is_reported(backend, tiny_llama, tmp_path, forced,
+                                                                  monkeypatch):
+    scenario = write_scenario(tmp_path, burst_toml(n=3, concurrency=2, prompt_tokens="[5, 20]", gen_tokens="5"))
+    monkeypatch.setenv("SLABSCOPE_REHEARSAL", "0")
+    _, cold_events, cold = run_backend(tiny_llama, scenario, backend, block_size=4, slab_blocks=2)
+    assert _meta(cold_events)["rehearsal"] is None and not forced
+    monkeypatch.delenv("SLABSCOPE_REHEARSAL")
+    _, events, logits = run_backend(tiny_llama, scenario, backend, block_size=4, slab_blocks=2)
+    assert_same_logits(logits, cold, f"{backend} with the rehearsal vs without")
+    report = _meta(events)["rehearsal"]
+    assert report == forced[0].to_dict() and report["seconds"] > 0 and report["peak_active_bytes"] > 0
+    # the first phase's concurrency; three decode steps; the first prompt through the model, the other zero-filled
+    prompts = [len(r.prompt) - 1 for r in _first_requests(tiny_llama, scenario)]
+    assert (report["batch"], report["decode_steps"]) == (2, 3)
+    assert (report["model_prefill_tokens"], report["zero_filled_tokens"]) == (prompts[0], prompts[1])
+
+
+def _first_requests(loaded, scenario_path):
+    from app.workloads.rehearsal import first_batch_requests
+    from app.workloads.scenarios import load_scenario
+
+    return first_batch_requests(load_scenario(scenario_path, {}), loaded, seed=0)
+
+
+def test_the_rehearsed_requests_have_the_runs_first_prompts_without_follow_ups(tiny_llama, tmp_path):
+    from app.workloads.prompts import make_source, phase_requests
+    from app.workloads.scenarios import load_scenario
+
+    path = write_scenario(tmp_path, burst_toml(n=5, concurrency=3, prompt_tokens="[5, 60]", gen_tokens="[2, 9]"))
+    scenario = load_scenario(path, {})
+    run_first = phase_requests(scenario.phases[0], make_source(tiny_llama, 0), first_id=0)[:3]
+    rehearsed = _first_requests(tiny_llama, path)
+    assert [(r.prompt, r.max_new_tokens) for r in rehearsed] == [(r.prompt, r.max_new_tokens) for r in run_first]
+    assert all(r.on_finish is None and not r.keep_kv and r.kv_key is None for r in rehearsed)
+
+
+def test_the_rehearsal_releases_its_pool_and_leaves_nothing_in_mlx_cache(tiny_llama, tmp_path):
+    import mlx.core as mx
+
+    from app.workloads.engine import Engine
+    from app.workloads.rehearsal import clear_after_rehearsal, rehearse
+    from app.workloads.scenarios import load_scenario
+    from app.workloads.scheduler import Scheduler
+    from app.workloads.session import make_backend
+    from app.workloads.spec import RunSpec, resolved_pool_params
+
+    path = write_scenario(tmp_path, burst_toml(n=3, concurrency=3, prompt_tokens="[9, 30]", gen_tokens="6"))
+    scenario = load_scenario(path, {})
+    spec = RunSpec(scenario=path, backend="slab", model=tiny_llama.name, block_size=4, slab_blocks=2)
+    params = resolved_pool_params(spec, scenario.pool)
+    backend = make_backend(spec, tiny_llama, params)
+    scheduler = Scheduler(prefill_chunk=params["prefill_chunk"], admit_fn=backend.admit, release_fn=backend.release)
+    engine = Engine(tiny_llama.model, backend, scheduler)
+    report = rehearse(engine, _first_requests(tiny_llama, path), kv_heads=tiny_llama.n_kv_heads,
+                      head_dim=tiny_llama.head_dim, dtype=tiny_llama.dtype)
+    assert report.decode_steps == 3 and report.batch == 3
+    assert backend.pool.sequence_ids() == [] and scheduler.running == [] and engine._inflight is None
+    backend.pool.check_integrity()
+    del engine, scheduler, backend
+    clear_after_rehearsal()
+    assert mx.get_cache_memory() == 0
+
+
+def test_a_sampling_run_draws_the_same_random_numbers_with_or_without_the_rehearsal(tiny_llama, tmp_path, forced):
+    import mlx.core as mx
+
+    from app.workloads.scenarios import load_scenario
+    from app.workloads.session import build_session
+    from app.workloads.spec import RunSpec
+
+    path = write_scenario(tmp_path, burst_toml(n=2, concurrency=2, prompt_tokens="[5, 12]", gen_tokens="4"))
+    spec = RunSpec(scenario=path, backend="slab", model=tiny_llama.name, block_size=4, slab_blocks=2)
+    session = build_session(spec, load_scenario(path, {}), loaded=tiny_llama, temperature=1.0)
+    try:
+        assert forced and forced[0].decode_steps == 3  # it sampled three steps with the run's sampler
+        drawn = mx.random.uniform(shape=(4,))
+    finally:
+        session.close()
+    mx.random.seed(spec.seed)
+    assert mx.array_equal(drawn, mx.random.uniform(shape=(4,)))
+
+
+def test_a_failing_rehearsal_leaves_mlx_lm_attention_as_it_was(tiny_llama, tmp_path, forced, monkeypatch):
+    import sys
+
+    import app.workloads.rehearsal as rehearsal
+    from app.workloads.scenarios import load_scenario
+    from app.workloads.session import build_session
+    from app.workloads.spec import RunSpec
+
+    module = sys.modules[type(tiny_llama.model).__module__]
+    before = module.scaled_dot_product_attention
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("rehearsal broke")
+
+    monkeypatch.setattr(rehearsal, "rehearse", broken)
+    path = write_scenario(tmp_path, burst_toml(n=2, concurrency=2, prompt_tokens="[5, 12]", gen_tokens="4"))
+    spec = RunSpec(scenario=path, backend="slab", model=tiny_llama.name, block_size=4, slab_blocks=2)
+    with pytest.raises(RuntimeError, match="rehearsal broke"):
+        build_session(spec, load_scenario(path, {}), loaded=tiny_llama)
+    assert module.scaled_dot_product_attention is before
+
+
+def test_no_request_phase_means_no_rehearsal(tiny_llama):
+    from app.workloads.rehearsal import first_batch_requests
+    from app.workloads.scenarios import Phase, Scenario
+
+    idle_only = Scenario("s", "", {}, {}, (Phase("idle", "idle", seconds=1),))
+    assert first_batch_requests(idle_only, tiny_llama, seed=0) == []
+
+
+def test_the_mlx_defaults_keep_a_users_setting_and_are_reported():
+    from app.models.mlx_env import GRAPH_CACHE_ENV, GRAPH_CACHE_SIZE, apply_mlx_defaults, mlx_env_meta
+
+    fresh: dict = {}
+    apply_mlx_defaults(fresh)
+    assert fresh == {GRAPH_CACHE_ENV: str(GRAPH_CACHE_SIZE)}
+    users = {GRAPH_CACHE_ENV: "50"}
+    apply_mlx_defaults(users)
+    assert users[GRAPH_CACHE_ENV] == "50" and mlx_env_meta(users)[GRAPH_CACHE_ENV] == "50"
+    assert mlx_env_meta({})[GRAPH_CACHE_ENV] is None

@@ -200,6 +200,8 @@ def test_live_decode_gathers_while_its_kernel_compiles_then_fuses(tmp_path, monk
 
     builds.pending_reason = pending_then_open
     monkeypatch.setitem(cb._PROCESS, "builds", builds)  # the launch path uses the same builds
+    # the load-time rehearsal would be the first to ask (and open the gate): this is the run's own decline path
+    monkeypatch.setenv("SLABSCOPE_REHEARSAL", "0")
     loaded = load_model("synthetic:qwen3-0.6b", dtype="bfloat16", device="gpu")
     spec = RunSpec(scenario="distinct_burst", backend="slab", model=loaded.name, dtype="bfloat16", device="gpu",
                    overrides={"n": 4, "prompt_tokens": 1024, "gen_tokens": 128})

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Fresh-process records of issue 13's command, interleaved: ROUNDS_BURST rounds of the burst and ROUNDS_HEAVY of the
+# decode-heavy case, each round one `slabscope record --backends slab,dense` (odd rounds) or `dense,slab` (even), so
+# each backend runs in its own fresh worker process per round. The recordings land in $OUT/<case><round>/; the
+# docs' table comes from them (app/bench/device/final_report.py record_table). From the repository root, on the GPU:
+#
+#   OUT=/tmp/series ROUNDS_BURST=5 ROUNDS_HEAVY=3 bash app/bench/device/records_series.sh
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/series}
+py=${PY:-python3}
+$py -c "import msgspec" 2>/dev/null || $py -m pip install -q --no-index --no-deps "${WHEELS:-.whl}"/msgspec-*.whl
+model=(--model synthetic:qwen3-0.6b --dtype bfloat16 --device gpu --sample-hz 100 --snapshot-hz 0.5)
+burst=(--scenario distinct_burst --set n=8 --set prompt_tokens=4096 --set gen_tokens=32)
+heavy=(--scenario distinct_burst --set n=16 --set prompt_tokens=2048 --set gen_tokens=256)
+# our kernels into the cubin cache first (MLX's own kernels fill MLX's cache in the first round)
+timeout 120 $py -m app warmup --model synthetic:qwen3-0.6b "${burst[@]}" --json > /dev/null 2>&1
+timeout 120 $py -m app warmup --model synthetic:qwen3-0.6b "${heavy[@]}" --json > /dev/null 2>&1
+series() {  # name rounds args...
+  local name=$1 rounds=$2; shift 2
+  for r in $(seq 1 "$rounds"); do
+    order=slab,dense; (( r % 2 == 0 )) && order=dense,slab
+    timeout 120 $py -m app record "$@" "${model[@]}" --backends $order --out "$OUT/$name$r" > "$OUT/$name$r.txt" 2>&1
+    echo "$name$r ($order): exit $?"
+  done
+}
+mkdir -p "$OUT"
+series burst "${ROUNDS_BURST:-5}" "${burst[@]}"
+series heavy "${ROUNDS_HEAVY:-3}" "${heavy[@]}"

@@ -95,6 +95,7 @@ def _slabscope_run(backend: str, config: BenchConfig, loaded) -> dict:
     out = _figures(tokens / summary["wall_s"] if summary["wall_s"] else None,
                    summary["prefill_tokens"] / prefill_s if prefill_s else None, decode,
                    decode[0] if decode else None, summary["footprint"]["max_footprint_bytes"])
+    out["rehearsal_s"] = summary.get("rehearsal_s")  # before the run, outside its figures (None: none ran)
     fused = summary.get("fused_decode") or {}
     if fused:
         out["fused_layer_steps"], out["gather_layer_steps"] = fused.get("fused"), fused.get("gather")
@@ -242,6 +243,7 @@ def format_report(result: dict) -> str:
              f"({result['device']}, MLX {result['mlx']}); {config['rounds']} warm rounds after a warm-up round, "
              f"{config['fresh_rounds']} fresh process(es) per engine"
              + (f"; MLX cache limit {config['cache_limit']} B" if config.get("cache_limit") is not None else "")]
+    lines.append(rehearsal_note(result))
     for title, stats in (("warm (one process, median [min-max])", result["warm"]),
                          ("fresh process (median [min-max])", result["fresh_stats"])):
         if not stats:
@@ -258,6 +260,19 @@ def format_report(result: dict) -> str:
         if result["verdicts"].get(kind):
             lines += ["", f"verdicts ({kind}):"] + [f"  {v['text']}" for v in result["verdicts"][kind]]
     return "\n".join(lines)
+
+
+def rehearsal_note(result: dict) -> str:
+    """What ran before each timed run: slabscope's engines rehearse at load on a GPU (app/workloads/rehearsal.py,
+    outside their figures); mlx-lm's engine has no such step, so its fresh-process figures hold its first uses."""
+    seconds = sorted(run["rehearsal_s"] for runs in result.get("fresh", {}).values() for run in runs
+                     if run.get("rehearsal_s") is not None)
+    if not seconds:
+        return ("load-time rehearsal: none ran (a CPU run or $SLABSCOPE_REHEARSAL=0); every engine's first uses "
+                "fall in its runs")
+    return (f"load-time rehearsal: slabscope engines, before each run and outside its figures (fresh processes: "
+            f"median {statistics.median(seconds):.2f} s, {seconds[0]:.2f}-{seconds[-1]:.2f} s); mlx_lm: none, "
+            "its fresh-process figures include its first uses")
 
 
 def to_json(result: dict) -> str:

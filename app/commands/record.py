@@ -190,6 +190,18 @@ def _print_compare(paths: list[str]) -> None:
     print(format_table(compare_sessions(sessions, baseline=baseline)))
     for s in sessions:
         print(f"probe cost ({s.meta.get('backend')}): {_overhead_line(s.overhead)}")
+    for s in sessions:
+        print(f"load-time rehearsal ({s.meta.get('backend')}): {rehearsal_line(s.meta.get('rehearsal'))}")
+
+
+def rehearsal_line(report: dict | None) -> str:
+    """One line from a run's ``rehearsal`` metadata (app/workloads/rehearsal.py; None: it did not run)."""
+    if not report:
+        return "not run (a CPU run, $SLABSCOPE_REHEARSAL=0 or no request phase): first uses fall in the run"
+    return (f"{report['seconds']:.2f} s before the run, outside its tok/s ({report['batch']} sequences, "
+            f"{report['model_prefill_tokens']} tokens prefilled by the model, {report['zero_filled_tokens']} "
+            f"zero-filled, {report['decode_steps']} decode steps; peak active "
+            f"{report['peak_active_bytes'] / 2**20:,.0f} MiB)")
 
 
 def _overhead_line(o) -> str:

@@ -159,6 +159,8 @@ class _Runner:
             "tok_s": round((prefill + decode) / busy, 1) if busy else 0.0,
             "decode_tok_s": _rate(decode, sum(s["decode_s"] for s in self.phase_stats.values())),
             "requests_finished": len(self.session.scheduler.finished),
+            # the load-time rehearsal ran before this run and is outside wall_s and tok_s (rehearsal.py)
+            "rehearsal_s": round(self.session.rehearsal.seconds, 3) if self.session.rehearsal else None,
             "phases": phases, "footprint": self.footprint.summary(),
             "outputs": outputs_summary(self.session.scheduler.finished, self.session.scheduler.running),
             **self.session.pool_summary(),

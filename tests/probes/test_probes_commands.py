@@ -108,6 +108,7 @@ def test_record_end_to_end_with_a_tiny_model(tmp_path, capsys):
     text = capsys.readouterr().out
     assert code == 0, text
     assert "baseline: dense" in text and "probe cost (slab)" in text
+    assert "load-time rehearsal (slab): not run" in text  # a CPU run does not rehearse
     slab = Session.open(out / "churn-slab.slabrec")
     dense = Session.open(out / "churn-dense.slabrec")
     assert slab.complete and dense.complete and dense.snapshots == []
@@ -115,3 +116,13 @@ def test_record_end_to_end_with_a_tiny_model(tmp_path, capsys):
     assert [p.name for p in slab.phases()] == ["churn"] and slab.geometry.design == "slab"
     assert mismatches_with_recording(slab, run_whatif(slab)) == []
     assert slab.snapshot_at(slab.duration).stats == slab.snapshots[-1].snapshot.stats
+
+
+def test_the_rehearsal_line_says_what_ran_before_the_run_and_that_tok_s_excludes_it():
+    from app.commands.record import rehearsal_line
+
+    line = rehearsal_line({"seconds": 1.234, "batch": 8, "model_prefill_tokens": 4095, "zero_filled_tokens": 28665,
+                           "decode_steps": 3, "peak_active_bytes": 5724045328})
+    assert line == ("1.23 s before the run, outside its tok/s (8 sequences, 4095 tokens prefilled by the model, "
+                    "28665 zero-filled, 3 decode steps; peak active 5,459 MiB)")
+    assert rehearsal_line(None).startswith("not run")

@@ -53,3 +53,14 @@ def test_bench_throughput_runs_every_engine_warm_and_fresh_on_smollm2():
     assert {v["metric"] for v in result["verdicts"]["warm"]} == {"tok_s", "decode_step_ms"}
     assert all(v["winner"] is None for v in result["verdicts"]["fresh"])  # one fresh run each: never a winner
     assert "round 5 slab" in done.stderr and "fresh 1 mlx_lm" in done.stderr
+    assert result["fresh"]["slab"][0]["rehearsal_s"] is None  # a CPU run does not rehearse
+
+
+def test_the_report_says_what_ran_before_the_timed_runs_and_that_mlx_lm_has_no_rehearsal():
+    from app.bench.throughput import rehearsal_note
+
+    fresh = {"slab": [{"rehearsal_s": 1.1}, {"rehearsal_s": 0.9}], "dense": [{"rehearsal_s": 1.0}],
+             "mlx_lm": [{"tok_s": 1.0}]}
+    note = rehearsal_note({"fresh": fresh})
+    assert "median 1.00 s, 0.90-1.10 s" in note and "mlx_lm: none" in note
+    assert rehearsal_note({"fresh": {"slab": [{"rehearsal_s": None}]}}).startswith("load-time rehearsal: none ran")

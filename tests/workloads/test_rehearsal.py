@@ -36,10 +36,11 @@ def test_the_rehearsal_changes_no_byte_of_the_run_and_is_reported(backend, tiny_
     _, cold_events, cold = run_backend(tiny_llama, scenario, backend, block_size=4, slab_blocks=2)
     assert _meta(cold_events)["rehearsal"] is None and not forced
     monkeypatch.delenv("SLABSCOPE_REHEARSAL")
-    _, events, logits = run_backend(tiny_llama, scenario, backend, block_size=4, slab_blocks=2)
+    summary, events, logits = run_backend(tiny_llama, scenario, backend, block_size=4, slab_blocks=2)
     assert_same_logits(logits, cold, f"{backend} with the rehearsal vs without")
     report = _meta(events)["rehearsal"]
     assert report == forced[0].to_dict() and report["seconds"] > 0 and report["peak_active_bytes"] > 0
+    assert summary["rehearsal_s"] == round(report["seconds"], 3)  # outside the run's wall time, said so
     # the first phase's concurrency; three decode steps; the first prompt through the model, the other zero-filled
     prompts = [len(r.prompt) - 1 for r in _first_requests(tiny_llama, scenario)]
     assert (report["batch"], report["decode_steps"]) == (2, 3)

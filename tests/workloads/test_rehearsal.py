@@ -152,3 +152,19 @@ def test_the_mlx_defaults_keep_a_users_setting_and_are_reported():
     apply_mlx_defaults(users)
     assert users[GRAPH_CACHE_ENV] == "50" and mlx_env_meta(users)[GRAPH_CACHE_ENV] == "50"
     assert mlx_env_meta({})[GRAPH_CACHE_ENV] is None
+
+
+def test_the_bootstrap_sets_the_graph_cache_before_mlx_and_the_run_reports_it(tiny_llama, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    code = ("from app.models.blas import enable_openblas; enable_openblas(); import os, sys; "
+            "print(os.environ['MLX_CUDA_GRAPH_CACHE_SIZE'], 'mlx.core' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "MLX_CUDA_GRAPH_CACHE_SIZE"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert done.stdout.split() == ["1000", "False"], done.stderr[-1000:]  # set, and mlx not started yet
+    scenario = write_scenario(tmp_path, burst_toml(n=2, concurrency=2, prompt_tokens="[5, 9]", gen_tokens="2"))
+    _, events, _ = run_backend(tiny_llama, scenario, "slab", block_size=4, slab_blocks=2)
+    assert _meta(events)["mlx_env"]["MLX_CUDA_GRAPH_CACHE_SIZE"] == os.environ.get("MLX_CUDA_GRAPH_CACHE_SIZE")

@@ -53,6 +53,12 @@ def reset_peak_memory() -> None:
     mx.reset_peak_memory()
 
 
+def begin_peak_window() -> None:
+    """Start a window whose own peak ``mx.get_peak_memory()`` reads from now on (the load-time rehearsal measures
+    itself this way) without losing the process's peak: :func:`peak_memory` keeps what came before."""
+    _reset_for_window()
+
+
 def _reset_for_window() -> None:
     global _peak_floor
     _peak_floor = max(_peak_floor, mx.get_peak_memory())  # raised before the reset: readers never see it drop

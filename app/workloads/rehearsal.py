@@ -80,12 +80,15 @@ def first_batch_requests(scenario, loaded, seed: int) -> list[Request]:
 def rehearse(engine, requests: list[Request], *, kv_heads: int, head_dim: int, dtype: str) -> RehearsalReport:
     """Run ``requests`` as the rehearsal above on ``engine`` (a throwaway ``Engine`` whose backend and scheduler
     nothing else uses), then release every sequence, close the backend and empty MLX's buffer cache. Mutates only
-    the engine's backend and scheduler (and MLX's peak-memory counter, reset at the start)."""
+    the engine's backend and scheduler (and MLX's peak-memory counter, reset at the start through
+    ``copy_meter.begin_peak_window``, which keeps the process's peak since start)."""
     import mlx.core as mx
+
+    from pool.copy_meter import begin_peak_window
 
     t0 = time.perf_counter()
     mx.synchronize()
-    mx.reset_peak_memory()
+    begin_peak_window()  # the rehearsal's own peak; the process's peak since start (copy_meter.peak_memory) stays
     scheduler, backend = engine.scheduler, engine.backend
     scheduler.set_concurrency(len(requests))
     scheduler.submit(requests)

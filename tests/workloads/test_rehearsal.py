@@ -168,3 +168,29 @@ def test_the_bootstrap_sets_the_graph_cache_before_mlx_and_the_run_reports_it(ti
     scenario = write_scenario(tmp_path, burst_toml(n=2, concurrency=2, prompt_tokens="[5, 9]", gen_tokens="2"))
     _, events, _ = run_backend(tiny_llama, scenario, "slab", block_size=4, slab_blocks=2)
     assert _meta(events)["mlx_env"]["MLX_CUDA_GRAPH_CACHE_SIZE"] == os.environ.get("MLX_CUDA_GRAPH_CACHE_SIZE")
+
+
+def test_the_rehearsal_measures_its_own_peak_and_keeps_the_process_peak_since_start(tiny_llama, tmp_path):
+    import mlx.core as mx
+
+    from app.workloads.engine import Engine
+    from app.workloads.rehearsal import rehearse
+    from app.workloads.scenarios import load_scenario
+    from app.workloads.scheduler import Scheduler
+    from app.workloads.session import make_backend
+    from app.workloads.spec import RunSpec, resolved_pool_params
+    from pool.copy_meter import peak_memory
+
+    big = mx.zeros((64, 1024, 1024), dtype=mx.float32)  # 256 MiB, far above anything the tiny rehearsal holds
+    mx.eval(big)
+    del big
+    before = peak_memory()
+    path = write_scenario(tmp_path, burst_toml(n=2, concurrency=2, prompt_tokens="[9, 20]", gen_tokens="4"))
+    spec = RunSpec(scenario=path, backend="slab", model=tiny_llama.name, block_size=4, slab_blocks=2)
+    params = resolved_pool_params(spec, load_scenario(path, {}).pool)
+    backend = make_backend(spec, tiny_llama, params)
+    engine = Engine(tiny_llama.model, backend, Scheduler(prefill_chunk=params["prefill_chunk"],
+                                                         admit_fn=backend.admit, release_fn=backend.release))
+    report = rehearse(engine, _first_requests(tiny_llama, path), kv_heads=tiny_llama.n_kv_heads,
+                      head_dim=tiny_llama.head_dim, dtype=tiny_llama.dtype)
+    assert 0 < report.peak_active_bytes < 256 * 2**20 <= before <= peak_memory()

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Fresh-process records of issue 13's command, interleaved: ROUNDS_BURST rounds of the burst and ROUNDS_HEAVY of the
 # decode-heavy case, each round one `slabscope record --backends slab,dense` (odd rounds) or `dense,slab` (even), so
-# each backend runs in its own fresh worker process per round. The recordings land in $OUT/<case><round>/; the
-# docs' table comes from them (app/bench/device/final_report.py record_table). From the repository root, on the GPU:
+# each backend runs in its own fresh worker process per round. Each round's compare table is in $OUT/<case><round>.txt
+# and its recordings in $OUT/series.tar.gz (<case><round>/*.slabrec); the docs' table comes from them
+# (app/bench/device/final_report.py record_table). Settings pass through to the workers: SLABSCOPE_REHEARSAL=0,
+# MLX_CUDA_GRAPH_CACHE_SIZE=400 (the dense-footprint check docs/gpu.md names). From the repository root, on the GPU:
 #
 #   OUT=/tmp/series ROUNDS_BURST=5 ROUNDS_HEAVY=3 bash app/bench/device/records_series.sh
 export PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -26,3 +28,6 @@ series() {  # name rounds args...
 mkdir -p "$OUT"
 series burst "${ROUNDS_BURST:-5}" "${burst[@]}"
 series heavy "${ROUNDS_HEAVY:-3}" "${heavy[@]}"
+# one archive instead of two files per round (the device tool returns a limited number of files)
+tar -czf "$OUT/series.tar.gz" -C "$OUT" $(cd "$OUT" && ls -d burst* heavy* 2>/dev/null | grep -v '\.txt$') \
+  && (cd "$OUT" && ls -d burst* heavy* | grep -v '\.txt$' | xargs rm -rf)

@@ -18,6 +18,11 @@ topologies a run's first decode steps build). Then everything is released and ML
 run starts from the memory state it had without a rehearsal. The run's model weights, pool, scheduler and prompt
 source are not touched; a sampling run's random state is reseeded by the caller.
 
+Covered: the first request phase's first batch. Not covered: a later phase's new shapes (``shared_prefix_burst``'s
+burst of 6 after its one-request prefix phase, ``burst_then_idle``'s tail at concurrency 2): their first uses still
+fall in the run, at that phase's first steps. Every shipped scenario with requests runs after a rehearsal on
+every backend in ``tests/workloads/test_rehearsal.py`` (forced on the CPU).
+
 MLX keeps 400 instantiated CUDA graphs by default, fewer than one burst's prefill goes through, so the rehearsed
 decode graphs would be gone by the run's first decode step: ``app/models/mlx_env.py`` raises that limit for every
 engine in the process, before mlx is imported.

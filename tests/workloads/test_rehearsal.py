@@ -197,3 +197,29 @@ def test_the_rehearsal_measures_its_own_peak_and_keeps_the_process_peak_since_st
     report = rehearse(engine, _first_requests(tiny_llama, path), kv_heads=tiny_llama.n_kv_heads,
                       head_dim=tiny_llama.head_dim, dtype=tiny_llama.dtype)
     assert 0 < report.peak_active_bytes < spike <= before <= peak_memory()
+
+
+SMALL = {"burst_then_idle": {"burst_prompt": 96, "burst_gen_max": 6, "tail_n": 3},
+         "churn": {"n": 5, "prompt_max": 96, "gen_min": 2, "gen_max": 6},
+         "distinct_burst": {"n": 3, "prompt_tokens": 200, "gen_tokens": 5},
+         "multiturn": {"turns": 2, "user_tokens": 40, "gen_tokens": 5},
+         "seqshare": {"prefix_tokens": 128, "n": 3, "gen_tokens": 5},
+         "shared_prefix_burst": {"prefix_tokens": 128, "n": 3, "suffix_max": 40, "gen_tokens": 5}}
+
+
+@pytest.mark.parametrize("backend", ["slab", "monolithic", "dense"])
+@pytest.mark.parametrize("scenario", sorted(SMALL))
+def test_every_shipped_scenario_with_requests_runs_after_a_rehearsal(scenario, backend, tiny_llama, forced):
+    """Each scenario of assets/scenarios that has requests (idle has none: no rehearsal), small, pool integrity
+    checked after every step: the rehearsal ran first and the run then completed."""
+    summary, events, _ = run_backend(tiny_llama, scenario, backend, overrides=SMALL[scenario])
+    report = _meta(events)["rehearsal"]
+    assert report is not None and report["batch"] >= 1 and report["decode_steps"] >= 1
+    assert summary["requests_finished"] > 0 and not summary["cancelled"]
+
+
+def test_the_shipped_scenarios_are_all_listed_here():
+    from pathlib import Path
+
+    shipped = {p.stem for p in (Path(__file__).parents[2] / "assets" / "scenarios").glob("*.toml")}
+    assert shipped - {"idle"} == set(SMALL)  # a new scenario gets a small size here and so a rehearsal test

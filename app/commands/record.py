@@ -198,7 +198,10 @@ def rehearsal_line(report: dict | None) -> str:
     """One line from a run's ``rehearsal`` metadata (app/workloads/rehearsal.py; None: it did not run)."""
     if not report:
         return "not run (a CPU run, $SLABSCOPE_REHEARSAL=0 or no request phase): first uses fall in the run"
-    return (f"{report['seconds']:.2f} s before the run, outside its tok/s ({report['batch']} sequences, "
+    sizes = [str(n) for n in report["batches"]]
+    batches = (f"{len(sizes)} batch{'es' if len(sizes) > 1 else ''} of "
+               f"{', '.join(sizes[:-1]) + ' and ' + sizes[-1] if len(sizes) > 1 else sizes[0]} sequences")
+    return (f"{report['seconds']:.2f} s before the run, outside its tok/s ({batches}, "
             f"{report['model_prefill_tokens']} tokens prefilled by the model, {report['zero_filled_tokens']} "
             f"zero-filled, {report['decode_steps']} decode steps; peak active "
             f"{report['peak_active_bytes'] / 2**20:,.0f} MiB)")

@@ -8,9 +8,8 @@ fresh process took 1.30-1.71 s against 0.63-0.91 s when the same process ran the
 decode step 69-104 ms against a ~10 ms median, for dense and slab alike. Those are costs of the process, not of
 the KV layout; paid at load, a run's figures compare the layouts.
 
-What it runs: the first decode batch of the scenario's first request phase (its first ``concurrency`` requests,
-drawn from a source seeded like the run's: the same prompt and generation lengths) on a backend of the run's
-kind. The first sequence's prompt is prefilled by the model, chunk by chunk (the chunk shapes the run's prefill
+What it runs, per request phase: the phase's first decode batch (its first ``concurrency`` requests, drawn from a
+source seeded like the run's: the same prompt and generation lengths) on a backend of the run's kind. The first sequence's prompt is prefilled by the model, chunk by chunk (the chunk shapes the run's prefill
 meets first); the others get zero K/V written through the same per-layer caches (their bytes do not matter to a
 throwaway step, their shapes and the pool's layout do); then ``DECODE_STEPS`` decode steps of the whole batch
 (the first builds its graph from host tokens, the next ones from the previous step's device tokens: the two
@@ -18,10 +17,12 @@ topologies a run's first decode steps build). Then everything is released and ML
 run starts from the memory state it had without a rehearsal. The run's model weights, pool, scheduler and prompt
 source are not touched; a sampling run's random state is reseeded by the caller.
 
-Covered: the first request phase's first batch. Not covered: a later phase's new shapes (``shared_prefix_burst``'s
-burst of 6 after its one-request prefix phase, ``burst_then_idle``'s tail at concurrency 2): their first uses still
-fall in the run, at that phase's first steps. Every shipped scenario with requests runs after a rehearsal on
-every backend in ``tests/workloads/test_rehearsal.py`` (forced on the CPU).
+Every request or conversation phase gets its first batch rehearsed the same way, in the run's order, on the same
+throwaway backend (a later phase meets what the earlier ones left, e.g. ``shared_prefix_burst``'s burst finds the
+prefix its one-request phase cached), so a later phase's new shapes (that burst of 6, ``burst_then_idle``'s tail at
+concurrency 2) are not first met in the run either. The lengths are the run's own up to the first conversation
+phase's follow-up turns (drawn during a run, not by the rehearsal). Every shipped scenario with requests runs after
+a rehearsal on every backend in ``tests/workloads/test_rehearsal.py`` (forced on the CPU).
 
 MLX keeps 400 instantiated CUDA graphs by default, fewer than one burst's prefill goes through, so the rehearsed
 decode graphs would be gone by the run's first decode step: ``app/models/mlx_env.py`` raises that limit for every
@@ -46,14 +47,14 @@ class RehearsalReport:
     """What a rehearsal ran and cost (the run's metadata carries it as ``rehearsal``)."""
 
     seconds: float
-    batch: int             # sequences decoded together
-    model_prefill_tokens: int  # prompt tokens the model prefilled (the first sequence's)
+    batches: tuple[int, ...]   # sequences decoded together, per rehearsed phase
+    model_prefill_tokens: int  # prompt tokens the model prefilled (each batch's first sequence's)
     zero_filled_tokens: int    # prompt tokens given zero K/V without the model (the others')
-    decode_steps: int
+    decode_steps: int          # over all batches
     peak_active_bytes: int     # MLX's peak active memory during the rehearsal (weights included)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "batches": list(self.batches)}
 
 
 def wants_rehearsal(device: str | None) -> bool:
@@ -68,24 +69,29 @@ def runs_on_gpu(device: str | None) -> bool:
     return device == "gpu" or (device is None and mx.default_device() == mx.gpu)
 
 
-def first_batch_requests(scenario, loaded, seed: int) -> list[Request]:
-    """The requests the run decodes first: the first request or conversation phase's first ``concurrency``
-    requests, from a prompt source seeded like the run's (so the same lengths), stripped of follow-ups and kept
-    K/V (a throwaway backend keeps nothing). Empty when the scenario has no such phase."""
-    phase = next((p for p in scenario.phases if p.kind in ("requests", "conversation")), None)
-    if phase is None:
-        return []
+def rehearsal_batches(scenario, loaded, seed: int) -> list[list[Request]]:
+    """Per request or conversation phase, in the run's order, the requests it decodes first: its first
+    ``concurrency`` requests, drawn as ``WorkloadSession`` draws them (the shared prefix first, then each phase's
+    requests in turn, from a prompt source seeded like the run's), stripped of follow-ups and kept K/V (a throwaway
+    backend keeps nothing). Empty when the scenario has no such phase."""
     source = make_source(loaded, seed)
     longest = max((p.shared_prefix for p in scenario.phases), default=0)
-    shared = source.tokens(longest) if longest else []  # drawn first, as WorkloadSession does
-    requests = phase_requests(phase, source, first_id=0, shared=shared)[:max(1, phase.concurrency)]
-    return [Request(r.req_id, list(r.prompt), r.max_new_tokens, r.phase) for r in requests]
+    shared = source.tokens(longest) if longest else []
+    batches, next_id = [], 0
+    for phase in scenario.phases:
+        requests = phase_requests(phase, source, first_id=next_id, shared=shared)
+        next_id += max(phase.count, phase.turns)
+        if requests:
+            batches.append([Request(r.req_id, list(r.prompt), r.max_new_tokens, r.phase)
+                            for r in requests[:max(1, phase.concurrency)]])
+    return batches
 
 
-def rehearse(engine, requests: list[Request], *, kv_heads: int, head_dim: int, dtype: str) -> RehearsalReport:
-    """Run ``requests`` as the rehearsal above on ``engine`` (a throwaway ``Engine`` whose backend and scheduler
-    nothing else uses), then release every sequence, close the backend and empty MLX's buffer cache. Mutates only
-    the engine's backend and scheduler (and MLX's peak-memory counter, reset at the start through
+def rehearse(engine, batches: list[list[Request]], *, kv_heads: int, head_dim: int,
+             dtype: str) -> RehearsalReport:
+    """Run each batch as the rehearsal above on ``engine`` (a throwaway ``Engine`` whose backend and scheduler
+    nothing else uses), releasing its sequences before the next; then close the backend. Mutates only the engine's
+    backend and scheduler (and MLX's peak-memory counter, reset at the start through
     ``copy_meter.begin_peak_window``, which keeps the process's peak since start)."""
     import mlx.core as mx
 
@@ -94,33 +100,54 @@ def rehearse(engine, requests: list[Request], *, kv_heads: int, head_dim: int, d
     t0 = time.perf_counter()
     mx.synchronize()
     begin_peak_window()  # the rehearsal's own peak; the process's peak since start (copy_meter.peak_memory) stays
+    totals = [0, 0, 0]  # model-prefilled tokens, zero-filled tokens, decode steps
+    try:
+        for requests in batches:
+            counts = _rehearse_batch(engine, requests, kv_heads=kv_heads, head_dim=head_dim,
+                                     dtype=getattr(mx, dtype))
+            totals = [a + b for a, b in zip(totals, counts)]
+            _release_running(engine)
+    finally:
+        _release_running(engine)
+        engine.backend.close()
+    mx.synchronize()
+    return RehearsalReport(seconds=time.perf_counter() - t0, batches=tuple(len(b) for b in batches),
+                           model_prefill_tokens=totals[0], zero_filled_tokens=totals[1], decode_steps=totals[2],
+                           peak_active_bytes=int(mx.get_peak_memory()))
+
+
+def _rehearse_batch(engine, requests: list[Request], *, kv_heads: int, head_dim: int,
+                    dtype) -> tuple[int, int, int]:
+    """One batch: admitted together, the first sequence prefilled by the model, the others zero-filled, then
+    ``DECODE_STEPS`` decode steps. Returns (model-prefilled tokens, zero-filled tokens, decode steps)."""
     scheduler, backend = engine.scheduler, engine.backend
     scheduler.set_concurrency(len(requests))
     scheduler.submit(requests)
     scheduler.admit()
     first = scheduler.running[0]
     prefilled = filled = steps = 0
-    try:
-        while isinstance(plan := scheduler.plan(), PrefillPlan):
-            if plan.seq is first:
-                engine.step()  # the model's own chunk: plans this same chunk again
-                prefilled += plan.num_tokens
-            else:
-                _zero_fill(backend, plan, kv_heads=kv_heads, head_dim=head_dim, dtype=getattr(mx, dtype))
-                scheduler.complete_prefill(plan)
-                filled += plan.num_tokens
-        while steps < DECODE_STEPS and (result := engine.step()) is not None:
-            steps += result.kind == "decode"
-    finally:
-        engine.settle()
-        for seq in list(scheduler.running):
-            scheduler.running.remove(seq)
-            backend.release(seq)
-        backend.close()
-    mx.synchronize()
-    peak = mx.get_peak_memory()
-    return RehearsalReport(seconds=time.perf_counter() - t0, batch=len(requests), model_prefill_tokens=prefilled,
-                           zero_filled_tokens=filled, decode_steps=steps, peak_active_bytes=int(peak))
+    while isinstance(plan := scheduler.plan(), PrefillPlan):
+        if plan.seq is first:
+            engine.step()  # the model's own chunk: plans this same chunk again
+            prefilled += plan.num_tokens
+        else:
+            _zero_fill(backend, plan, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype)
+            scheduler.complete_prefill(plan)
+            filled += plan.num_tokens
+    while steps < DECODE_STEPS and (result := engine.step()) is not None:
+        steps += result.kind == "decode"
+    return prefilled, filled, steps
+
+
+def _release_running(engine) -> None:
+    """Wait for the engine's dispatched work, then release every running sequence (a released sequence's blocks
+    go to the throwaway backend's prefix cache, as a finished one's would) and drop what still waits."""
+    engine.settle()
+    scheduler = engine.scheduler
+    for seq in list(scheduler.running):
+        scheduler.running.remove(seq)
+        engine.backend.release(seq)
+    scheduler.waiting.clear()
 
 
 def _zero_fill(backend, plan: PrefillPlan, *, kv_heads: int, head_dim: int, dtype) -> None:

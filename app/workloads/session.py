@@ -235,21 +235,21 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
 def _rehearse(spec: RunSpec, scenario: Scenario, loaded, pool_params: dict, sampler, *, kernel_route,
               routable: bool):
     """The load-time rehearsal (``app/workloads/rehearsal.py``) on a throwaway backend, scheduler and engine of
-    the run's kind; its ``RehearsalReport``, or None when it does not run (a CPU device, $SLABSCOPE_REHEARSAL=0,
-    no request phase). The throwaway objects die with this call, then MLX's cache is emptied."""
+    the run's kind, one batch per request phase; its ``RehearsalReport``, or None when it does not run (a CPU device,
+    $SLABSCOPE_REHEARSAL=0, no request phase). The throwaway objects die with this call, then MLX's cache is emptied."""
     from app.workloads import rehearsal
 
     if not rehearsal.wants_rehearsal(spec.device):
         return None
-    requests = rehearsal.first_batch_requests(scenario, loaded, spec.seed)
-    if not requests:
+    batches = rehearsal.rehearsal_batches(scenario, loaded, spec.seed)
+    if not batches:
         return None
-    report = _rehearse_on_throwaway(spec, loaded, pool_params, sampler, requests, kernel_route, routable)
+    report = _rehearse_on_throwaway(spec, loaded, pool_params, sampler, batches, kernel_route, routable)
     rehearsal.clear_after_rehearsal()
     return report
 
 
-def _rehearse_on_throwaway(spec: RunSpec, loaded, pool_params: dict, sampler, requests, kernel_route,
+def _rehearse_on_throwaway(spec: RunSpec, loaded, pool_params: dict, sampler, batches, kernel_route,
                            routable: bool):
     from app.workloads.rehearsal import rehearse
 
@@ -257,4 +257,4 @@ def _rehearse_on_throwaway(spec: RunSpec, loaded, pool_params: dict, sampler, re
     scheduler = Scheduler(prefill_chunk=pool_params["prefill_chunk"], admit_fn=backend.admit,
                           release_fn=backend.release)
     engine = Engine(loaded.model, backend, scheduler, sampler=sampler)
-    return rehearse(engine, requests, kv_heads=loaded.n_kv_heads, head_dim=loaded.head_dim, dtype=loaded.dtype)
+    return rehearse(engine, batches, kv_heads=loaded.n_kv_heads, head_dim=loaded.head_dim, dtype=loaded.dtype)

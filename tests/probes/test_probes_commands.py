@@ -121,8 +121,11 @@ def test_record_end_to_end_with_a_tiny_model(tmp_path, capsys):
 def test_the_rehearsal_line_says_what_ran_before_the_run_and_that_tok_s_excludes_it():
     from app.commands.record import rehearsal_line
 
-    line = rehearsal_line({"seconds": 1.234, "batch": 8, "model_prefill_tokens": 4095, "zero_filled_tokens": 28665,
-                           "decode_steps": 3, "peak_active_bytes": 5724045328})
-    assert line == ("1.23 s before the run, outside its tok/s (8 sequences, 4095 tokens prefilled by the model, "
-                    "28665 zero-filled, 3 decode steps; peak active 5,459 MiB)")
+    line = rehearsal_line({"seconds": 1.234, "batches": [8], "model_prefill_tokens": 4095,
+                           "zero_filled_tokens": 28665, "decode_steps": 3, "peak_active_bytes": 5724045328})
+    assert line == ("1.23 s before the run, outside its tok/s (1 batch of 8 sequences, 4095 tokens prefilled by the "
+                    "model, 28665 zero-filled, 3 decode steps; peak active 5,459 MiB)")
+    two = rehearsal_line({"seconds": 0.5, "batches": [1, 6], "model_prefill_tokens": 10, "zero_filled_tokens": 5,
+                          "decode_steps": 4, "peak_active_bytes": 2**20})
+    assert "(2 batches of 1 and 6 sequences," in two
     assert rehearsal_line(None).startswith("not run")

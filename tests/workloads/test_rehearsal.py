@@ -43,15 +43,19 @@ def test_the_rehearsal_changes_no_byte_of_the_run_and_is_reported(backend, tiny_
     assert summary["rehearsal_s"] == round(report["seconds"], 3)  # outside the run's wall time, said so
     # the first phase's concurrency; three decode steps; the first prompt through the model, the other zero-filled
     prompts = [len(r.prompt) - 1 for r in _first_requests(tiny_llama, scenario)]
-    assert (report["batch"], report["decode_steps"]) == (2, 3)
+    assert (report["batches"], report["decode_steps"]) == ([2], 3)
     assert (report["model_prefill_tokens"], report["zero_filled_tokens"]) == (prompts[0], prompts[1])
 
 
-def _first_requests(loaded, scenario_path):
-    from app.workloads.rehearsal import first_batch_requests
+def _batches(loaded, scenario_path, overrides=None):
+    from app.workloads.rehearsal import rehearsal_batches
     from app.workloads.scenarios import load_scenario
 
-    return first_batch_requests(load_scenario(scenario_path, {}), loaded, seed=0)
+    return rehearsal_batches(load_scenario(scenario_path, overrides or {}), loaded, seed=0)
+
+
+def _first_requests(loaded, scenario_path):
+    return _batches(loaded, scenario_path)[0]
 
 
 def test_the_rehearsed_requests_have_the_runs_first_prompts_without_follow_ups(tiny_llama, tmp_path):
@@ -83,9 +87,9 @@ def test_the_rehearsal_releases_its_pool_and_leaves_nothing_in_mlx_cache(tiny_ll
     backend = make_backend(spec, tiny_llama, params)
     scheduler = Scheduler(prefill_chunk=params["prefill_chunk"], admit_fn=backend.admit, release_fn=backend.release)
     engine = Engine(tiny_llama.model, backend, scheduler)
-    report = rehearse(engine, _first_requests(tiny_llama, path), kv_heads=tiny_llama.n_kv_heads,
+    report = rehearse(engine, _batches(tiny_llama, path), kv_heads=tiny_llama.n_kv_heads,
                       head_dim=tiny_llama.head_dim, dtype=tiny_llama.dtype)
-    assert report.decode_steps == 3 and report.batch == 3
+    assert report.decode_steps == 3 and report.batches == (3,)
     assert backend.pool.sequence_ids() == [] and scheduler.running == [] and engine._inflight is None
     backend.pool.check_integrity()
     del engine, scheduler, backend
@@ -135,11 +139,11 @@ def test_a_failing_rehearsal_leaves_mlx_lm_attention_as_it_was(tiny_llama, tmp_p
 
 
 def test_no_request_phase_means_no_rehearsal(tiny_llama):
-    from app.workloads.rehearsal import first_batch_requests
+    from app.workloads.rehearsal import rehearsal_batches
     from app.workloads.scenarios import Phase, Scenario
 
     idle_only = Scenario("s", "", {}, {}, (Phase("idle", "idle", seconds=1),))
-    assert first_batch_requests(idle_only, tiny_llama, seed=0) == []
+    assert rehearsal_batches(idle_only, tiny_llama, seed=0) == []
 
 
 def test_the_mlx_defaults_keep_a_users_setting_and_are_reported():
@@ -194,7 +198,7 @@ def test_the_rehearsal_measures_its_own_peak_and_keeps_the_process_peak_since_st
     backend = make_backend(spec, tiny_llama, params)
     engine = Engine(tiny_llama.model, backend, Scheduler(prefill_chunk=params["prefill_chunk"],
                                                          admit_fn=backend.admit, release_fn=backend.release))
-    report = rehearse(engine, _first_requests(tiny_llama, path), kv_heads=tiny_llama.n_kv_heads,
+    report = rehearse(engine, _batches(tiny_llama, path), kv_heads=tiny_llama.n_kv_heads,
                       head_dim=tiny_llama.head_dim, dtype=tiny_llama.dtype)
     assert 0 < report.peak_active_bytes < spike <= before <= peak_memory()
 
@@ -211,10 +215,13 @@ SMALL = {"burst_then_idle": {"burst_prompt": 96, "burst_gen_max": 6, "tail_n": 3
 @pytest.mark.parametrize("scenario", sorted(SMALL))
 def test_every_shipped_scenario_with_requests_runs_after_a_rehearsal(scenario, backend, tiny_llama, forced):
     """Each scenario of assets/scenarios that has requests (idle has none: no rehearsal), small, pool integrity
-    checked after every step: the rehearsal ran first and the run then completed."""
+    checked after every step: the rehearsal ran a batch per request phase first and the run then completed."""
+    from app.workloads.scenarios import load_scenario
+
     summary, events, _ = run_backend(tiny_llama, scenario, backend, overrides=SMALL[scenario])
     report = _meta(events)["rehearsal"]
-    assert report is not None and report["batch"] >= 1 and report["decode_steps"] >= 1
+    phases = [p for p in load_scenario(scenario, SMALL[scenario]).phases if p.kind in ("requests", "conversation")]
+    assert len(report["batches"]) == len(phases) and report["decode_steps"] >= len(phases)
     assert summary["requests_finished"] > 0 and not summary["cancelled"]
 
 
@@ -223,3 +230,75 @@ def test_the_shipped_scenarios_are_all_listed_here():
 
     shipped = {p.stem for p in (Path(__file__).parents[2] / "assets" / "scenarios").glob("*.toml")}
     assert shipped - {"idle"} == set(SMALL)  # a new scenario gets a small size here and so a rehearsal test
+
+
+def test_each_request_phase_is_rehearsed_with_the_runs_lengths_in_the_runs_order(tiny_llama):
+    """shared_prefix_burst: a one-request prefix phase, then a burst that shares its prefix; the batches are the
+    run's first requests of each phase (same prompts, drawn in the same order as WorkloadSession draws them), and
+    the burst's batch, rehearsed after the prefix phase on the same throwaway backend, attaches the cached prefix."""
+    from app.workloads.prompts import make_source, phase_requests
+    from app.workloads.scenarios import load_scenario
+
+    overrides = SMALL["shared_prefix_burst"]
+    scenario = load_scenario("shared_prefix_burst", overrides)
+    source = make_source(tiny_llama, 0)
+    shared = source.tokens(max(p.shared_prefix for p in scenario.phases))
+    run_first = [phase_requests(scenario.phases[0], source, first_id=0, shared=shared)[:1],
+                 phase_requests(scenario.phases[1], source, first_id=1, shared=shared)[:3]]
+    batches = _batches(tiny_llama, "shared_prefix_burst", overrides)
+    assert [[r.prompt for r in b] for b in batches] == [[r.prompt for r in b] for b in run_first]
+
+
+def test_a_later_phase_finds_the_prefix_an_earlier_phase_cached(tiny_llama):
+    """A prefix long enough to share (a cached prefix is reused in whole prefill chunks of 512 tokens)."""
+    from app.workloads.engine import Engine
+    from app.workloads.rehearsal import rehearse
+    from app.workloads.scenarios import load_scenario
+    from app.workloads.scheduler import Scheduler
+    from app.workloads.session import make_backend
+    from app.workloads.spec import RunSpec, resolved_pool_params
+
+    overrides = {**SMALL["shared_prefix_burst"], "prefix_tokens": 1024}
+    spec = RunSpec(scenario="shared_prefix_burst", backend="slab", model=tiny_llama.name, overrides=overrides)
+    params = resolved_pool_params(spec, load_scenario("shared_prefix_burst", overrides).pool)
+    backend = make_backend(spec, tiny_llama, params)
+    attached = []
+    attach = backend.prefix_cache.attach
+    backend.prefix_cache.attach = lambda *a, **k: attached.append(attach(*a, **k)) or attached[-1]
+    engine = Engine(tiny_llama.model, backend, Scheduler(prefill_chunk=params["prefill_chunk"],
+                                                         admit_fn=backend.admit, release_fn=backend.release))
+    batches = _batches(tiny_llama, "shared_prefix_burst", overrides)
+    report = rehearse(engine, batches, kv_heads=tiny_llama.n_kv_heads, head_dim=tiny_llama.head_dim,
+                      dtype=tiny_llama.dtype)
+    assert report.batches == (1, 3)
+    assert attached[0] == 0 and min(attached[1:]) > 0  # the burst's sequences start from the cached prefix
+    assert backend.pool.sequence_ids() == []
+
+
+def test_each_batch_decodes_alone_the_earlier_batches_released(tiny_llama):
+    """burst_then_idle: its burst (4 sequences, still running after three decode steps) is released before the
+    tail's batch of 2 is rehearsed, so each decode step holds exactly its own batch."""
+    from app.workloads.engine import Engine
+    from app.workloads.rehearsal import rehearse
+    from app.workloads.scenarios import load_scenario
+    from app.workloads.scheduler import Scheduler
+    from app.workloads.session import make_backend
+    from app.workloads.spec import RunSpec, resolved_pool_params
+
+    overrides = {**SMALL["burst_then_idle"], "burst_gen_min": 9, "burst_gen_max": 12}  # none ends in the rehearsal
+    spec = RunSpec(scenario="burst_then_idle", backend="slab", model=tiny_llama.name, overrides=overrides)
+    params = resolved_pool_params(spec, load_scenario("burst_then_idle", overrides).pool)
+    backend = make_backend(spec, tiny_llama, params)
+    engine = Engine(tiny_llama.model, backend, Scheduler(prefill_chunk=params["prefill_chunk"],
+                                                         admit_fn=backend.admit, release_fn=backend.release))
+    batches = _batches(tiny_llama, "burst_then_idle", overrides)
+    sizes = []
+    dispatch = engine._dispatch
+    engine._dispatch = lambda plan, starts, inputs: sizes.append(len(plan.seqs)) or dispatch(plan, starts, inputs)
+    report = rehearse(engine, batches, kv_heads=tiny_llama.n_kv_heads, head_dim=tiny_llama.head_dim,
+                      dtype=tiny_llama.dtype)
+    assert report.batches == (4, 2) and report.decode_steps == 6
+    assert report.model_prefill_tokens == sum(len(b[0].prompt) - 1 for b in batches)  # each batch's first
+    burst = sizes.count(4)  # 3 steps, and a pipelined 4th dispatch that the release settles
+    assert sizes == [4] * burst + [2] * (len(sizes) - burst), sizes
+    assert 3 <= burst <= 4 and 3 <= len(sizes) - burst <= 4

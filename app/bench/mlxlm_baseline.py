@@ -13,18 +13,12 @@ import time
 def scenario_requests(scenario_name: str, overrides: dict, loaded, seed: int) -> list:
     """The workload's requests for every phase, in submission order (mirrors WorkloadSession: one shared prefix
     drawn first when a phase asks for one, then each phase's requests from the same seeded source)."""
-    from app.workloads.prompts import make_source, phase_requests
+    from app.workloads.prompts import make_source, scenario_phase_requests
     from app.workloads.scenarios import load_scenario
 
     scenario = load_scenario(scenario_name, overrides)
-    source = make_source(loaded, seed)
-    longest = max((p.shared_prefix for p in scenario.phases), default=0)
-    shared = source.tokens(longest) if longest else []
-    requests, next_id = [], 0
-    for phase in scenario.phases:
-        requests += phase_requests(phase, source, first_id=next_id, shared=shared)
-        next_id += max(phase.count, phase.turns)
-    return requests
+    drawn = scenario_phase_requests(scenario, make_source(loaded, seed))
+    return [request for _, requests in drawn for request in requests]
 
 
 class FootprintSampler:

@@ -75,6 +75,30 @@ def phase_requests(phase: Phase, source: TokenSource, *, first_id: int, shared: 
     return []
 
 
+def request_ids_used(phase: Phase) -> int:
+    """Request ids a phase takes from the run's counter (a conversation numbers its turns)."""
+    return max(phase.count, phase.turns)
+
+
+def shared_prefix(scenario, source: TokenSource) -> list[int]:
+    """The one system prompt every phase that asks for a prefix shares, drawn first from ``source`` (empty when no
+    phase asks for one). Mutates ``source``'s random state."""
+    longest = max((p.shared_prefix for p in scenario.phases), default=0)
+    return source.tokens(longest) if longest else []
+
+
+def scenario_phase_requests(scenario, source: TokenSource) -> list[tuple[Phase, list[Request]]]:
+    """Every phase with its starting requests, in submission order, drawn as a run draws them (the shared prefix
+    first, then each phase's requests from the same source, numbered as the run numbers them). A conversation's
+    later turns are drawn while a run goes on, so a phase after a conversation phase may differ from the run's."""
+    shared = shared_prefix(scenario, source)
+    out, next_id = [], 0
+    for phase in scenario.phases:
+        out.append((phase, phase_requests(phase, source, first_id=next_id, shared=shared)))
+        next_id += request_ids_used(phase)
+    return out
+
+
 def _turn(phase: Phase, source: TokenSource, req_id: int, history: list[int], turn: int, key: str) -> Request:
     """Turn ``turn`` of conversation ``key``: the history so far plus new user tokens; chains the next turn.
     Every turn but the last keeps its K/V for the next one (``kv_key``/``keep_kv``)."""

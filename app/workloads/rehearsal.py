@@ -9,13 +9,14 @@ decode step 69-104 ms against a ~10 ms median, for dense and slab alike. Those a
 the KV layout; paid at load, a run's figures compare the layouts.
 
 What it runs, per request phase: the phase's first decode batch (its first ``concurrency`` requests, drawn from a
-source seeded like the run's: the same prompt and generation lengths) on a backend of the run's kind. The first sequence's prompt is prefilled by the model, chunk by chunk (the chunk shapes the run's prefill
-meets first); the others get zero K/V written through the same per-layer caches (their bytes do not matter to a
-throwaway step, their shapes and the pool's layout do); then ``DECODE_STEPS`` decode steps of the whole batch
-(the first builds its graph from host tokens, the next ones from the previous step's device tokens: the two
-topologies a run's first decode steps build). Then everything is released and MLX's buffer cache emptied, so the
-run starts from the memory state it had without a rehearsal. The run's model weights, pool, scheduler and prompt
-source are not touched; a sampling run's random state is reseeded by the caller.
+source seeded like the run's: the same prompt and generation lengths) on a backend of the run's kind. The first
+sequence's prompt is prefilled by the model, chunk by chunk (the chunk shapes the run's prefill meets first); the
+others get zero K/V written through the same per-layer caches (their bytes do not matter to a throwaway step, their
+shapes and the pool's layout do); then ``DECODE_STEPS`` decode steps of the whole batch (the first builds its graph
+from host tokens, the next ones from the previous step's device tokens: the two topologies a run's first decode
+steps build). Then everything is released and MLX's buffer cache emptied, so the run starts from the memory state it
+had without a rehearsal. The run's model weights, pool, scheduler and prompt source are not touched; a sampling
+run's random state is reseeded by the caller.
 
 Every request or conversation phase gets its first batch rehearsed the same way, in the run's order, on the same
 throwaway backend (a later phase meets what the earlier ones left, e.g. ``shared_prefix_burst``'s burst finds the
@@ -35,7 +36,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 
-from app.workloads.prompts import make_source, phase_requests
+from app.workloads.prompts import make_source, scenario_phase_requests
 from app.workloads.scheduler import PrefillPlan, Request
 
 REHEARSAL_ENV = "SLABSCOPE_REHEARSAL"  # "0": no rehearsal (to measure a fresh process without it)
@@ -71,20 +72,12 @@ def runs_on_gpu(device: str | None) -> bool:
 
 def rehearsal_batches(scenario, loaded, seed: int) -> list[list[Request]]:
     """Per request or conversation phase, in the run's order, the requests it decodes first: its first
-    ``concurrency`` requests, drawn as ``WorkloadSession`` draws them (the shared prefix first, then each phase's
-    requests in turn, from a prompt source seeded like the run's), stripped of follow-ups and kept K/V (a throwaway
-    backend keeps nothing). Empty when the scenario has no such phase."""
-    source = make_source(loaded, seed)
-    longest = max((p.shared_prefix for p in scenario.phases), default=0)
-    shared = source.tokens(longest) if longest else []
-    batches, next_id = [], 0
-    for phase in scenario.phases:
-        requests = phase_requests(phase, source, first_id=next_id, shared=shared)
-        next_id += max(phase.count, phase.turns)
-        if requests:
-            batches.append([Request(r.req_id, list(r.prompt), r.max_new_tokens, r.phase)
-                            for r in requests[:max(1, phase.concurrency)]])
-    return batches
+    ``concurrency`` requests, drawn as the run draws them (``prompts.scenario_phase_requests``, from a source seeded
+    like the run's), stripped of follow-ups and kept K/V (a throwaway backend keeps nothing). Empty when the
+    scenario has no such phase."""
+    drawn = scenario_phase_requests(scenario, make_source(loaded, seed))
+    return [[Request(r.req_id, list(r.prompt), r.max_new_tokens, r.phase) for r in requests[:max(1, phase.concurrency)]]
+            for phase, requests in drawn if requests]
 
 
 def rehearse(engine, batches: list[list[Request]], *, kv_heads: int, head_dim: int,
@@ -103,12 +96,13 @@ def rehearse(engine, batches: list[list[Request]], *, kv_heads: int, head_dim: i
     totals = [0, 0, 0]  # model-prefilled tokens, zero-filled tokens, decode steps
     try:
         for requests in batches:
-            counts = _rehearse_batch(engine, requests, kv_heads=kv_heads, head_dim=head_dim,
-                                     dtype=getattr(mx, dtype))
+            try:
+                counts = _rehearse_batch(engine, requests, kv_heads=kv_heads, head_dim=head_dim,
+                                         dtype=getattr(mx, dtype))
+            finally:  # before the next batch, and on an error too
+                _release_running(engine)
             totals = [a + b for a, b in zip(totals, counts)]
-            _release_running(engine)
     finally:
-        _release_running(engine)
         engine.backend.close()
     mx.synchronize()
     return RehearsalReport(seconds=time.perf_counter() - t0, batches=tuple(len(b) for b in batches),

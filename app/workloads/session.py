@@ -18,7 +18,7 @@ from app.models.mlx_env import mlx_env_meta
 from app.workloads.backends import DenseBackend, PagedBackend
 from app.workloads.engine import Engine, make_sampler
 from app.workloads.limits import check_fits_context
-from app.workloads.prompts import TokenSource, make_source, phase_requests
+from app.workloads.prompts import TokenSource, make_source, phase_requests, request_ids_used, shared_prefix
 from app.workloads.scenarios import Phase, Scenario
 from app.workloads.scheduler import Scheduler
 from app.workloads.spec import RunSpec, resolved_pool_params
@@ -35,9 +35,7 @@ class WorkloadSession:
         self.sdpa_module: str | None = None  # model module whose scaled_dot_product_attention we rebound
         self.rehearsal = None  # RehearsalReport of the load-time rehearsal (None: not run; rehearsal.py)
         self._next_request = 0
-        longest = max((p.shared_prefix for p in scenario.phases), default=0)
-        # one system prompt shared by every phase that asks for a prefix
-        self.shared_prefix = source.tokens(longest) if longest else []
+        self.shared_prefix = shared_prefix(scenario, source)  # one system prompt for every phase that asks
 
     @property
     def pool(self):
@@ -45,7 +43,7 @@ class WorkloadSession:
 
     def submit_phase(self, phase: Phase) -> None:
         requests = phase_requests(phase, self.source, first_id=self._next_request, shared=self.shared_prefix)
-        self._next_request += max(phase.count, phase.turns)
+        self._next_request += request_ids_used(phase)
         self.scheduler.set_concurrency(phase.concurrency)
         self.scheduler.submit(requests)
 

@@ -17,13 +17,26 @@ import statistics
 import time
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+BURST = ["n=8", "prompt_tokens=4096", "gen_tokens=32"]  # issue 13's burst
+
+
+def add_burst_arguments(parser) -> None:
+    """The run these diagnostics time: backend, model, dtype, device and scenario overrides (default: the burst)."""
     parser.add_argument("--backend", default="slab")
     parser.add_argument("--model", default="synthetic:qwen3-0.6b")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--device", default="gpu")
     parser.add_argument("--set", action="append", default=None, help="scenario overrides (default: the burst's)")
+
+
+def burst_overrides(sets: list[str] | None) -> dict:
+    """``--set KEY=INT`` items as distinct_burst's overrides (the burst's when none)."""
+    return {key: int(value) for key, value in (item.split("=", 1) for item in sets or BURST)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_burst_arguments(parser)
     parser.add_argument("--prefill-trim", default="0.05")
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
@@ -51,11 +64,9 @@ def main() -> int:
         return result
 
     Engine._dispatch, Engine._complete = timed_dispatch, timed_complete
-    pairs = [item.split("=", 1) for item in args.set or ["n=8", "prompt_tokens=4096", "gen_tokens=32"]]
-    overrides = {key: int(value) for key, value in pairs}
     spec = RunSpec(scenario="distinct_burst", backend=args.backend, model=args.model, dtype=args.dtype,
-                   device=args.device,
-                   overrides=overrides, prefill_trim=None if args.prefill_trim == "off" else float(args.prefill_trim))
+                   device=args.device, overrides=burst_overrides(args.set),
+                   prefill_trim=None if args.prefill_trim == "off" else float(args.prefill_trim))
     steps: list[float] = []
     meta: dict = {}
 

@@ -3,9 +3,9 @@
 
 Loads the model once, then runs the burst ``--runs`` times in this process (``run_workload``, as ``slabscope
 record`` does; run 1 is the fresh-process run a user sees first, later runs are warm) and prints one JSON line per
-run: the prefill and decode steps' summed wall time, their first three and their median, the run's tok/s over
-busy time (the compare table's figure) and the load-time rehearsal's report (``app/workloads/rehearsal.py``). The difference between run 1
-and run 2 of one backend is what that backend pays for first uses.
+run: the prefill and decode steps' summed wall time, their first three and their median, the run's tok/s over busy
+time (the compare table's figure) and the load-time rehearsal's report (``app/workloads/rehearsal.py``). The
+difference between run 1 and run 2 of one backend is what that backend pays for first uses.
 
     PYTHONPATH=. python3 app/bench/device/fresh_anatomy.py --backend slab --runs 2
 """
@@ -14,8 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from first_step import add_burst_arguments, burst_overrides  # noqa: E402  (a sibling script, as final_run does)
 
 
 def step_summary(walls_ms: list[float]) -> dict:
@@ -26,11 +31,7 @@ def step_summary(walls_ms: list[float]) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="slab")
-    parser.add_argument("--model", default="synthetic:qwen3-0.6b")
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--device", default="gpu")
-    parser.add_argument("--set", action="append", default=None, help="scenario overrides (default: the burst's)")
+    add_burst_arguments(parser)
     parser.add_argument("--runs", type=int, default=2)
     args = parser.parse_args()
     t_start = time.perf_counter()
@@ -38,9 +39,8 @@ def main() -> int:
     from app.workloads.runner import run_workload
     from app.workloads.spec import RunSpec
 
-    pairs = [item.split("=", 1) for item in args.set or ["n=8", "prompt_tokens=4096", "gen_tokens=32"]]
     spec = RunSpec(scenario="distinct_burst", backend=args.backend, model=args.model, dtype=args.dtype,
-                   device=args.device, overrides={key: int(value) for key, value in pairs})
+                   device=args.device, overrides=burst_overrides(args.set))
     loaded = load_model(spec.model, dtype=spec.dtype, device=spec.device, seed=spec.seed)
     load_s = time.perf_counter() - t_start
     for index in range(args.runs):

@@ -26,12 +26,21 @@ def add_burst_arguments(parser) -> None:
     parser.add_argument("--model", default="synthetic:qwen3-0.6b")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--device", default="gpu")
-    parser.add_argument("--set", action="append", default=None, help="scenario overrides (default: the burst's)")
+    parser.add_argument("--set", action="append", default=None, type=override_item, metavar="KEY=INT",
+                        help="scenario overrides (default: the burst's)")
 
 
-def burst_overrides(sets: list[str] | None) -> dict:
-    """``--set KEY=INT`` items as distinct_burst's overrides (the burst's when none)."""
-    return {key: int(value) for key, value in (item.split("=", 1) for item in sets or BURST)}
+def override_item(text: str) -> tuple[str, int]:
+    """One ``--set KEY=INT`` item; a usage error (argparse's one line) for anything else."""
+    key, sep, value = text.partition("=")
+    if not sep or not key or not value.lstrip("-").isdigit():
+        raise argparse.ArgumentTypeError(f"expected KEY=INT, got {text!r}")
+    return key, int(value)
+
+
+def burst_overrides(items: list[tuple[str, int]] | None) -> dict:
+    """The ``--set`` items as distinct_burst's overrides (the burst's when none)."""
+    return dict(items) if items else dict(override_item(item) for item in BURST)
 
 
 def main() -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pool.block_table import BlockTable, PrefixHandle
-from pool.config import DESIGNS, MAX_DIMENSION, LayerGeometry, capacity_for, chunk_rows
+from pool.config import DESIGNS, MAX_DIMENSION, LayerGeometry, capacity_for, check_open_blocks, chunk_rows
 from pool.errors import BudgetExceeded, PoolError
 from pool.free_rows import FreeRows
 from pool.limits import MemoryLimits, check_pool_capacity
@@ -60,13 +60,15 @@ class RowBook:
 
     def __init__(self, num_layers: int, block_size: int = 32, design: str = "slab", slab_blocks: int = 32,
                  max_blocks_per_layer: int | None = None, bytes_per_row: int = 0,
-                 shrink: ShrinkPolicy | None = None) -> None:
+                 shrink: ShrinkPolicy | None = None, open_blocks: str = "low") -> None:
         if design not in DESIGNS:
             raise PoolError(f"unknown pool design {design!r}; choose one of {', '.join(DESIGNS)}")
+        check_open_blocks(open_blocks)
+        self.open_blocks = open_blocks  # where a write's partly filled last block takes its row (_open_row)
         shrink = ShrinkPolicy() if shrink is None else shrink
         shrink.validate()
         self.shrink_policy = shrink  # what BlockBook.shrink does at each shrink point (pool/shrink_types.py)
-        self.shrunk = False  # a shrink released every free chunk it could and no row was freed since (integrity)
+        self.shrunk = False  # a shrink released every free chunk it could and no row was freed or reserved since
         self.shrink_idle: dict[int, tuple] = {}  # layers a shrink found nothing to do in, by state (book_shrink)
         self.num_layers = num_layers
         self.block_size = block_size
@@ -213,26 +215,54 @@ class RowBook:
         if capacities != [rows.capacity for rows in self.layers]:
             check_pool_capacity(self.design, self.slab_blocks, capacities, self.bytes_per_row, self.limits)
 
-    def _new_block(self, layer: int) -> tuple[int, int]:
-        """Create a block with refcount 1 on the lowest free row (or a newly minted one). Returns (id, row)."""
+    def _new_block(self, layer: int, open_block: bool = False) -> tuple[int, int]:
+        """Create a block with refcount 1 on the lowest free row (or a newly minted one); an ``open_block`` (a write
+        leaves it partly filled) of an ``open_blocks="high"`` book on the row ``_open_row`` picks. Returns
+        (id, row)."""
         rows = self.layers[layer]
         block_id = self._next_block_id
         self._next_block_id += 1
-        if len(rows.free):
+        if open_block and self.open_blocks == "high":
+            row = self._open_row(rows)
+        elif len(rows.free):
             row = rows.free.pop_lowest()
-            rows.row_block[row] = block_id
-            rows.row_refcount[row] = 1
             self.counters.rows_reused += 1
         else:
-            row = len(rows.row_block)
-            rows.row_block.append(block_id)
-            rows.row_refcount.append(1)
-            self.counters.rows_minted += 1
+            row = self._mint(rows, len(rows.row_block))
+        rows.row_block[row] = block_id
+        rows.row_refcount[row] = 1
         self.blocks[block_id] = (layer, row)
         self.counters.blocks_created += 1
         self.bytes_now.live += self.row_bytes[layer]
         self.versions[layer] += 1
         return block_id, row
+
+    def _open_row(self, rows: LayerRows) -> int:
+        """The row of an open block under ``open_blocks="high"``: the top row of the reserved capacity while it is
+        unminted (the rows between are minted free, for the full blocks that take the lowest free rows), else the
+        highest free row, else a new row. So the open blocks of sequences admitted together (the engine reserves
+        their final lengths at admission) share the top slab, and so do the blocks a decode step opens: its token
+        writes touch one slab, not one per sequence. Never above the budget: minted rows stay within it."""
+        top = rows.capacity if self.max_blocks_per_layer is None else min(rows.capacity, self.max_blocks_per_layer)
+        if top > len(rows.row_block):
+            return self._mint(rows, top - 1)
+        if len(rows.free):
+            self.counters.rows_reused += 1
+            return rows.free.pop_highest()
+        return self._mint(rows, len(rows.row_block))
+
+    def _mint(self, rows: LayerRows, row: int) -> int:
+        """Mint rows up to ``row`` (those below it free) and return ``row``, still to be given its block."""
+        first = len(rows.row_block)
+        for free_row in range(first, row):
+            rows.row_block.append(-1)
+            rows.row_refcount.append(0)
+            rows.free.push(free_row)
+        rows.row_block.append(-1)
+        rows.row_refcount.append(0)
+        self.counters.rows_minted += row + 1 - first
+        self.counters.rows_minted_free += row - first
+        return row
 
     def _add_refs(self, layer: int, rows: list[int]) -> None:
         counts = self.layers[layer].row_refcount

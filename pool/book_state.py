@@ -68,7 +68,7 @@ def state_of(book) -> BookState:
     return BookState(
         v=STATE_VERSION,
         config=BookConfig(book.num_layers, book.block_size, book.slab_blocks, book.design, book.max_blocks_per_layer,
-                          book.shrink_policy, book.bytes_per_row),
+                          book.shrink_policy, open_blocks=book.open_blocks, bytes_per_row=book.bytes_per_row),
         geometry=book.geometry,
         layers=[LayerRowsState(list(rows.row_block), list(rows.row_refcount), rows.free.sorted_rows(), rows.capacity)
                 for rows in book.layers],
@@ -88,7 +88,7 @@ def restore(book_class, state: BookState, max_blocks_per_layer: int | None = Non
     if len(state.layers) != cfg.num_layers:
         raise PoolError(f"book state lists {len(state.layers)} layers for num_layers={cfg.num_layers}")
     book = book_class(cfg.num_layers, cfg.block_size, cfg.design, cfg.slab_blocks, max_blocks_per_layer,
-                      cfg.bytes_per_row, shrink=cfg.shrink)
+                      cfg.bytes_per_row, shrink=cfg.shrink, open_blocks=cfg.open_blocks)
     book.geometry = state.geometry
     for layer, (rows, saved) in enumerate(zip(book.layers, state.layers)):
         rows.row_block = list(saved.row_block)

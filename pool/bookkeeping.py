@@ -103,7 +103,7 @@ class BlockBook(RowBook):
         before = (self.counters.rows_minted, self.counters.rows_reused)
         cow_pairs = [self._copy_on_write(seq_id, layer, tables[layer], cow_indices[layer])
                      for layer in range(self.num_layers)]
-        self._extend(tables, new_blocks, cow_pairs, before)
+        self._extend(tables, new_blocks, cow_pairs, before, open_last=(start + num_tokens) % self.block_size != 0)
         for table in tables:
             table.length = max(length, start + num_tokens)
         growth = self._reserve_capacity()
@@ -137,13 +137,15 @@ class BlockBook(RowBook):
         return pairs
 
     def _extend(self, tables: list[BlockTable], new_blocks: int, cow_pairs: list[list[tuple]],
-                before: tuple[int, int]) -> None:
+                before: tuple[int, int], open_last: bool = False) -> None:
+        """Append ``new_blocks`` blocks to every layer's table; ``open_last``: the write leaves the last one partly
+        filled (its row is the open block's: ``RowBook._open_row``)."""
         if not new_blocks and not any(cow_pairs):
             return
         minted_before, reused_before = before
         for layer, table in enumerate(tables):
-            for _ in range(new_blocks):
-                block_id, row = self._new_block(layer)
+            for index in range(new_blocks):
+                block_id, row = self._new_block(layer, open_block=open_last and index == new_blocks - 1)
                 table.block_ids.append(block_id)
                 table.rows.append(row)
         rows0 = [dst for _, dst in cow_pairs[0]] + (tables[0].rows[-new_blocks:] if new_blocks else [])
@@ -184,6 +186,8 @@ class BlockBook(RowBook):
         blocks = sum(self._blocks_to_come(self.tables(seq_id)[0], num_tokens) for seq_id, num_tokens in lengths.items())
         self._check_room([blocks] * self.num_layers)
         growth = self._reserve_capacity(extra_blocks=blocks)
+        if growth:  # the capacity held is free rows: a shrink point's "nothing left to release" holds no longer
+            self.shrunk = False
         self._emit(Reserve, seqs=list(lengths), lengths=list(lengths.values()))
         return WritePlan(cow_pairs=[[] for _ in range(self.num_layers)], growth=growth)
 

@@ -16,6 +16,11 @@ from pool.errors import PoolError
 from pool.shrink_types import ShrinkPolicy
 
 DESIGNS = ("slab", "monolithic")
+# Where a block that a write leaves partly filled (a sequence's open block: the next decode token lands in it) takes
+# its row: "low", the lowest free row like every block; "high", the highest row of the reserved capacity (else the
+# highest free row), so the open blocks of a batch share the pool's top slab and a decode step's token writes touch
+# one slab instead of one per sequence (pool/book_rows.py, ``RowBook._open_row``).
+OPEN_BLOCKS = ("low", "high")
 DEFAULT_BLOCK_SIZE = 32
 DEFAULT_SLAB_BLOCKS = 32
 MONOLITHIC_CHUNK_BLOCKS = 32  # the grow chunk of the design being replaced (origin: POOL_GROW_CHUNK_BLOCKS)
@@ -47,12 +52,14 @@ class PoolGeometry(msgspec.Struct, frozen=True):
     design: str = "slab"
     max_blocks_per_layer: int | None = None
     shrink: ShrinkPolicy = ShrinkPolicy()  # how the pool gives capacity back (pool/shrink_types.py); older: off
+    open_blocks: str = "low"  # where open blocks take their rows (OPEN_BLOCKS); older recordings: "low"
 
 
 @dataclass
 class PoolConfig:
     """What a :class:`pool.PagedKVPool` is built from. ``max_blocks_per_layer=None`` means no budget; ``shrink``:
-    how it gives capacity back (``pool.shrink_types.ShrinkPolicy``; default off, the origin design)."""
+    how it gives capacity back (``pool.shrink_types.ShrinkPolicy``; default off, the origin design);
+    ``open_blocks``: where a write's partly filled last block takes its row (``OPEN_BLOCKS``; default "low")."""
 
     num_layers: int
     block_size: int = DEFAULT_BLOCK_SIZE
@@ -60,10 +67,11 @@ class PoolConfig:
     design: str = "slab"
     max_blocks_per_layer: int | None = None
     shrink: ShrinkPolicy = ShrinkPolicy()
+    open_blocks: str = "low"
 
     def geometry(self) -> PoolGeometry:
         return PoolGeometry(self.num_layers, self.block_size, self.slab_blocks, self.design, self.max_blocks_per_layer,
-                            self.shrink)
+                            self.shrink, self.open_blocks)
 
     def validate(self) -> None:
         """Raise PoolError naming the first bad field."""
@@ -79,6 +87,13 @@ class PoolConfig:
         if not isinstance(self.shrink, ShrinkPolicy):
             raise PoolError(f"PoolConfig.shrink must be a ShrinkPolicy, got {self.shrink!r}")
         self.shrink.validate()
+        check_open_blocks(self.open_blocks)
+
+
+def check_open_blocks(value) -> None:
+    """PoolError unless ``value`` is one of OPEN_BLOCKS."""
+    if value not in OPEN_BLOCKS:
+        raise PoolError(f"open_blocks must be one of {', '.join(OPEN_BLOCKS)}, got {value!r}")
 
 
 def chunk_rows(design: str, slab_blocks: int) -> int:

@@ -1,7 +1,12 @@
-"""Free physical rows of one layer: a min-heap for lowest-row-first reuse plus a set for membership.
+"""Free physical rows of one layer: a min-heap for lowest-row-first reuse plus a set for membership, and (built on
+first use) a max-heap for the highest free row, which an ``open_blocks="high"`` pool gives its open blocks.
 
 Reusing the lowest free row first makes reuse deterministic (tests can assert exact rows) and keeps live rows packed
 toward the front, so fragmentation that remains is real and visible in snapshots.
+
+Both heaps delete lazily: a row taken through one heap stays in the other until a pop meets it there and, finding
+it no longer a member, drops it. A member is in every built heap at least once (each push adds it to both), so a
+pop returns the lowest (highest) member; the set is the truth the integrity check compares.
 """
 
 from __future__ import annotations
@@ -10,12 +15,14 @@ import heapq
 
 
 class FreeRows:
-    """Owns the free rows of one layer. Mutated only by :meth:`push` and :meth:`pop_lowest`."""
+    """Owns the free rows of one layer. Mutated only by :meth:`push`, :meth:`pop_lowest`, :meth:`pop_highest` and
+    :meth:`drop_from`."""
 
-    __slots__ = ("_heap", "_members")
+    __slots__ = ("_heap", "_high", "_members")
 
     def __init__(self) -> None:
         self._heap: list[int] = []
+        self._high: list[int] | None = None  # negated rows; None until pop_highest is first called
         self._members: set[int] = set()
 
     def __len__(self) -> int:
@@ -30,27 +37,62 @@ class FreeRows:
             raise ValueError(f"row {row} is already free")
         self._members.add(row)
         heapq.heappush(self._heap, row)
+        if self._high is not None:
+            heapq.heappush(self._high, -row)
 
     def pop_lowest(self) -> int:
         """Take the lowest free row (IndexError when empty)."""
+        if not self._members:
+            raise IndexError("no free row")
         row = heapq.heappop(self._heap)
-        self._members.discard(row)
+        while row not in self._members:  # taken through the other heap already
+            row = heapq.heappop(self._heap)
+        self._take(row)
         return row
+
+    def pop_highest(self) -> int:
+        """Take the highest free row (IndexError when empty)."""
+        if not self._members:
+            raise IndexError("no free row")
+        if self._high is None:
+            self._high = [-row for row in self._members]
+            heapq.heapify(self._high)
+        row = -heapq.heappop(self._high)
+        while row not in self._members:
+            row = -heapq.heappop(self._high)
+        self._take(row)
+        return row
+
+    def _take(self, row: int) -> None:
+        """Drop ``row`` from the members; rebuild the heaps when stale entries outnumber the members (keeps each
+        heap within twice the free rows, so pops stay logarithmic in them)."""
+        self._members.discard(row)
+        limit = 2 * len(self._members) + 64
+        if len(self._heap) > limit or (self._high is not None and len(self._high) > limit):
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        self._heap = sorted(self._members)
+        if self._high is not None:
+            self._high = sorted(-row for row in self._members)
 
     def drop_from(self, first: int) -> int:
         """Forget every free row ``>= first`` (a shrink released the capacity holding them). Returns how many."""
         dropped = [row for row in self._members if row >= first]
         if dropped:
             self._members.difference_update(dropped)
-            self._heap = sorted(self._members)
+            self._rebuild()
         return len(dropped)
 
     def sorted_rows(self) -> list[int]:
         return sorted(self._members)
 
     def heap_consistent(self) -> bool:
-        """True when the heap and the membership set hold the same rows (an integrity check)."""
-        return len(self._heap) == len(self._members) and set(self._heap) == self._members
+        """True when every free row is in each heap (an integrity check; the heaps may also hold rows taken
+        through the other heap, which their pops skip)."""
+        if not self._members.issubset(self._heap):
+            return False
+        return self._high is None or self._members.issubset({-row for row in self._high})
 
 
 def free_runs(free_sorted: list[int], tail_start: int, capacity: int) -> list[tuple[int, int]]:

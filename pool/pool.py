@@ -63,7 +63,7 @@ class PagedKVPool:
         config.validate()
         self.config = replace(config)  # own copy: set_slab_blocks updates it
         self.book = BlockBook(config.num_layers, config.block_size, config.design, config.slab_blocks,
-                              config.max_blocks_per_layer, shrink=config.shrink)
+                              config.max_blocks_per_layer, shrink=config.shrink, open_blocks=config.open_blocks)
         self.storage = _make_storage(config)
         self.table_match = TableMatch(self.book)  # memoised "layers hold equal tables" (fused launch plans)
         self.gathers = 0

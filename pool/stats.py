@@ -78,7 +78,9 @@ class BookCounters:
     *modelled* growth (from the capacity arithmetic and ``bytes_per_row``); storage keeps the measured ones. Shrink:
     ``slab_releases`` (slabs or chunks given back), ``rows_released`` (minted rows dropped with them),
     ``bytes_released``, ``blocks_moved`` (row moves) and ``bytes_moved`` (modelled: moved rows plus a monolithic
-    shrink's kept rows, x bytes per row)."""
+    shrink's kept rows, x bytes per row). ``rows_minted_free``: rows minted free below an open block's row by an
+    ``open_blocks="high"`` book (``RowBook._open_row``; a block taking one later counts in ``rows_reused``, the
+    rows taken from the free list)."""
 
     rows_minted: int = 0
     rows_reused: int = 0
@@ -93,6 +95,7 @@ class BookCounters:
     bytes_released: int = 0
     blocks_moved: int = 0
     bytes_moved: int = 0
+    rows_minted_free: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -103,7 +103,8 @@ def recorded_config(view) -> dict:
         raise ReplayError(f"session has no pool (backend {backend or 'unknown'}): nothing to replay")
     return {"num_layers": geometry.num_layers, "block_size": geometry.block_size,
             "slab_blocks": geometry.slab_blocks, "design": geometry.design, "shrink": geometry.shrink.mode,
-            "shrink_budget": geometry.shrink.budget_bytes, "shrink_max_fill": geometry.shrink.max_fill}
+            "shrink_budget": geometry.shrink.budget_bytes, "shrink_max_fill": geometry.shrink.max_fill,
+            "open_blocks": geometry.open_blocks}
 
 
 def replay_config(view, *, slab_blocks: int | None = None, block_size: int | None = None,
@@ -128,7 +129,8 @@ class Replay:
         try:  # bounded like any replay: an op asking for more rows than a reader holds is an error, not a hang
             policy = ShrinkPolicy(cfg["shrink"], cfg["shrink_budget"], cfg["shrink_max_fill"])
             self.bookkeeping = BlockBook(cfg["num_layers"], cfg["block_size"], cfg["design"], cfg["slab_blocks"],
-                                         limits.rows_per_layer(cfg["num_layers"]), shrink=policy)
+                                         limits.rows_per_layer(cfg["num_layers"]), shrink=policy,
+                                         open_blocks=cfg.get("open_blocks", "low"))
         except PoolError as exc:
             raise ReplayError(str(exc)) from None
         self.cfg, self.base = cfg, base

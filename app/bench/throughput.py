@@ -46,6 +46,7 @@ class BenchConfig(BenchWorkload):
     prefill_trim: float | None = 0.05  # slabscope engines' cache trim between prefill chunks (cache_trim.py)
     shrink: str = "off"                # pool engines' shrink policy (pool/shrink_types.py)
     shrink_budget: int | None = None   # bytes a shrink point may move (None: the pool's default)
+    open_blocks: str = "auto"          # pool engines' open-block rows (RunSpec.open_blocks)
 
     def __post_init__(self) -> None:
         check_engines(self.engines, ENGINES)
@@ -86,7 +87,7 @@ def _slabscope_run(backend: str, config: BenchConfig, loaded) -> dict:
     spec = RunSpec(scenario=config.scenario, backend=backend, model=config.model, dtype=config.dtype,
                    device=config.device, overrides=dict(config.overrides), seed=config.seed,
                    cache_limit=config.cache_limit, prefill_trim=config.prefill_trim, shrink=config.shrink,
-                   shrink_budget=config.shrink_budget)
+                   shrink_budget=config.shrink_budget, open_blocks=config.open_blocks)
     events: list = []
     summary = run_workload(spec, events.append, loaded=loaded)
     decode = [e.wall_s for e in events if isinstance(e, Step) and e.type == "decode"]

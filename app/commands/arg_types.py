@@ -113,6 +113,18 @@ def add_mlx_cache_arguments(parser, *, who: str = "every backend alike") -> None
                              f"never below 64 MiB; 'off' never (default 0.05); {who}")
 
 
+OPEN_BLOCKS_CHOICES = ("auto", "low", "high")  # app.workloads.spec.OPEN_BLOCKS_CHOICES, import-light for the parsers
+
+
+def add_open_blocks_argument(parser) -> None:
+    """``--open-blocks``: where the pool puts a sequence's partly filled last block (pool/config.py OPEN_BLOCKS)."""
+    parser.add_argument("--open-blocks", choices=OPEN_BLOCKS_CHOICES, default="auto",
+                        help="rows of the pool backends' open blocks (the block a sequence's next token lands in): "
+                             "high (the top of the reserved capacity, so a decode step writes one slab), low (the "
+                             "lowest free row, like every block), auto (high where the pool reserves ahead: slab "
+                             "with --shrink off; default)")
+
+
 SHRINK_MODES = ("off", "release", "compact")  # pool.shrink_types.SHRINK_MODES, kept import-light for the parsers
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from app.commands.arg_types import add_mlx_cache_arguments, add_shrink_arguments, positive_int
+from app.commands.arg_types import add_mlx_cache_arguments, add_open_blocks_argument, add_shrink_arguments, positive_int
 from app.commands.bench_workload import add_workload_arguments, workload_fields
 
 
@@ -24,6 +24,7 @@ def add_arguments(p) -> None:
     p.add_argument("--fresh-rounds", type=int, default=1, help="fresh-process runs per engine (0: none; default 1)")
     add_mlx_cache_arguments(p, who="every engine alike (the trim: slabscope's engines)")
     add_shrink_arguments(p, who="slabscope's pool engines (slab, monolithic)")
+    add_open_blocks_argument(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object (progress still on stderr)")
 
@@ -34,7 +35,7 @@ def main(args) -> int:
     try:
         config = BenchConfig(**workload_fields(args), rounds=args.rounds, fresh_rounds=args.fresh_rounds,
                              seed=args.seed, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim,
-                             shrink=args.shrink, shrink_budget=args.shrink_budget)
+                             shrink=args.shrink, shrink_budget=args.shrink_budget, open_blocks=args.open_blocks)
     except ValueError as exc:  # ScenarioError too
         print(f"slabscope bench throughput: {exc}", file=sys.stderr)
         return 2

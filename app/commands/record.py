@@ -11,7 +11,7 @@ import os
 import sys
 import time
 
-from app.commands.arg_types import (add_mlx_cache_arguments, add_shrink_arguments, backends_list, finite_float,
+from app.commands.arg_types import (add_mlx_cache_arguments, add_open_blocks_argument, add_shrink_arguments, backends_list, finite_float,
                                     positive_int)
 from app.commands.errors import output_dir
 from app.commands.metrics_args import add_metrics_arguments, hold_metrics, start_metrics
@@ -48,6 +48,7 @@ def add_parser(sub) -> None:
     add_arguments(p)
     add_mlx_cache_arguments(p, who="every backend alike")
     add_shrink_arguments(p, who="the pool backends (slab, monolithic)")
+    add_open_blocks_argument(p)
     add_metrics_arguments(p)  # not with --ranks
     p.set_defaults(func=main)
 
@@ -105,7 +106,8 @@ def _specs(args, backends: list[str]):
                     dtype=args.dtype, device=args.device, seed=args.seed, overrides=overrides,
                     record_path=os.path.join(args.out, f"{stem}-{b}.slabrec"),
                     blas_threads=1 if args.together else None, cache_limit=args.cache_limit,
-                    prefill_trim=args.prefill_trim, shrink=args.shrink, shrink_budget=args.shrink_budget)
+                    prefill_trim=args.prefill_trim, shrink=args.shrink, shrink_budget=args.shrink_budget,
+                    open_blocks=args.open_blocks)
             for b in backends]
 
 

@@ -15,7 +15,7 @@ from app.commands.errors import output_file
 from app.models.registry import DTYPE_NAMES
 from app.workloads.limits import check_fits_context
 from app.workloads.scenarios import DEFAULT_SCENARIO, ScenarioError, list_scenarios, load_scenario, parse_overrides
-from app.commands.arg_types import add_mlx_cache_arguments, add_shrink_arguments
+from app.commands.arg_types import add_mlx_cache_arguments, add_open_blocks_argument, add_shrink_arguments
 from app.commands.metrics_args import add_metrics_arguments, hold_metrics, start_metrics
 from app.workloads.spec import BACKENDS, RunSpec
 from pool.errors import PoolError
@@ -49,6 +49,7 @@ def add_parser(sub) -> None:
     p.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false")
     add_mlx_cache_arguments(p, who="this run")
     add_shrink_arguments(p, who="this run (slab and monolithic backends)")
+    add_open_blocks_argument(p)
     p.add_argument("--record", default=None, metavar="PATH", help="record the session to PATH (probes format)")
     p.add_argument("--worker", action="store_true", help="run in a spawned worker process (as the TUI does)")
     add_metrics_arguments(p)
@@ -75,7 +76,7 @@ def build_spec(args) -> RunSpec:
                    dtype=args.dtype, device=args.device, overrides=overrides,
                    prefix_cache=args.prefix_cache, max_blocks_per_layer=args.budget,
                    record_path=args.record, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim,
-                   shrink=args.shrink, shrink_budget=args.shrink_budget)
+                   shrink=args.shrink, shrink_budget=args.shrink_budget, open_blocks=args.open_blocks)
 
 
 def main(args) -> int:

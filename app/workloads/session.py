@@ -153,7 +153,8 @@ def make_backend(spec: RunSpec, loaded, pool_params: dict, *, kernel_route=None,
                            loaded.n_kv_heads, loaded.head_dim, DTYPES[loaded.dtype].size, limits)
     pool = PagedKVPool(PoolConfig(num_layers=loaded.num_layers, block_size=pool_params["block_size"],
                                   slab_blocks=pool_params["slab_blocks"], design=spec.backend,
-                                  max_blocks_per_layer=spec.max_blocks_per_layer, shrink=spec.shrink_policy()),
+                                  max_blocks_per_layer=spec.max_blocks_per_layer, shrink=spec.shrink_policy(),
+                                  open_blocks=spec.pool_open_blocks()),
                        limits=limits)
     prefix = PrefixCache(pool, pool_params["block_size"]) if pool_params.get("prefix_cache") else None
     align = math.lcm(pool_params["block_size"], pool_params.get("prefill_chunk", pool_params["block_size"]))
@@ -163,12 +164,8 @@ def make_backend(spec: RunSpec, loaded, pool_params: dict, *, kernel_route=None,
     decisions = DecodeDecisions(pool, dtype=loaded.dtype, head_dim=loaded.head_dim,
                                 routable=routable and kernel_route is not None,
                                 readiness=kernel_route.readiness() if kernel_route is not None else None)
-    # the slab design reserves ahead (its growth appends, so holding capacity early costs nothing but the capacity
-    # itself); the monolithic baseline keeps the origin's presize-per-span growth, the behaviour it exists to show.
-    # A shrink policy gives free slabs back at every step, reserved ones included: the two aims conflict, so a
-    # shrinking pool grows as its writes need
     return PagedBackend(pool, prefix_cache=prefix, align_tokens=align, decisions=decisions, kernel=kernel_route,
-                        reserve_ahead=spec.backend == "slab" and spec.shrink_policy().mode == "off")
+                        reserve_ahead=spec.reserves_ahead())
 
 
 def _query_heads(loaded) -> int:

@@ -9,6 +9,7 @@ from app.workloads.limits import check_rate
 from pool.shrink_types import DEFAULT_SHRINK_BUDGET, SHRINK_MODES, ShrinkPolicy
 
 BACKENDS = ("slab", "monolithic", "dense")
+OPEN_BLOCKS_CHOICES = ("auto", "low", "high")  # pool.config.OPEN_BLOCKS, plus "auto" (RunSpec.pool_open_blocks)
 
 
 @dataclass
@@ -41,6 +42,7 @@ class RunSpec:
                                        # + cached K/V) (app/workloads/cache_trim.py); None: never
     shrink: str = "off"  # pool shrink policy: off | release | compact (pool/shrink_types.py; pool backends only)
     shrink_budget: int | None = None  # bytes a shrink point may move (all layers); None: the pool's default
+    open_blocks: str = "auto"  # pool rows of open blocks: low | high (pool/config.py) | auto (``pool_open_blocks``)
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -58,6 +60,8 @@ class RunSpec:
         if self.shrink_budget is not None and (not isinstance(self.shrink_budget, int)
                                                or isinstance(self.shrink_budget, bool) or self.shrink_budget < 0):
             raise ValueError(f"shrink_budget must be a byte count >= 0, got {self.shrink_budget!r}")
+        if self.open_blocks not in OPEN_BLOCKS_CHOICES:
+            raise ValueError(f"unknown open_blocks {self.open_blocks!r} (choose one of {', '.join(OPEN_BLOCKS_CHOICES)})")
         if self.prefill_trim is not None and not (isinstance(self.prefill_trim, (int, float))
                                                   and math.isfinite(self.prefill_trim) and self.prefill_trim >= 0):
             raise ValueError(f"prefill_trim must be a fraction >= 0 or None, got {self.prefill_trim!r}")
@@ -69,6 +73,21 @@ class RunSpec:
         """The pool's shrink policy this run asks for."""
         budget = DEFAULT_SHRINK_BUDGET if self.shrink_budget is None else self.shrink_budget
         return ShrinkPolicy(self.shrink, budget)
+
+    def reserves_ahead(self) -> bool:
+        """True when the pool holds capacity for the running sequences' final lengths at admission: the slab
+        design (its growth appends, so holding capacity early costs nothing but the capacity itself) without a
+        shrink policy (which gives free slabs back, reserved ones included). The monolithic baseline keeps the
+        origin's presize-per-span growth, the behaviour it exists to show."""
+        return self.backend == "slab" and self.shrink == "off"
+
+    def pool_open_blocks(self) -> str:
+        """The pool's ``open_blocks`` (pool/config.py): the spec's, or for "auto" "high" where the pool reserves
+        ahead (its open blocks share the reservation's top slab, so a decode step's token writes touch one slab
+        instead of one per sequence) and "low" elsewhere (without a reservation there is no top to share)."""
+        if self.open_blocks != "auto":
+            return self.open_blocks
+        return "high" if self.reserves_ahead() else "low"
 
 
 def _positive_int(value) -> bool:

@@ -38,12 +38,13 @@ def shrink_policy(seed: int) -> ShrinkPolicy:
     return ShrinkPolicy(mode, SHRINK_BUDGETS[(3 * seed + seed // 4) % 4], 1.0 if seed // 4 % 2 else 0.5)
 
 
-def _pool(design: str, guard: str, shrink: ShrinkPolicy | None = None) -> PagedKVPool:
+def _pool(design: str, guard: str, shrink: ShrinkPolicy | None = None, open_blocks: str = "low") -> PagedKVPool:
     """``guard``: "budget" (16 live blocks per layer) or "memory" (room for 6 slabs, or 1.5 monolithic grow chunks,
     per layer; the budget of 64 blocks only stops what no memory check can see before the first write fixes the
     row geometry)."""
     config = PoolConfig(num_layers=LAYERS, block_size=BLOCK, slab_blocks=SLAB, design=design,
-                        max_blocks_per_layer=16 if guard == "budget" else 64, shrink=shrink or ShrinkPolicy())
+                        max_blocks_per_layer=16 if guard == "budget" else 64, shrink=shrink or ShrinkPolicy(),
+                        open_blocks=open_blocks)
     room_rows = 6 * SLAB if design == "slab" else 48
     limits = MemoryLimits(memory_bytes=room_rows * LAYERS * ROW_BYTES if guard == "memory" else 2**40,
                           max_buffer_bytes=2**40, source="fuzz limits")
@@ -53,9 +54,9 @@ def _pool(design: str, guard: str, shrink: ShrinkPolicy | None = None) -> PagedK
 class PoolFuzz:
     """Drives one pool; owns the dense reference and the outcome counts (``counts``)."""
 
-    def __init__(self, seed: int, design: str):
+    def __init__(self, seed: int, design: str, open_blocks: str = "low"):
         self.rng = random.Random(seed)
-        self.pool = _pool(design, "budget" if seed % 2 else "memory", shrink_policy(seed))
+        self.pool = _pool(design, "budget" if seed % 2 else "memory", shrink_policy(seed), open_blocks)
         other = _pool(design, "budget")
         other.add_sequence(0)
         self.foreign = [other.detach(0)]  # handle id 0 of another pool: collides with this pool's first handle
@@ -228,6 +229,14 @@ class PoolFuzz:
             self.pool.write_tokens(layer, slots, mx.array(keys), mx.array(values), indices)
             for i, (seq, position) in enumerate(zip(seqs, positions)):
                 self._store(seq, layer, position, keys[i:i + 1], values[i:i + 1])
+
+    def reserve(self) -> None:
+        """Hold capacity for 1-3 sequences' growth by up to 12 tokens (what the engine does at admission): under
+        ``open_blocks="high"`` the open blocks then take the top of that capacity."""
+        if not self.refs:
+            return
+        seqs = self.rng.sample(sorted(self.refs), min(len(self.refs), self.rng.randint(1, 3)))
+        self.pool.reserve({seq: self._length(seq) + self.rng.randint(1, 12) for seq in seqs})
 
     def release(self) -> None:
         seq = self._seq()
@@ -442,12 +451,12 @@ class PoolFuzz:
 
 VALID_OPS = ("new_sequence", "new_sequence", "write_span", "write_span", "write_batch", "decode_tokens", "release",
              "clone", "detach", "adopt", "release_handle", "trim", "logical_start", "restore_prefix", "shrink",
-             "shrink")
+             "shrink", "reserve")
 
 
-def run_fuzz(seed: int, design: str, steps: int) -> Counter:
+def run_fuzz(seed: int, design: str, steps: int, open_blocks: str = "low") -> Counter:
     """``steps`` random calls on a fresh pool; returns the outcome counts. Raises AssertionError on a violation."""
-    fuzz = PoolFuzz(seed, design)
+    fuzz = PoolFuzz(seed, design, open_blocks)
     for _ in range(steps):
         fuzz.step()
     fuzz.counts["cases"] = steps

@@ -15,11 +15,12 @@ STEPS = 300 * SCALE
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 6, 7])
 @pytest.mark.parametrize("design", ["slab", "monolithic"])
-def test_random_valid_and_invalid_calls(design, seed):
-    counts = run_fuzz(seed, design, STEPS)
+@pytest.mark.parametrize("open_blocks", ["low", "high"])
+def test_random_valid_and_invalid_calls(design, seed, open_blocks):
+    counts = run_fuzz(seed, design, STEPS, open_blocks)
     invalid_kinds = [k for k in counts if k.startswith("invalid:")]
     limited = sum(n for k, n in counts.items() if k.startswith("limit:"))
-    print(f"\npool fuzz {design} seed {seed}: {counts['cases']} cases: {counts['identical']} identical to the "
+    print(f"\npool fuzz {design} (open blocks {open_blocks}) seed {seed}: {counts['cases']} cases: {counts['identical']} identical to the "
           f"dense reference, {counts['clear error']} clear errors with the state unchanged ({len(invalid_kinds)} "
           f"kinds of invalid call; {limited} valid calls refused by the budget or the memory limit; shrink "
           f"{shrink_policy(seed).mode}: {counts['shrink:moved']} row moves, {counts['shrink:released']} slabs "

@@ -20,11 +20,13 @@ pick = st.integers(0, 1_000)
 class PoolMachine(RuleBasedStateMachine):
     design = "slab"
     shrink = ShrinkPolicy()  # off: the shrink rule only logs its point
+    open_blocks = "low"
 
     def __init__(self):
         super().__init__()
         self.pool = PagedKVPool(PoolConfig(num_layers=LAYERS, block_size=BLOCK, slab_blocks=SLAB,
-                                           design=self.design, shrink=self.shrink))
+                                           design=self.design, shrink=self.shrink,
+                                           open_blocks=self.open_blocks))
         self.refs: dict[int, list[tuple[mx.array, mx.array]]] = {}  # seq -> per layer (K, V) [length, H, D]
         self.starts: dict[int, int] = {}
         self.handles: list[tuple] = []  # (handle, refs, logical_start)
@@ -133,6 +135,12 @@ class PoolMachine(RuleBasedStateMachine):
         self.pool.set_logical_start(seq, start)
         self.starts[seq] = start
 
+    @rule(which=pick, tokens=st.integers(1, 12))
+    def reserve(self, which, tokens):
+        if self.refs:
+            seq = self._seq(which)
+            self.pool.reserve({seq: self._length(seq) + tokens})
+
     @rule()
     def shrink_point(self):
         self.pool.shrink()  # moves and releases must keep every invariant and gather below
@@ -181,6 +189,10 @@ class CompactingMachine(PoolMachine):
     shrink = ShrinkPolicy("compact", 1 << 30, 1.0)  # every block of a slab may move, no budget limit
 
 
+class OpenBlocksHighMachine(PoolMachine):
+    open_blocks = "high"  # open blocks on the highest rows (a reserve rule gives them a top to take)
+
+
 SETTINGS = settings(max_examples=60, stateful_step_count=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 TestSlabPoolMachine = PoolMachine.TestCase
@@ -189,3 +201,5 @@ TestMonolithicPoolMachine = MonolithicMachine.TestCase
 TestMonolithicPoolMachine.settings = SETTINGS
 TestCompactingPoolMachine = CompactingMachine.TestCase
 TestCompactingPoolMachine.settings = SETTINGS
+TestOpenBlocksHighPoolMachine = OpenBlocksHighMachine.TestCase
+TestOpenBlocksHighPoolMachine.settings = SETTINGS

@@ -33,6 +33,21 @@ def test_recorded_config_replay_equals_recorded_counters(session):
     assert final.counters.bytes_copied == final.counters.bytes_copied_model
 
 
+def test_a_recording_with_open_blocks_high_replays_as_it_ran(tmp_path):
+    """The geometry names the open-block policy and the replay allocates by it: its counters match the recording,
+    whose rows differ from the same script's under "low" (rows minted free below open blocks)."""
+    minted = {}
+    for policy in ("low", "high"):
+        path = tmp_path / f"{policy}.slabrec"
+        record_scripted(path, design="slab", steps=80, seed=3, open_blocks=policy)
+        view = Session.open(path)
+        assert view.geometry.open_blocks == policy and recorded_config(view)["open_blocks"] == policy
+        result = run_whatif(view)
+        assert result.skipped == [] and mismatches_with_recording(view, result) == []
+        minted[policy] = view.snapshots[-1].snapshot.counters.rows_minted
+    assert minted["high"] > minted["low"]
+
+
 def test_bigger_slabs_mean_fewer_slabs_and_fewer_runs(session):
     small = run_whatif(session).summary()
     if session.geometry.design == "monolithic":  # grows in fixed 32-row chunks: slab size is irrelevant

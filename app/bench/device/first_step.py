@@ -6,7 +6,7 @@ step's tokens are read). Prints the first ``--steps`` decode steps and the media
 that may explain a slow first step: the prefill trim (``--prefill-trim off`` keeps MLX's cache) and the decode
 rehearsal ($SLABSCOPE_REHEARSAL=0 skips it). One process per setting: run it once per configuration.
 
-    PYTHONPATH=. python3 app/bench/device/first_step.py --backend slab [--prefill-trim off]
+    PYTHONPATH=. python3 app/bench/device/first_step.py --backend slab [--prefill-trim off] [--open-blocks low]
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ def main() -> int:
     add_burst_arguments(parser)
     parser.add_argument("--prefill-trim", default="0.05")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--open-blocks", choices=("auto", "low", "high"), default="auto")
     args = parser.parse_args()
     t_start = time.perf_counter()
     from app.workloads.engine import Engine
@@ -75,7 +76,8 @@ def main() -> int:
     Engine._dispatch, Engine._complete = timed_dispatch, timed_complete
     spec = RunSpec(scenario="distinct_burst", backend=args.backend, model=args.model, dtype=args.dtype,
                    device=args.device, overrides=burst_overrides(args.set),
-                   prefill_trim=None if args.prefill_trim == "off" else float(args.prefill_trim))
+                   prefill_trim=None if args.prefill_trim == "off" else float(args.prefill_trim),
+                   open_blocks=args.open_blocks)
     steps: list[float] = []
     meta: dict = {}
 
@@ -89,7 +91,7 @@ def main() -> int:
 
     summary = run_workload(spec, emit)
     rest = steps[args.steps:]
-    print(json.dumps({"backend": args.backend, "prefill_trim": args.prefill_trim,
+    print(json.dumps({"backend": args.backend, "prefill_trim": args.prefill_trim, "open_blocks": args.open_blocks,
                       "rehearsal": meta.get("rehearsal"), "mlx_env": meta.get("mlx_env"),
                       "process_s": time.perf_counter() - t_start,
                       "tok_s": summary.get("tok_s"), "first_steps_ms": [round(s, 2) for s in steps[:args.steps]],

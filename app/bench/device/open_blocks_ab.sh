@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Issue 13's first fused decode step, open blocks high against low, fresh processes interleaved. Each round: issue
+# 13's command (`slabscope record ... --backends slab,dense`, the order alternating; the slab pool at its default,
+# --open-blocks auto = high), then the same record of slab alone with --open-blocks low. ROUNDS_BURST rounds of the
+# burst, ROUNDS_HEAVY of the decode-heavy case; then FIRST_STEP_ROUNDS fresh processes per policy of
+# first_step.py (graph build of the first decode steps). Compare tables in $OUT/<case><round><arm>.txt, recordings
+# in $OUT/series.tar.gz, first_step.py's JSON lines in $OUT/first_step.jsonl. From the repository root, on the GPU:
+#
+#   OUT=/tmp/ab ROUNDS_BURST=5 ROUNDS_HEAVY=3 FIRST_STEP_ROUNDS=2 bash app/bench/device/open_blocks_ab.sh
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/ab}
+py=${PY:-python3}
+$py -c "import msgspec" 2>/dev/null || $py -m pip install -q --no-index --no-deps "${WHEELS:-.whl}"/msgspec-*.whl
+model=(--model synthetic:qwen3-0.6b --dtype bfloat16 --device gpu --sample-hz 100 --snapshot-hz 0.5)
+burst=(--scenario distinct_burst --set n=8 --set prompt_tokens=4096 --set gen_tokens=32)
+heavy=(--scenario distinct_burst --set n=16 --set prompt_tokens=2048 --set gen_tokens=256)
+timeout 120 $py -m app warmup --model synthetic:qwen3-0.6b "${burst[@]}" --json > /dev/null 2>&1
+timeout 120 $py -m app warmup --model synthetic:qwen3-0.6b "${heavy[@]}" --json > /dev/null 2>&1
+series() {  # name rounds args...
+  local name=$1 rounds=$2; shift 2
+  for r in $(seq 1 "$rounds"); do
+    order=slab,dense; (( r % 2 == 0 )) && order=dense,slab
+    timeout 120 $py -m app record "$@" "${model[@]}" --backends $order --out "$OUT/$name${r}high" \
+      > "$OUT/$name${r}high.txt" 2>&1
+    echo "$name${r}high ($order): exit $?"
+    timeout 120 $py -m app record "$@" "${model[@]}" --backends slab --open-blocks low --out "$OUT/$name${r}low" \
+      > "$OUT/$name${r}low.txt" 2>&1
+    echo "$name${r}low: exit $?"
+  done
+}
+mkdir -p "$OUT"
+series burst "${ROUNDS_BURST:-5}" "${burst[@]}"
+series heavy "${ROUNDS_HEAVY:-3}" "${heavy[@]}"
+for r in $(seq 1 "${FIRST_STEP_ROUNDS:-0}"); do
+  for policy in high low; do
+    timeout 90 $py app/bench/device/first_step.py --backend slab --steps 4 --open-blocks $policy \
+      2>/dev/null | tail -1 >> "$OUT/first_step.jsonl"
+  done
+done
+tar -czf "$OUT/series.tar.gz" -C "$OUT" $(cd "$OUT" && ls -d burst* heavy* 2>/dev/null | grep -v '\.txt$') \
+  && (cd "$OUT" && ls -d burst* heavy* | grep -v '\.txt$' | xargs rm -rf)

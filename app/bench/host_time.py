@@ -48,6 +48,7 @@ class HostConfig(BenchWorkload):
     count_ops: bool = True
     slab_blocks: int | None = None  # None: the scenario's
     emulate_cuda: bool = False  # the CUDA fused route's host side on this machine (app/bench/host_emulation.py)
+    open_blocks: str = "auto"  # the pool engines' open-block rows (RunSpec.open_blocks)
 
     def __post_init__(self) -> None:
         check_engines(self.engines, ENGINES)
@@ -77,7 +78,7 @@ class EngineSteps:
         spec = RunSpec(scenario=config.scenario, backend="dense" if engine == "mlx_lm" else engine,
                        model=loaded.name, dtype=config.dtype, device=config.device, seed=config.seed,
                        overrides=dict(config.overrides), prefill_chunk=config.prefill_chunk, prefill_trim=None,
-                       slab_blocks=config.slab_blocks)
+                       slab_blocks=config.slab_blocks, open_blocks=config.open_blocks)
         self.engine = engine
         self.count_ops = config.count_ops
         self.session = build_session(spec, scenario, loaded=loaded)

@@ -10,7 +10,7 @@ MLX primitives each step builds, per engine on the same schedule, engines interl
 
 from __future__ import annotations
 
-from app.commands.arg_types import positive_int
+from app.commands.arg_types import add_open_blocks_argument, positive_int
 from app.commands.bench import print_figures
 from app.commands.bench_workload import add_workload_arguments, workload_fields
 
@@ -25,6 +25,7 @@ def add_arguments(p) -> None:
                    "(default: the scenario's)")
     p.add_argument("--emulate-cuda", action="store_true", help="run the CUDA fused route's host side on this "
                    "machine, kernels replaced by zeros (app/bench/host_emulation.py): build times only")
+    add_open_blocks_argument(p)
     p.add_argument("--no-ops", action="store_true", help="skip counting each step's primitives")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object (progress still on stderr)")
@@ -35,7 +36,8 @@ def main(args) -> int:
 
     def measure(progress):  # a bad configuration (ScenarioError too) is a ValueError: a usage error
         config = HostConfig(**workload_fields(args), prefill_chunk=args.prefill_chunk, seed=args.seed,
-                            count_ops=not args.no_ops, slab_blocks=args.slab_blocks, emulate_cuda=args.emulate_cuda)
+                            count_ops=not args.no_ops, slab_blocks=args.slab_blocks, emulate_cuda=args.emulate_cuda,
+                            open_blocks=args.open_blocks)
         return run_host_bench(config, progress)
 
     return print_figures(args, measure, format_report)

@@ -3,8 +3,9 @@
 # 13's command (`slabscope record ... --backends slab,dense`, the order alternating; the slab pool at its default,
 # --open-blocks auto = high), then the same record of slab alone with --open-blocks low. ROUNDS_BURST rounds of the
 # burst, ROUNDS_HEAVY of the decode-heavy case; then FIRST_STEP_ROUNDS fresh processes per policy of
-# first_step.py (graph build of the first decode steps). Compare tables in $OUT/<case><round><arm>.txt, recordings
-# in $OUT/series.tar.gz, first_step.py's JSON lines in $OUT/first_step.jsonl. From the repository root, on the GPU:
+# first_step.py (graph build of the first decode steps). Everything ends in $OUT/ab.tar.gz: compare tables
+# (<case><round><arm>.txt), recordings (<case><round><arm>/), first_step.py's JSON lines (first_step.jsonl). From
+# the repository root, on the GPU:
 #
 #   OUT=/tmp/ab ROUNDS_BURST=5 ROUNDS_HEAVY=3 FIRST_STEP_ROUNDS=2 bash app/bench/device/open_blocks_ab.sh
 export PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -37,5 +38,5 @@ for r in $(seq 1 "${FIRST_STEP_ROUNDS:-0}"); do
       2>/dev/null | tail -1 >> "$OUT/first_step.jsonl"
   done
 done
-tar -czf "$OUT/series.tar.gz" -C "$OUT" $(cd "$OUT" && ls -d burst* heavy* 2>/dev/null | grep -v '\.txt$') \
-  && (cd "$OUT" && ls -d burst* heavy* | grep -v '\.txt$' | xargs rm -rf)
+# everything in one archive (the device tool returns a limited number of files)
+(cd "$OUT" && tar -czf ../ab.tar.gz . && rm -rf ./* && mv ../ab.tar.gz .)

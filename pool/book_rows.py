@@ -215,15 +215,15 @@ class RowBook:
         if capacities != [rows.capacity for rows in self.layers]:
             check_pool_capacity(self.design, self.slab_blocks, capacities, self.bytes_per_row, self.limits)
 
-    def _new_block(self, layer: int, open_block: bool = False) -> tuple[int, int]:
+    def _new_block(self, layer: int, open_block: bool = False, park: bool = False) -> tuple[int, int]:
         """Create a block with refcount 1 on the lowest free row (or a newly minted one); an ``open_block`` (a write
-        leaves it partly filled) of an ``open_blocks="high"`` book on the row ``_open_row`` picks. Returns
-        (id, row)."""
+        leaves it partly filled) of an ``open_blocks="high"`` book on the row ``_open_row`` picks (``park``: see
+        there). Returns (id, row)."""
         rows = self.layers[layer]
         block_id = self._next_block_id
         self._next_block_id += 1
         if open_block and self.open_blocks == "high":
-            row = self._open_row(rows)
+            row = self._open_row(rows, park)
         elif len(rows.free):
             row = rows.free.pop_lowest()
             self.counters.rows_reused += 1
@@ -237,19 +237,33 @@ class RowBook:
         self.versions[layer] += 1
         return block_id, row
 
-    def _open_row(self, rows: LayerRows) -> int:
+    def _open_row(self, rows: LayerRows, park: bool) -> int:
         """The row of an open block under ``open_blocks="high"``: the top row of the reserved capacity while it is
         unminted (the rows between are minted free, for the full blocks that take the lowest free rows), else the
         highest free row, else a new row. So the open blocks of sequences admitted together (the engine reserves
         their final lengths at admission) share the top slab, and so do the blocks a decode step opens: its token
-        writes touch one slab, not one per sequence. Never above the budget: minted rows stay within it."""
+        writes touch one slab, not one per sequence. With ``park`` (a prefill chunk: the write's full blocks came
+        first), the row the block would have taken as the lowest free one is parked (``FreeRows.park``: handed out
+        last), so the next sequence's blocks land where they would have without the policy, from the same slab
+        boundaries (``reserve`` holds a row for it). Never above the budget: minted rows stay within it."""
+        free = rows.free
+        natural = free.lowest_unparked() if park else None
         top = rows.capacity if self.max_blocks_per_layer is None else min(rows.capacity, self.max_blocks_per_layer)
         if top > len(rows.row_block):
-            return self._mint(rows, top - 1)
-        if len(rows.free):
+            if park and natural is None and top - 1 > len(rows.row_block):
+                natural = len(rows.row_block)  # the first of the rows minted free below the top
+            row = self._mint(rows, top - 1)
+        elif free.unparked:
             self.counters.rows_reused += 1
-            return rows.free.pop_highest()
-        return self._mint(rows, len(rows.row_block))
+            row = free.pop_highest()
+        elif len(free):  # parked rows only: they are free, so no row is minted past them
+            self.counters.rows_reused += 1
+            return free.pop_highest()
+        else:
+            return self._mint(rows, len(rows.row_block))
+        if natural is not None and natural != row:
+            free.park(natural)
+        return row
 
     def _mint(self, rows: LayerRows, row: int) -> int:
         """Mint rows up to ``row`` (those below it free) and return ``row``, still to be given its block."""

@@ -34,6 +34,7 @@ class LayerRowsState(msgspec.Struct, frozen=True):
     row_refcount: list[int]
     free: list[int]
     capacity: int
+    parked: list[int] = []  # free rows handed out last (pool/free_rows.py; open_blocks="high"); older states: none
 
 
 class BookConfig(PoolGeometry, frozen=True):
@@ -70,7 +71,8 @@ def state_of(book) -> BookState:
         config=BookConfig(book.num_layers, book.block_size, book.slab_blocks, book.design, book.max_blocks_per_layer,
                           book.shrink_policy, open_blocks=book.open_blocks, bytes_per_row=book.bytes_per_row),
         geometry=book.geometry,
-        layers=[LayerRowsState(list(rows.row_block), list(rows.row_refcount), rows.free.sorted_rows(), rows.capacity)
+        layers=[LayerRowsState(list(rows.row_block), list(rows.row_refcount), rows.free.sorted_rows(), rows.capacity,
+                               rows.free.parked_rows())
                 for rows in book.layers],
         seqs=[(seq_id, [_table_state(t) for t in tables]) for seq_id, tables in book.seqs.items()],
         handles=[(hid, [_table_state(t) for t in tables]) for hid, tables in book.handles.items()],
@@ -96,6 +98,8 @@ def restore(book_class, state: BookState, max_blocks_per_layer: int | None = Non
         rows.capacity = saved.capacity
         for row in saved.free:
             rows.free.push(row)
+        for row in saved.parked:
+            rows.free.park(row)
         for row, block_id in enumerate(rows.row_block):
             if block_id >= 0:
                 book.blocks[block_id] = (layer, row)

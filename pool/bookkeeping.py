@@ -145,7 +145,9 @@ class BlockBook(RowBook):
         minted_before, reused_before = before
         for layer, table in enumerate(tables):
             for index in range(new_blocks):
-                block_id, row = self._new_block(layer, open_block=open_last and index == new_blocks - 1)
+                # a write with full blocks before its open one is a prefill chunk: park the open block's low row
+                block_id, row = self._new_block(layer, open_block=open_last and index == new_blocks - 1,
+                                                park=new_blocks > 1)
                 table.block_ids.append(block_id)
                 table.rows.append(row)
         rows0 = [dst for _, dst in cow_pairs[0]] + (tables[0].rows[-new_blocks:] if new_blocks else [])
@@ -174,7 +176,8 @@ class BlockBook(RowBook):
 
     def reserve(self, lengths: dict[int, int]) -> WritePlan:
         """Hold capacity, in every layer, for the blocks sequences still need to reach ``lengths`` (seq id -> tokens):
-        blocks past their tables' ends, plus a shared partial last block their next write copies. Growth happens
+        blocks past their tables' ends, plus a shared partial last block their next write copies, plus (under
+        ``open_blocks="high"``) the row a sequence not yet written parks when its prefill opens a block. Growth happens
         here, once, instead of at the writes that fill those blocks (each growth is measured, and measuring waits
         for the device: pool/copy_meter.py). Rows stay unminted until a write takes them; capacity never exceeds
         what the budget lets live blocks reach. Mutates capacity (and its modelled growth); returns the growth."""
@@ -184,6 +187,9 @@ class BlockBook(RowBook):
             self.tables(seq_id)
             _check_int("reserved length", num_tokens)
         blocks = sum(self._blocks_to_come(self.tables(seq_id)[0], num_tokens) for seq_id, num_tokens in lengths.items())
+        if self.open_blocks == "high":  # a sequence not yet written will park a row when its prefill opens a block
+            blocks += sum(1 for seq_id, num_tokens in lengths.items()
+                          if self.tables(seq_id)[0].length == 0 and num_tokens > self.block_size)
         self._check_room([blocks] * self.num_layers)
         growth = self._reserve_capacity(extra_blocks=blocks)
         if growth:  # the capacity held is free rows: a shrink point's "nothing left to release" holds no longer

@@ -4,9 +4,15 @@ first use) a max-heap for the highest free row, which an ``open_blocks="high"`` 
 Reusing the lowest free row first makes reuse deterministic (tests can assert exact rows) and keeps live rows packed
 toward the front, so fragmentation that remains is real and visible in snapshots.
 
-Both heaps delete lazily: a row taken through one heap stays in the other until a pop meets it there and, finding
-it no longer a member, drops it. A member is in every built heap at least once (each push adds it to both), so a
-pop returns the lowest (highest) member; the set is the truth the integrity check compares.
+A free row can be *parked*: still free (counted, reusable, shown), but handed out only when no unparked row is left.
+An ``open_blocks="high"`` pool parks the row an open block would have taken had it gone to the lowest free row, so
+the full blocks after it land where they would have without the policy (a sequence's rows stay aligned to slabs as
+they were: a shifted layout split every later prompt's gathers and writes across one more slab).
+
+The heaps delete lazily: a row taken (or parked) through one path stays in the other heaps until a pop meets it
+there and drops it for not being a free unparked (parked) row any more. Every free row is in each built heap of
+its kind at least once, so a pop returns the lowest (highest) row of its kind; the sets are the truth the integrity
+check compares.
 """
 
 from __future__ import annotations
@@ -15,15 +21,17 @@ import heapq
 
 
 class FreeRows:
-    """Owns the free rows of one layer. Mutated only by :meth:`push`, :meth:`pop_lowest`, :meth:`pop_highest` and
-    :meth:`drop_from`."""
+    """Owns the free rows of one layer. Mutated only by :meth:`push`, :meth:`park`, :meth:`pop_lowest`,
+    :meth:`pop_highest` and :meth:`drop_from`."""
 
-    __slots__ = ("_heap", "_high", "_members")
+    __slots__ = ("_heap", "_high", "_members", "_parked", "_parked_heap")
 
     def __init__(self) -> None:
-        self._heap: list[int] = []
-        self._high: list[int] | None = None  # negated rows; None until pop_highest is first called
-        self._members: set[int] = set()
+        self._heap: list[int] = []  # unparked rows (lazy)
+        self._high: list[int] | None = None  # unparked rows negated (lazy); None until pop_highest is first called
+        self._members: set[int] = set()  # every free row, parked or not
+        self._parked: set[int] = set()  # the parked ones
+        self._parked_heap: list[int] = []  # parked rows (lazy)
 
     def __len__(self) -> int:
         return len(self._members)
@@ -31,8 +39,13 @@ class FreeRows:
     def __contains__(self, row: int) -> bool:
         return row in self._members
 
+    @property
+    def unparked(self) -> int:
+        """How many free rows are not parked."""
+        return len(self._members) - len(self._parked)
+
     def push(self, row: int) -> None:
-        """Mark ``row`` free. A row freed twice is a bookkeeping bug, so it raises."""
+        """Mark ``row`` free (unparked). A row freed twice is a bookkeeping bug, so it raises."""
         if row in self._members:
             raise ValueError(f"row {row} is already free")
         self._members.add(row)
@@ -40,59 +53,91 @@ class FreeRows:
         if self._high is not None:
             heapq.heappush(self._high, -row)
 
+    def park(self, row: int) -> None:
+        """Hand the free, unparked ``row`` out last (ValueError otherwise: a bookkeeping bug)."""
+        if row not in self._members or row in self._parked:
+            raise ValueError(f"row {row} is not a free unparked row")
+        self._parked.add(row)
+        heapq.heappush(self._parked_heap, row)
+
+    def lowest_unparked(self) -> int | None:
+        """The lowest free unparked row, left free (None when there is none)."""
+        if not self.unparked:
+            return None
+        heap = self._heap
+        while heap[0] not in self._members or heap[0] in self._parked:
+            heapq.heappop(heap)
+        return heap[0]
+
     def pop_lowest(self) -> int:
-        """Take the lowest free row (IndexError when empty)."""
+        """Take the lowest unparked free row, else the lowest parked one (IndexError when none is free)."""
         if not self._members:
             raise IndexError("no free row")
-        row = heapq.heappop(self._heap)
-        while row not in self._members:  # taken through the other heap already
-            row = heapq.heappop(self._heap)
+        row = self.lowest_unparked()
+        if row is None:
+            row = heapq.heappop(self._parked_heap)
+            while row not in self._parked:
+                row = heapq.heappop(self._parked_heap)
         self._take(row)
         return row
 
     def pop_highest(self) -> int:
-        """Take the highest free row (IndexError when empty)."""
+        """Take the highest unparked free row, else the highest parked one (IndexError when none is free)."""
         if not self._members:
             raise IndexError("no free row")
-        if self._high is None:
-            self._high = [-row for row in self._members]
-            heapq.heapify(self._high)
-        row = -heapq.heappop(self._high)
-        while row not in self._members:
+        if not self.unparked:
+            row = max(self._parked)  # only parked rows left: rare, and no heap kept for it
+        else:
+            if self._high is None:
+                self._high = [-row for row in self._members if row not in self._parked]
+                heapq.heapify(self._high)
             row = -heapq.heappop(self._high)
+            while row not in self._members or row in self._parked:
+                row = -heapq.heappop(self._high)
         self._take(row)
         return row
 
     def _take(self, row: int) -> None:
-        """Drop ``row`` from the members; rebuild the heaps when stale entries outnumber the members (keeps each
-        heap within twice the free rows, so pops stay logarithmic in them)."""
+        """Drop ``row`` from the free (and parked) rows; rebuild the heaps when stale entries outnumber the rows
+        (keeps each heap within twice the free rows, so pops stay logarithmic in them)."""
         self._members.discard(row)
+        self._parked.discard(row)
         limit = 2 * len(self._members) + 64
-        if len(self._heap) > limit or (self._high is not None and len(self._high) > limit):
+        if max(len(self._heap), len(self._parked_heap), len(self._high or ())) > limit:
             self._rebuild()
 
     def _rebuild(self) -> None:
-        self._heap = sorted(self._members)
+        unparked = self._members - self._parked
+        self._heap = sorted(unparked)
         if self._high is not None:
-            self._high = sorted(-row for row in self._members)
+            self._high = sorted(-row for row in unparked)
+        self._parked_heap = sorted(self._parked)
 
     def drop_from(self, first: int) -> int:
         """Forget every free row ``>= first`` (a shrink released the capacity holding them). Returns how many."""
         dropped = [row for row in self._members if row >= first]
         if dropped:
             self._members.difference_update(dropped)
+            self._parked.difference_update(dropped)
             self._rebuild()
         return len(dropped)
 
     def sorted_rows(self) -> list[int]:
+        """Every free row, parked or not, ascending."""
         return sorted(self._members)
 
+    def parked_rows(self) -> list[int]:
+        return sorted(self._parked)
+
     def heap_consistent(self) -> bool:
-        """True when every free row is in each heap (an integrity check; the heaps may also hold rows taken
-        through the other heap, which their pops skip)."""
-        if not self._members.issubset(self._heap):
+        """True when the parked rows are free and every free row is in each heap of its kind (an integrity check;
+        the heaps may also hold rows taken or parked since, which their pops skip)."""
+        unparked = self._members - self._parked
+        if not self._parked <= self._members or not unparked.issubset(self._heap):
             return False
-        return self._high is None or self._members.issubset({-row for row in self._high})
+        if not self._parked.issubset(self._parked_heap):
+            return False
+        return self._high is None or unparked.issubset({-row for row in self._high})
 
 
 def free_runs(free_sorted: list[int], tail_start: int, capacity: int) -> list[tuple[int, int]]:

@@ -40,25 +40,50 @@ def test_the_open_blocks_of_a_burst_share_the_top_slab():
     high_tails = [high.block_rows(0, seq)[-1] for seq in range(4)]
     assert low_tails == [3, 7, 11, 15] and slabs_of(low, low_tails) == {0, 1, 2, 3}  # one slab per sequence
     capacity = high.layers[0].capacity
-    assert capacity == 20  # 4 x 5 blocks reserved, whole slabs
-    assert high_tails == [19, 18, 17, 16] and slabs_of(high, high_tails) == {4}
-    # the full blocks still take the lowest rows, packed (the gap rows were minted free for them)
-    assert sorted(r for seq in range(4) for r in high.block_rows(0, seq)[:-1]) == list(range(12))
+    assert low.layers[0].capacity == 20 and capacity == 24  # 4 x 5 blocks reserved, plus a row to park each
+    assert high_tails == [23, 22, 21, 20] and slabs_of(high, high_tails) == {5}
+    # the full blocks land where they would have without the policy (each sequence's from a slab boundary): the rows
+    # the open blocks would have taken are parked, not given to the next sequence's first block
+    for seq in range(4):
+        assert high.block_rows(0, seq)[:-1] == low.block_rows(0, seq)[:-1] == [4 * seq, 4 * seq + 1, 4 * seq + 2]
+    assert high.layers[0].free.parked_rows() == low_tails
     # the decode step at the block boundary opens the next blocks: the top again, one slab
     for seq in range(4):
         high.prepare_write(seq, 15, 1)
         high.prepare_write(seq, 16, 1)
     high.check_integrity()
-    assert slabs_of(high, [high.block_rows(0, seq)[-1] for seq in range(4)]) == {3}
+    assert slabs_of(high, [high.block_rows(0, seq)[-1] for seq in range(4)]) == {4}
+    assert high.layers[0].free.parked_rows() == low_tails  # a decode step's open block parks nothing
     assert high.layers[0].capacity == capacity  # nothing grew past the reservation
 
 
 def test_counters_count_the_rows_minted_free_once():
     book = burst_book("high")
     counters = book.counters
-    assert counters.rows_minted == 20 and counters.rows_minted_free == 16  # row 19 minted for seq 0, 0-18 free
+    assert counters.rows_minted == 24 and counters.rows_minted_free == 20  # row 23 minted for seq 0, 3-22 free
     assert counters.rows_minted - counters.rows_minted_free + counters.rows_reused == counters.blocks_created
     assert book.stats().live_blocks == 16
+
+
+def test_parked_rows_go_last_and_survive_the_state():
+    book = burst_book("high")  # rows 3, 7, 11, 15 parked, 16-19 free, 20-23 the open blocks
+    parked = book.layers[0].free.parked_rows()
+    assert parked == [3, 7, 11, 15]
+    book.add_sequence(9)
+    book.prepare_write(9, 0, 4)  # one full block: the lowest unparked free row, not a parked one
+    assert book.block_rows(0, 9) == [16]
+    state = book.state()
+    assert state.layers[0].parked == parked
+    assert BlockBook.from_state(state, check=True).layers[0].free.parked_rows() == parked
+    bad = state.layers[0].__class__(state.layers[0].row_block, state.layers[0].row_refcount,
+                                    [r for r in state.layers[0].free if r != 3], state.layers[0].capacity, parked)
+    import msgspec
+
+    with pytest.raises(PoolError, match="inconsistent book state"):  # a parked row that is not free
+        BlockBook.from_state(msgspec.structs.replace(state, layers=[bad]), check=True)
+    book.prepare_write(9, 4, 16)  # rows 17-19 are the last unparked ones: then the parked rows, lowest first
+    assert book.block_rows(0, 9) == [16, 17, 18, 19, 3] and book.layers[0].free.parked_rows() == [7, 11, 15]
+    book.check_integrity()
 
 
 def test_a_budget_caps_the_top_row():
@@ -74,8 +99,9 @@ def test_without_a_reservation_the_open_block_takes_the_top_of_the_current_capac
     book.add_sequence(1)
     book.prepare_write(0, 0, 6)  # no capacity yet when its rows are picked: minted in order, like "low"
     assert book.block_rows(0, 0) == [0, 1] and book.layers[0].capacity == 4
-    book.prepare_write(1, 0, 2)  # an open block: the slab's top row, row 2 minted free below it
+    book.prepare_write(1, 0, 2)  # an open block alone (nothing parked): the slab's top row, row 2 minted free
     assert book.block_rows(0, 1) == [3] and book.layers[0].free.sorted_rows() == [2]
+    assert book.layers[0].free.parked_rows() == []
     book.prepare_write(1, 2, 4)  # fills it and opens the next: the top is taken, so the highest free row
     assert book.block_rows(0, 1) == [3, 2]
     book.check_integrity()
@@ -134,7 +160,7 @@ def test_a_decode_step_writes_one_slab_per_layer_and_reads_back_what_it_wrote():
                 assert mx.array_equal(got.keys, keys.transpose(1, 0, 2)), (policy, seq, layer)
                 assert mx.array_equal(got.values, values.transpose(1, 0, 2)), (policy, seq, layer)
     assert results["low"] == (4, {0, 1, 2, 3})  # a scatter per sequence, each into its own slab
-    assert results["high"] == (1, {4})
+    assert results["high"] == (1, {5})
 
 
 def test_a_refused_write_changes_nothing_under_the_policy():
@@ -148,30 +174,40 @@ def test_a_refused_write_changes_nothing_under_the_policy():
     assert full_state(pool) == before
 
 
-def test_free_rows_pop_from_both_ends_like_a_sorted_list():
+def test_free_rows_pop_from_both_ends_like_sorted_lists_parked_last():
     import random
 
     rng = random.Random(5)
-    free, reference = FreeRows(), set()
-    for _ in range(2000):
+    free, unparked, parked = FreeRows(), set(), set()
+    for _ in range(3000):
         action = rng.random()
-        if action < 0.5 or not reference:
+        if action < 0.45 or not unparked | parked:
             row = rng.randrange(300)
-            if row not in reference:
+            if row not in unparked | parked:
                 free.push(row)
-                reference.add(row)
+                unparked.add(row)
+        elif action < 0.55 and unparked:
+            row = rng.choice(sorted(unparked))
+            free.park(row)
+            unparked.discard(row)
+            parked.add(row)
         elif action < 0.75:
-            assert free.pop_lowest() == min(reference)
-            reference.discard(min(reference))
+            pool = unparked or parked
+            assert free.pop_lowest() == min(pool)
+            pool.discard(min(pool))
         elif action < 0.97:
-            assert free.pop_highest() == max(reference)
-            reference.discard(max(reference))
+            pool = unparked or parked
+            assert free.pop_highest() == max(pool)
+            pool.discard(max(pool))
         else:
             first = rng.randrange(300)
-            assert free.drop_from(first) == len([r for r in reference if r >= first])
-            reference = {r for r in reference if r < first}
-        assert free.sorted_rows() == sorted(reference) and len(free) == len(reference)
+            assert free.drop_from(first) == len([r for r in unparked | parked if r >= first])
+            unparked, parked = {r for r in unparked if r < first}, {r for r in parked if r < first}
+        assert free.sorted_rows() == sorted(unparked | parked) and free.parked_rows() == sorted(parked)
+        assert free.lowest_unparked() == (min(unparked) if unparked else None) and free.unparked == len(unparked)
         assert free.heap_consistent()
-        assert len(free._heap) <= 2 * len(reference) + 65  # stale entries stay bounded
+        assert len(free._heap) <= 2 * len(unparked | parked) + 65  # stale entries stay bounded
     with pytest.raises(IndexError):
         FreeRows().pop_highest()
+    with pytest.raises(ValueError, match="row 4 is not a free unparked row"):
+        FreeRows().park(4)

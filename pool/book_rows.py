@@ -268,12 +268,9 @@ class RowBook:
     def _mint(self, rows: LayerRows, row: int) -> int:
         """Mint rows up to ``row`` (those below it free) and return ``row``, still to be given its block."""
         first = len(rows.row_block)
-        for free_row in range(first, row):
-            rows.row_block.append(-1)
-            rows.row_refcount.append(0)
-            rows.free.push(free_row)
-        rows.row_block.append(-1)
-        rows.row_refcount.append(0)
+        rows.row_block.extend([-1] * (row + 1 - first))
+        rows.row_refcount.extend([0] * (row + 1 - first))
+        rows.free.push_range(first, row)
         self.counters.rows_minted += row + 1 - first
         self.counters.rows_minted_free += row - first
         return row

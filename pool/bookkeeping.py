@@ -187,15 +187,22 @@ class BlockBook(RowBook):
             self.tables(seq_id)
             _check_int("reserved length", num_tokens)
         blocks = sum(self._blocks_to_come(self.tables(seq_id)[0], num_tokens) for seq_id, num_tokens in lengths.items())
-        if self.open_blocks == "high":  # a sequence not yet written will park a row when its prefill opens a block
-            blocks += sum(1 for seq_id, num_tokens in lengths.items()
-                          if self.tables(seq_id)[0].length == 0 and num_tokens > self.block_size)
+        blocks += self.rows_to_park(lengths)
         self._check_room([blocks] * self.num_layers)
         growth = self._reserve_capacity(extra_blocks=blocks)
         if growth:  # the capacity held is free rows: a shrink point's "nothing left to release" holds no longer
             self.shrunk = False
         self._emit(Reserve, seqs=list(lengths), lengths=list(lengths.values()))
         return WritePlan(cow_pairs=[[] for _ in range(self.num_layers)], growth=growth)
+
+    def rows_to_park(self, lengths: dict[int, int]) -> int:
+        """Rows an ``open_blocks="high"`` book will park for sequences growing to ``lengths`` (seq id -> tokens):
+        one per sequence not yet written whose prefill will open a block after full ones (``RowBook._open_row``);
+        0 under "low". Reads only."""
+        if self.open_blocks != "high":
+            return 0
+        return sum(1 for seq_id, num_tokens in lengths.items()
+                   if self.tables(seq_id)[0].length == 0 and num_tokens > self.block_size)
 
     def _blocks_to_come(self, table: BlockTable, num_tokens: int) -> int:
         """New blocks (rows) a sequence needs to grow from its table to ``num_tokens`` tokens (layer 0's table:

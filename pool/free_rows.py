@@ -53,6 +53,22 @@ class FreeRows:
         if self._high is not None:
             heapq.heappush(self._high, -row)
 
+    def push_range(self, first: int, stop: int) -> None:
+        """Mark rows ``[first, stop)`` free (unparked) at once: rows just minted, so none is free yet (ValueError
+        otherwise). One heapify instead of a push per row: an open block minted past a burst's gap of a thousand rows
+        in every layer, which row by row cost the prefill 14 ms of host time."""
+        rows = range(first, stop)
+        if not rows:
+            return
+        if not self._members.isdisjoint(rows):
+            raise ValueError(f"rows [{first}, {stop}) are already partly free")
+        self._members.update(rows)
+        self._heap.extend(rows)
+        heapq.heapify(self._heap)
+        if self._high is not None:
+            self._high.extend(-row for row in rows)
+            heapq.heapify(self._high)
+
     def park(self, row: int) -> None:
         """Hand the free, unparked ``row`` out last (ValueError otherwise: a bookkeeping bug)."""
         if row not in self._members or row in self._parked:
@@ -70,14 +86,23 @@ class FreeRows:
         return heap[0]
 
     def pop_lowest(self) -> int:
-        """Take the lowest unparked free row, else the lowest parked one (IndexError when none is free)."""
-        if not self._members:
+        """Take the lowest unparked free row, else the lowest parked one (IndexError when none is free). The hot
+        path of every full block: kept to a few set and heap operations."""
+        members, parked = self._members, self._parked
+        if len(members) > len(parked):
+            heap = self._heap
+            row = heapq.heappop(heap)
+            while row not in members or row in parked:
+                row = heapq.heappop(heap)
+            members.discard(row)
+            if self._high is not None and len(self._high) > 2 * len(members) + 64:
+                self._rebuild()
+            return row
+        if not members:
             raise IndexError("no free row")
-        row = self.lowest_unparked()
-        if row is None:
+        row = heapq.heappop(self._parked_heap)
+        while row not in parked:
             row = heapq.heappop(self._parked_heap)
-            while row not in self._parked:
-                row = heapq.heappop(self._parked_heap)
         self._take(row)
         return row
 

@@ -160,6 +160,11 @@ class PagedKVPool:
         measuring waits for the device, which would drain a pipelined prefill at every slab it appends."""
         self._execute(self.book.reserve(lengths))
 
+    def rows_to_park(self, lengths: dict[int, int]) -> int:
+        """Rows the pool will park for sequences growing to ``lengths`` (BlockBook.rows_to_park; 0 unless
+        open_blocks is "high"): part of what ``reserve`` holds."""
+        return self.book.rows_to_park(lengths)
+
     def _execute(self, plan: WritePlan) -> None:
         if not plan.growth and not any(plan.cow_pairs):
             return  # storage already holds the book's capacity (kept equal after every operation)

@@ -86,6 +86,7 @@ class PagedBackend:
         if self.kernel is None or self.pool.config.design != "slab":
             return
         blocks = sum(self._final_blocks(s) for s in self._running.values())
+        blocks += self.pool.rows_to_park({s.seq_id: s.request.final_cached_tokens for s in self._running.values()})
         self.kernel.prefetch(-(-blocks // self.pool.config.slab_blocks), projected=True)
 
     def _final_blocks(self, seq: Sequence) -> int:

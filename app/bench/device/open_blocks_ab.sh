@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 13's first fused decode step, open blocks high against low, fresh processes interleaved. Each round: issue
-# 13's command (`slabscope record ... --backends slab,dense`, the order alternating; the slab pool at its default,
-# --open-blocks auto = high), then the same record of slab alone with --open-blocks low. ROUNDS_BURST rounds of the
+# 13's command (`slabscope record ... --backends slab,dense`; the slab pool at its default, --open-blocks auto =
+# high) and the same record of slab alone with --open-blocks low; odd rounds run high first (slab before dense),
+# even rounds low first (dense before slab). ROUNDS_BURST rounds of the
 # burst, ROUNDS_HEAVY of the decode-heavy case; then FIRST_STEP_ROUNDS fresh processes per policy of
 # first_step.py (graph build of the first decode steps). Everything ends in $OUT/ab.tar.gz: compare tables
 # (<case><round><arm>.txt), recordings (<case><round><arm>/), first_step.py's JSON lines (first_step.jsonl). From
@@ -17,16 +18,23 @@ burst=(--scenario distinct_burst --set n=8 --set prompt_tokens=4096 --set gen_to
 heavy=(--scenario distinct_burst --set n=16 --set prompt_tokens=2048 --set gen_tokens=256)
 timeout 120 $py -m app warmup --model synthetic:qwen3-0.6b "${burst[@]}" --json > /dev/null 2>&1
 timeout 120 $py -m app warmup --model synthetic:qwen3-0.6b "${heavy[@]}" --json > /dev/null 2>&1
-series() {  # name rounds args...
+high() {  # name round order args...: issue 13's command, the pool at its default (open blocks high)
+  local name=$1 r=$2 order=$3; shift 3
+  timeout 120 $py -m app record "$@" "${model[@]}" --backends $order --out "$OUT/$name${r}high" \
+    > "$OUT/$name${r}high.txt" 2>&1
+  echo "$name${r}high ($order): exit $?"
+}
+low() {  # name round args...: slab alone with --open-blocks low
+  local name=$1 r=$2; shift 2
+  timeout 120 $py -m app record "$@" "${model[@]}" --backends slab --open-blocks low --out "$OUT/$name${r}low" \
+    > "$OUT/$name${r}low.txt" 2>&1
+  echo "$name${r}low: exit $?"
+}
+series() {  # name rounds args...: odd rounds high first (slab before dense), even rounds low first (dense first)
   local name=$1 rounds=$2; shift 2
   for r in $(seq 1 "$rounds"); do
-    order=slab,dense; (( r % 2 == 0 )) && order=dense,slab
-    timeout 120 $py -m app record "$@" "${model[@]}" --backends $order --out "$OUT/$name${r}high" \
-      > "$OUT/$name${r}high.txt" 2>&1
-    echo "$name${r}high ($order): exit $?"
-    timeout 120 $py -m app record "$@" "${model[@]}" --backends slab --open-blocks low --out "$OUT/$name${r}low" \
-      > "$OUT/$name${r}low.txt" 2>&1
-    echo "$name${r}low: exit $?"
+    if (( r % 2 )); then high "$name" "$r" slab,dense "$@"; low "$name" "$r" "$@"
+    else low "$name" "$r" "$@"; high "$name" "$r" dense,slab "$@"; fi
   done
 }
 mkdir -p "$OUT"

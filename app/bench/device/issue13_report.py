@@ -45,6 +45,7 @@ def figures(path: str) -> dict:
     decode = [e for e in session.events_of(Step) if e.type == "decode"]
     fused_steps = {e.step for e in session.events_of(GatherRuns) if e.fused_layers}
     steps_ms = [e.wall_s * 1e3 for e in decode]
+    prefill_ms = sum(e.wall_s for e in session.events_of(Step) if e.type == "prefill") * 1e3
     first_fused = next(((i, e.wall_s * 1e3) for i, e in enumerate(decode) if e.step in fused_steps), None)
     footprint = session.peak("footprint").value
     growths = _growth_ops(session)
@@ -56,6 +57,7 @@ def figures(path: str) -> dict:
     return {
         "backend": meta.get("backend"), "path": path, "tok_s": run.get("tok_s"),
         "decode_steps": len(steps_ms), "first_decode_step_ms": steps_ms[0] if steps_ms else None,
+        "prefill_ms": prefill_ms, "decode_ms": sum(steps_ms),
         "median_decode_step_ms": median,
         "first_fused_step_index": first_fused[0] if first_fused else None,
         "first_fused_step_ms": first_fused[1] if first_fused else None,

@@ -31,8 +31,8 @@ def check_book(book) -> None:
 
 def _check_shrunk(book) -> None:
     """Right after a shrink point under ``release`` or ``compact`` (``book.shrunk``: set by the shrink, cleared when a
-    row is freed or a reservation grows the capacity; a monolithic release the budget declined does not set it), no layer's highest chunk is entirely
-    free: the policy released every free chunk it could reach."""
+    row is freed or a reservation grows the capacity; a monolithic release the budget declined does not set it), no
+    layer's highest chunk is entirely free: the policy released every free chunk it could reach."""
     if not book.shrunk or not book.shrink_policy.active:
         return
     chunk = chunk_rows(book.design, book.slab_blocks)

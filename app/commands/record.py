@@ -11,8 +11,8 @@ import os
 import sys
 import time
 
-from app.commands.arg_types import (add_mlx_cache_arguments, add_open_blocks_argument, add_shrink_arguments, backends_list, finite_float,
-                                    positive_int)
+from app.commands.arg_types import (add_mlx_cache_arguments, add_open_blocks_argument, add_shrink_arguments,
+                                    backends_list, finite_float, positive_int)
 from app.commands.errors import output_dir
 from app.commands.metrics_args import add_metrics_arguments, hold_metrics, start_metrics
 from app.models.registry import DTYPE_NAMES

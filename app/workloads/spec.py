@@ -61,7 +61,8 @@ class RunSpec:
                                                or isinstance(self.shrink_budget, bool) or self.shrink_budget < 0):
             raise ValueError(f"shrink_budget must be a byte count >= 0, got {self.shrink_budget!r}")
         if self.open_blocks not in OPEN_BLOCKS_CHOICES:
-            raise ValueError(f"unknown open_blocks {self.open_blocks!r} (choose one of {', '.join(OPEN_BLOCKS_CHOICES)})")
+            raise ValueError(f"unknown open_blocks {self.open_blocks!r} "
+                             f"(choose one of {', '.join(OPEN_BLOCKS_CHOICES)})")
         if self.prefill_trim is not None and not (isinstance(self.prefill_trim, (int, float))
                                                   and math.isfinite(self.prefill_trim) and self.prefill_trim >= 0):
             raise ValueError(f"prefill_trim must be a fraction >= 0 or None, got {self.prefill_trim!r}")

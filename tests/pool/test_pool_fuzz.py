@@ -20,11 +20,11 @@ def test_random_valid_and_invalid_calls(design, seed, open_blocks):
     counts = run_fuzz(seed, design, STEPS, open_blocks)
     invalid_kinds = [k for k in counts if k.startswith("invalid:")]
     limited = sum(n for k, n in counts.items() if k.startswith("limit:"))
-    print(f"\npool fuzz {design} (open blocks {open_blocks}) seed {seed}: {counts['cases']} cases: {counts['identical']} identical to the "
-          f"dense reference, {counts['clear error']} clear errors with the state unchanged ({len(invalid_kinds)} "
-          f"kinds of invalid call; {limited} valid calls refused by the budget or the memory limit; shrink "
-          f"{shrink_policy(seed).mode}: {counts['shrink:moved']} row moves, {counts['shrink:released']} slabs "
-          "released)")
+    print(f"\npool fuzz {design} (open blocks {open_blocks}) seed {seed}: {counts['cases']} cases: "
+          f"{counts['identical']} identical to the dense reference, {counts['clear error']} clear errors with the "
+          f"state unchanged ({len(invalid_kinds)} kinds of invalid call; {limited} valid calls refused by the budget "
+          f"or the memory limit; shrink {shrink_policy(seed).mode}: {counts['shrink:moved']} row moves, "
+          f"{counts['shrink:released']} slabs released)")
     assert counts["identical"] + counts["clear error"] >= STEPS
     assert counts["identical"] > STEPS // 4 and counts["clear error"] > STEPS // 4
     if shrink_policy(seed).mode != "off" and design == "slab":

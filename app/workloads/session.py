@@ -195,19 +195,13 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
 
         kernel_route = (kernel_route or KernelRoute()).start()
         sdpa_module = install_paged_sdpa(loaded.model)
+    sampler = make_sampler(temperature, top_p)
     try:
         backend = make_backend(spec, loaded, pool_params, kernel_route=kernel_route,
                                routable=sdpa_module is not None)
-    except BaseException:  # e.g. a slab the device cannot hold: leave the model as it was
-        from app.workloads.fused_attention import uninstall_paged_sdpa
-
-        uninstall_paged_sdpa(sdpa_module)
-        raise
-    sampler = make_sampler(temperature, top_p)
-    try:
         rehearsal = _rehearse(spec, scenario, loaded, pool_params, sampler, kernel_route=kernel_route,
                               routable=sdpa_module is not None)
-    except BaseException:
+    except BaseException:  # e.g. a slab the device cannot hold, a failing rehearsal: leave the model as it was
         from app.workloads.fused_attention import uninstall_paged_sdpa
 
         uninstall_paged_sdpa(sdpa_module)

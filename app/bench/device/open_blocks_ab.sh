@@ -9,15 +9,8 @@
 # the repository root, on the GPU:
 #
 #   OUT=/tmp/ab ROUNDS_BURST=5 ROUNDS_HEAVY=3 FIRST_STEP_ROUNDS=2 bash app/bench/device/open_blocks_ab.sh
-export PYTHONPATH=. PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/ab}
-py=${PY:-python3}
-$py -c "import msgspec" 2>/dev/null || $py -m pip install -q --no-index --no-deps "${WHEELS:-.whl}"/msgspec-*.whl
-model=(--model synthetic:qwen3-0.6b --dtype bfloat16 --device gpu --sample-hz 100 --snapshot-hz 0.5)
-burst=(--scenario distinct_burst --set n=8 --set prompt_tokens=4096 --set gen_tokens=32)
-heavy=(--scenario distinct_burst --set n=16 --set prompt_tokens=2048 --set gen_tokens=256)
-timeout 120 $py -m app warmup --model synthetic:qwen3-0.6b "${burst[@]}" --json > /dev/null 2>&1
-timeout 120 $py -m app warmup --model synthetic:qwen3-0.6b "${heavy[@]}" --json > /dev/null 2>&1
+source "$(dirname "$0")/issue13_setup.sh"
 high() {  # name round order args...: issue 13's command, the pool at its default (open blocks high)
   local name=$1 r=$2 order=$3; shift 3
   timeout 120 $py -m app record "$@" "${model[@]}" --backends $order --out "$OUT/$name${r}high" \

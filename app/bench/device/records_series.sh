@@ -7,16 +7,8 @@
 # MLX_CUDA_GRAPH_CACHE_SIZE=400 (the dense-footprint check docs/gpu.md names). From the repository root, on the GPU:
 #
 #   OUT=/tmp/series ROUNDS_BURST=5 ROUNDS_HEAVY=3 bash app/bench/device/records_series.sh
-export PYTHONPATH=. PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/series}
-py=${PY:-python3}
-$py -c "import msgspec" 2>/dev/null || $py -m pip install -q --no-index --no-deps "${WHEELS:-.whl}"/msgspec-*.whl
-model=(--model synthetic:qwen3-0.6b --dtype bfloat16 --device gpu --sample-hz 100 --snapshot-hz 0.5)
-burst=(--scenario distinct_burst --set n=8 --set prompt_tokens=4096 --set gen_tokens=32)
-heavy=(--scenario distinct_burst --set n=16 --set prompt_tokens=2048 --set gen_tokens=256)
-# our kernels into the cubin cache first (MLX's own kernels fill MLX's cache in the first round)
-timeout 120 $py -m app warmup --model synthetic:qwen3-0.6b "${burst[@]}" --json > /dev/null 2>&1
-timeout 120 $py -m app warmup --model synthetic:qwen3-0.6b "${heavy[@]}" --json > /dev/null 2>&1
+source "$(dirname "$0")/issue13_setup.sh"
 series() {  # name rounds args...
   local name=$1 rounds=$2; shift 2
   for r in $(seq 1 "$rounds"); do

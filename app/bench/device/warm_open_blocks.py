@@ -40,10 +40,7 @@ def main() -> int:
     parser.add_argument("--prefill-chunk", type=int, default=None)
     parser.add_argument("--emulate-cuda", action="store_true")
     args = parser.parse_args()
-    from app.models.blas import enable_openblas
-
-    enable_openblas()
-    from app.models import load_model
+    from app.models import load_model  # its loader runs the bootstrap (OpenBLAS, MLX's settings) before mlx loads
 
     loaded = load_model(args.model, dtype=args.dtype, device=args.device, seed=0)
     if args.emulate_cuda:

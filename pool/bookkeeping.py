@@ -114,9 +114,13 @@ class BlockBook(RowBook):
         """True when blocks ``first..last`` exist in every layer's table and each has refcount 1."""
         if last >= len(tables[0].rows):
             return False
-        layers = self.layers
-        return all(layers[layer].row_refcount[row] == 1
-                   for layer, table in enumerate(tables) for row in table.rows[first:last + 1])
+        # plain loops, not a generator: every decode step asks this once per sequence for every layer
+        for rows_state, table in zip(self.layers, tables):
+            counts, rows = rows_state.row_refcount, table.rows
+            for index in range(first, last + 1):
+                if counts[rows[index]] != 1:
+                    return False
+        return True
 
     def _shared_in_span(self, layer: int, table: BlockTable, first: int, last: int) -> list[int]:
         counts = self.layers[layer].row_refcount

@@ -362,13 +362,17 @@ class PagedKVPool:
         probe) once instead of once per layer. Mutates only the decision counters."""
         answers: dict[tuple, FusedDecision] = {}
         out = []
+        storage = self.storage
         for layer in range(self.config.num_layers):
-            key = (self.storage.num_buffers(layer), self._largest_buffer_elements(layer))
+            # the largest buffer follows from the capacity and geometry: keyed by those, it is worked out once
+            geometry = storage.geometry[layer]
+            key = (storage.num_buffers(layer), geometry and storage.capacity_rows(layer), geometry)
             decision = answers.get(key)
             if decision is None:
                 decision = answers[key] = decide(num_slabs=key[0], dtype=dtype, head_dim=head_dim,
                                                  batch_size=batch_size, context_len=context_len,
-                                                 readiness=readiness, buffer_elements=key[1])
+                                                 readiness=readiness,
+                                                 buffer_elements=self._largest_buffer_elements(layer))
             self.decisions.record(layer, decision)
             out.append(decision)
         return out

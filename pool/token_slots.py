@@ -45,7 +45,8 @@ def resolve_token_slots(book, seq_ids, positions) -> TokenSlots:
     indices = [pos // bs for pos in positions]
     layer_rows = []
     for layer in range(book.num_layers):
-        rows = tuple(tables[layer].rows[index] for tables, index in zip(all_tables, indices))
+        # a list comprehension, not a generator: this runs for every layer of every decode step
+        rows = tuple([tables[layer].rows[index] for tables, index in zip(all_tables, indices)])
         counts = book.layers[layer].row_refcount
         shared = [seq_id for seq_id, row in zip(seq_ids, rows) if counts[row] != 1]
         if shared:

@@ -265,15 +265,26 @@ def format_report(result: dict) -> str:
 
 def rehearsal_note(result: dict) -> str:
     """What ran before each timed run: slabscope's engines rehearse at load on a GPU (app/workloads/rehearsal.py,
-    outside their figures); mlx-lm's engine has no such step, so its fresh-process figures hold its first uses."""
-    seconds = sorted(run["rehearsal_s"] for runs in result.get("fresh", {}).values() for run in runs
-                     if run.get("rehearsal_s") is not None)
-    if not seconds:
+    outside their figures), in the warm rounds' process and in each fresh one alike; mlx-lm's engine has no such
+    step, so its fresh-process figures hold its first uses."""
+    parts = []
+    for label, runs in (("warm rounds", [result.get("warmup_round", {})] + _by_round(result.get("rounds", {}))),
+                        ("fresh processes", _by_round(result.get("fresh", {})))):
+        seconds = sorted(run["rehearsal_s"] for by_engine in runs for run in by_engine.values()
+                         if run.get("rehearsal_s") is not None)
+        if seconds:
+            parts.append(f"{label}: median {statistics.median(seconds):.2f} s, {seconds[0]:.2f}-{seconds[-1]:.2f} s")
+    if not parts:
         return ("load-time rehearsal: none ran (a CPU run or $SLABSCOPE_REHEARSAL=0); every engine's first uses "
                 "fall in its runs")
-    return (f"load-time rehearsal: slabscope engines, before each run and outside its figures (fresh processes: "
-            f"median {statistics.median(seconds):.2f} s, {seconds[0]:.2f}-{seconds[-1]:.2f} s); mlx_lm: none, "
-            "its fresh-process figures include its first uses")
+    return (f"load-time rehearsal: slabscope engines, before each run and outside its figures ({'; '.join(parts)}); "
+            "mlx_lm: none, its fresh-process figures include its first uses")
+
+
+def _by_round(per_engine: dict) -> list[dict]:
+    """{engine: [run, ...]} as [{engine: run}, ...] (one dict per round; engines short of a round are left out)."""
+    rounds = max((len(runs) for runs in per_engine.values()), default=0)
+    return [{e: runs[i] for e, runs in per_engine.items() if i < len(runs)} for i in range(rounds)]
 
 
 def to_json(result: dict) -> str:

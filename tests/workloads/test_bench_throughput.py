@@ -62,5 +62,17 @@ def test_the_report_says_what_ran_before_the_timed_runs_and_that_mlx_lm_has_no_r
     fresh = {"slab": [{"rehearsal_s": 1.1}, {"rehearsal_s": 0.9}], "dense": [{"rehearsal_s": 1.0}],
              "mlx_lm": [{"tok_s": 1.0}]}
     note = rehearsal_note({"fresh": fresh})
-    assert "median 1.00 s, 0.90-1.10 s" in note and "mlx_lm: none" in note
+    assert "fresh processes: median 1.00 s, 0.90-1.10 s" in note and "mlx_lm: none" in note
+    assert "warm rounds" not in note
     assert rehearsal_note({"fresh": {"slab": [{"rehearsal_s": None}]}}).startswith("load-time rehearsal: none ran")
+
+
+def test_the_rehearsal_note_reads_the_warm_rounds_when_no_fresh_process_ran():
+    # --fresh-rounds 0 on a GPU: the warm rounds' sessions rehearsed; the note once said "none ran" there
+    from app.bench.throughput import rehearsal_note
+
+    result = {"warmup_round": {"slab": {"rehearsal_s": 0.5}, "mlx_lm": {"tok_s": 1.0}},
+              "rounds": {"slab": [{"rehearsal_s": 0.2}, {"rehearsal_s": 0.4}], "dense": [{"rehearsal_s": 0.3}]},
+              "fresh": {}}
+    note = rehearsal_note(result)
+    assert "warm rounds: median 0.35 s, 0.20-0.50 s" in note and "fresh processes" not in note

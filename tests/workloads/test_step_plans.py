@@ -4,7 +4,7 @@ fresh plan for every layer, and rebuilt when a layer's tables differ), and the b
 import numpy as np
 import pytest
 
-from probes.events import Step
+from probes.events import GatherRuns, Step
 
 from .helpers import assert_same_logits, run_backend, write_scenario
 from .test_fused_decode import BURST, POOL, fake_metal  # noqa: F401 (fixture)
@@ -108,3 +108,27 @@ def test_a_plan_taking_kernel_gets_per_layer_correct_plans_and_the_same_logits(t
     assert len(seen) == len(decode) * tiny_qwen3.num_layers
     assert len(set(seen)) < len(seen)  # plans were shared across layers
     assert_same_logits(logits, reference, "plan-taking route vs per-layer route")
+
+
+def test_a_step_served_by_one_plan_counts_the_same_runs_as_the_per_layer_route(tiny_qwen3, fake_metal, tmp_path):
+    # a step whose layers all ran through one plan counts layer 0's runs once for every sequence (one layer view);
+    # the per-layer route counts each layer's tables: the gather events must agree, sequence by sequence
+    from app.workloads.fused_attention import KernelRoute
+    from pool.kernels.paged_decode import gather_decode
+
+    make_route, _ = fake_metal
+    route = make_route()
+
+    def planned(pool, layer, seq_ids, queries, *, scale, backend, plan, meta):
+        return gather_decode(pool, layer, seq_ids, queries, scale=scale)
+
+    planned_route = KernelRoute(run=planned, register=route.register, backend="metal", accepts_plan=True)
+    scenario = write_scenario(tmp_path, BURST)
+    runs = lambda events: [(e.seq_ids, e.runs_layer0, e.runs_max, e.fused_layers)  # noqa: E731
+                           for e in events if isinstance(e, GatherRuns)]
+    _, planned_events, _ = run_backend(tiny_qwen3, scenario, "slab", kernel_route=planned_route, **POOL)
+    _, reference_events, _ = run_backend(tiny_qwen3, scenario, "slab", kernel_route=make_route(), **POOL)
+    counted = runs(planned_events)
+    assert counted == runs(reference_events) and counted
+    assert len({tuple(first) for _, first, _, _ in counted}) > 1  # the counts move as the tables grow
+    assert any(len(set(first)) > 1 for _, first, _, _ in counted)  # and differ between sequences of one step

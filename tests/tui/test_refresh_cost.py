@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,10 +26,13 @@ from tui_fixtures import FakeWorker, big_stream  # noqa: E402
 from app.tui.app import TABS, AppOptions, SlabscopeApp  # noqa: E402
 
 
-async def measure(n: int, moving: bool = False) -> dict[str, float]:
+async def measure(n: int, moving: bool = False, recordings_dir: Path | None = None) -> dict[str, float]:
+    # an empty recordings folder of its own: the sessions tab lists what the folder holds, and /tmp (used before)
+    # held whatever other runs left there, damaged recordings included
+    recordings_dir = recordings_dir or Path(tempfile.mkdtemp(prefix="slabscope-refresh-"))
     app = SlabscopeApp(AppOptions(backends=["slab"], worker_factory=lambda name, **p: FakeWorker(big_stream(steps=40),
                                                                                                   per_poll=1000),
-                                  recordings_dir=Path("/tmp")))
+                                  recordings_dir=recordings_dir))
     out = {}
     async with app.run_test(size=(160, 50)) as pilot:
         while app.store.sessions["slab"].status != "done":
@@ -50,9 +54,9 @@ async def measure(n: int, moving: bool = False) -> dict[str, float]:
     return out
 
 
-def test_every_view_refreshes_at_28_layers_by_64_slabs():
+def test_every_view_refreshes_at_28_layers_by_64_slabs(tmp_path):
     """Every view (and the sessions tab) takes a measurable refresh; the figures are printed, not judged."""
-    figures = asyncio.run(measure(3))
+    figures = asyncio.run(measure(3, recordings_dir=tmp_path))
     assert set(figures) == {tab_id for tab_id, _title, _view in TABS} | {"sessions"}
     assert all(0 < ms < float("inf") for ms in figures.values())
     for view, ms in figures.items():

@@ -1,0 +1,79 @@
+"""Host time of the slab pool's per-step decode bookkeeping, without a model: what a decode step of B sequences
+asks of the pool before and after the model runs (issue 13, item 5: the slab decode step is host-bound on a GPU).
+
+A pool of ``--layers`` layers holds ``--batch`` sequences of ``--context`` tokens (tiny K/V rows: only the Python
+work is timed); each figure is the best of 7 repeats of ``--number`` calls, in microseconds per call:
+
+* ``prepare_write x B``: the step's ``prepare_write`` of one token per sequence (the span inside blocks the
+  sequence owns alone: the common decode case);
+* ``token_slots``: where each sequence's token goes in every layer;
+* ``fused_decisions``: the per-layer fused-kernel decisions;
+* ``run_counts``: the same-slab runs per sequence of a step every layer of which ran through one launch plan.
+
+    PYTHONPATH=. python3 -m app.bench.decode_bookkeeping --layers 28 --batch 16 --context 2300
+
+Runs anywhere (CPU is fine: no kernel runs). Compare commits by running it in a worktree of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import timeit
+
+
+def build_pool(layers: int, batch: int, context: int):
+    """A slab pool with ``batch`` sequences of ``context`` tokens written in every layer (one KV head of 8)."""
+    from app.models.blas import enable_openblas
+
+    enable_openblas()
+    import mlx.core as mx
+
+    from pool import PagedKVPool, PoolConfig
+
+    pool = PagedKVPool(PoolConfig(num_layers=layers, block_size=16, slab_blocks=32))
+    rows = mx.zeros((context, 1, 8), dtype=mx.float32)
+    for seq_id in range(batch):
+        pool.add_sequence(seq_id)
+        pool.prepare_write(seq_id, 0, context)
+        for layer in range(layers):
+            pool.write(layer, seq_id, 0, rows, rows)
+    return pool
+
+
+def timings(pool, batch: int, context: int, number: int) -> dict[str, float]:
+    """{figure: best microseconds per call} of the step's bookkeeping calls (see the module docstring)."""
+    from app.workloads.paged_cache import PagedStep
+
+    seq_ids, starts = list(range(batch)), [context - 1] * batch
+    step = PagedStep(pool, seq_ids, starts, 1, batched=True)
+    step.plans = _OnePlan()  # as after a step whose every layer ran through one launch plan
+    step.served = set(range(pool.config.num_layers))
+    calls = {
+        f"prepare_write x {batch}": lambda: [pool.prepare_write(s, context - 1, 1) for s in seq_ids],
+        "token_slots": lambda: pool.token_slots(seq_ids, starts),
+        "fused_decisions": lambda: pool.fused_decisions(dtype="float32", head_dim=8, batch_size=batch,
+                                                        context_len=context),
+        "run_counts": step.run_counts,
+    }
+    return {name: min(timeit.repeat(fn, number=number, repeat=7)) / number * 1e6 for name, fn in calls.items()}
+
+
+class _OnePlan:
+    built = 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=28)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--context", type=int, default=2300)
+    parser.add_argument("--number", type=int, default=200)
+    args = parser.parse_args()
+    pool = build_pool(args.layers, args.batch, args.context)
+    for name, us in timings(pool, args.batch, args.context, args.number).items():
+        print(f"{name:22s} {us:8.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

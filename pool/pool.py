@@ -365,8 +365,7 @@ class PagedKVPool:
         storage = self.storage
         for layer in range(self.config.num_layers):
             # the largest buffer follows from the capacity and geometry: keyed by those, it is worked out once
-            geometry = storage.geometry[layer]
-            key = (storage.num_buffers(layer), geometry and storage.capacity_rows(layer), geometry)
+            key = (storage.num_buffers(layer), storage.capacity_rows(layer), storage.geometry[layer])
             decision = answers.get(key)
             if decision is None:
                 decision = answers[key] = decide(num_slabs=key[0], dtype=dtype, head_dim=head_dim,

@@ -10,14 +10,14 @@ work is timed); each figure is the best of 7 repeats of ``--number`` calls, in m
 * ``fused_decisions``: the per-layer fused-kernel decisions;
 * ``run_counts``: the same-slab runs per sequence of a step every layer of which ran through one launch plan.
 
-    PYTHONPATH=. python3 -m app.bench.decode_bookkeeping --layers 28 --batch 16 --context 2300
+    slabscope bench bookkeeping --layers 28 --batch 16 --context 2300
 
-Runs anywhere (CPU is fine: no kernel runs). Compare commits by running it in a worktree of each.
+Runs anywhere (CPU is fine: no kernel runs). To compare commits, run it in a worktree of each (an older one without
+this command: copy this file and ``app/commands/bench_bookkeeping.py`` in).
 """
 
 from __future__ import annotations
 
-import argparse
 import timeit
 
 
@@ -62,18 +62,22 @@ class _OnePlan:
     built = 1
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=28)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--context", type=int, default=2300)
-    parser.add_argument("--number", type=int, default=200)
-    args = parser.parse_args()
-    pool = build_pool(args.layers, args.batch, args.context)
-    for name, us in timings(pool, args.batch, args.context, args.number).items():
-        print(f"{name:22s} {us:8.1f} us")
-    return 0
+MAX_TOKEN_ROWS = 1 << 26  # layers x sequences x tokens: 64 B of K/V each, so at most 4 GiB of pool
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def run_bookkeeping_bench(layers: int, batch: int, context: int, number: int) -> dict:
+    """The figures (``timings``) with what they were measured on. ValueError (nothing built) when the pool would
+    hold more than MAX_TOKEN_ROWS token rows."""
+    if layers * batch * context > MAX_TOKEN_ROWS:
+        raise ValueError(f"{layers} layers x {batch} sequences x {context} tokens is "
+                         f"{layers * batch * context:,} token rows; at most {MAX_TOKEN_ROWS:,}")
+    pool = build_pool(layers, batch, context)
+    return {"layers": layers, "batch": batch, "context": context, "number": number,
+            "us_per_call": timings(pool, batch, context, number)}
+
+
+def format_report(result: dict) -> str:
+    lines = [f"decode bookkeeping of one step: {result['layers']} layers, {result['batch']} sequences of "
+             f"{result['context']} tokens; best of 7 x {result['number']} calls, us per call"]
+    lines += [f"{name:22s} {us:8.1f} us" for name, us in result["us_per_call"].items()]
+    return "\n".join(lines)

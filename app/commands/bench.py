@@ -21,6 +21,7 @@ BENCH_KINDS = {
     "shrink": "shrink policies: footprint after a burst (fresh processes) and decode throughput against off",
     "blas": "MLX's CPU fp32 matmul, bundled reference BLAS vs OpenBLAS: fresh processes, speed-up median and range",
     "follow": "following a growing recording (GrowingSession.refresh) against re-opening the whole file",
+    "bookkeeping": "host time of the slab pool's per-step decode bookkeeping, without a model",
 }
 
 

@@ -6,10 +6,11 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from app.workloads.limits import check_rate
+from pool.config import OPEN_BLOCKS
 from pool.shrink_types import DEFAULT_SHRINK_BUDGET, SHRINK_MODES, ShrinkPolicy
 
 BACKENDS = ("slab", "monolithic", "dense")
-OPEN_BLOCKS_CHOICES = ("auto", "low", "high")  # pool.config.OPEN_BLOCKS, plus "auto" (RunSpec.pool_open_blocks)
+OPEN_BLOCKS_CHOICES = ("auto", *OPEN_BLOCKS)  # the pool's policies, plus "auto" (RunSpec.pool_open_blocks)
 
 
 @dataclass

@@ -71,3 +71,14 @@ def test_run_in_a_worker_process(tmp_path, capsys):
                  "--backend", "dense"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["backend"] == "dense" and summary["requests_finished"] == 3 and "probe_overhead" in summary
+
+
+def test_the_parsers_import_light_choices_equal_the_specs():
+    # arg_types keeps its own copies so building the parsers imports neither the pool nor the workloads: they must
+    # not drift from what RunSpec and the pool accept
+    from app.commands import arg_types
+    from app.workloads import spec
+    from pool.shrink_types import SHRINK_MODES
+
+    assert arg_types.OPEN_BLOCKS_CHOICES == spec.OPEN_BLOCKS_CHOICES
+    assert arg_types.SHRINK_MODES == SHRINK_MODES

@@ -1,7 +1,12 @@
 """The decode-step diagnostics of issue 13, item 5: ``app/bench/device/engine_anatomy.py``'s clock (build and encode
-apart) and ``app/bench/decode_bookkeeping.py`` (the pool's per-step bookkeeping, timed without a model)."""
+apart) and ``slabscope bench bookkeeping`` (the pool's per-step bookkeeping, timed without a model)."""
 
+import json
 import time
+
+import pytest
+
+from app.cli import main
 
 
 class _FakeMx:
@@ -50,3 +55,24 @@ def test_the_bookkeeping_bench_times_each_call_of_a_decode_step():
     assert all(us > 0 for us in figures.values())
     pool.check_integrity()  # the timed calls leave the pool consistent
     assert [pool.seq_length(s) for s in range(4)] == [70] * 4
+
+
+def test_the_bookkeeping_command_prints_its_figures(capsys):
+    argv = ["bench", "bookkeeping", "--layers", "2", "--batch", "3", "--context", "40", "--number", "2", "--json"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["layers"], result["batch"], result["context"]) == (2, 3, 40)
+    assert set(result["us_per_call"]) == {"prepare_write x 3", "token_slots", "fused_decisions", "run_counts"}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--layers", "0"], "argument --layers: must be >= 1, got 0"),
+    (["--layers", "1024", "--batch", "4096", "--context", "1000"], "4,194,304,000 token rows; at most"),
+], ids=["no layers", "too large"])
+def test_bad_bookkeeping_arguments_exit_2_with_one_line_and_build_nothing(argv, message, capsys, monkeypatch):
+    import app.bench.decode_bookkeeping as bench
+
+    monkeypatch.setattr(bench, "build_pool", lambda *a: pytest.fail("a pool was built"))
+    assert main(["bench", "bookkeeping", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and message in captured.err and len(captured.err.strip().splitlines()) == 1

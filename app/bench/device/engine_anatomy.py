@@ -92,20 +92,31 @@ def top_functions(profiler: cProfile.Profile, steps: int, count: int) -> list[st
     return out
 
 
-def _spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
+def spread(values: list[float], spec: str = ".2f") -> str:
+    """``median [min-max]`` of ``values``, each formatted by ``spec`` ("-" for none)."""
+    if not values:
+        return "-"
+    return f"{statistics.median(values):{spec}} [{min(values):{spec}}-{max(values):{spec}}]"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def json_row(row: dict) -> str:
+    """One printed round: floats to three decimals."""
+    return json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()})
+
+
+def add_round_arguments(parser) -> None:
+    """The warm-round diagnostics' flags (this script, ``warm_open_blocks.py``): the run (``add_burst_arguments``),
+    ``--rounds``, the pool's ``--slab-blocks`` and ``--prefill-chunk``, and ``--emulate-cuda``."""
     add_burst_arguments(parser)
-    parser.add_argument("--backends", default="dense,slab")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--profile", type=int, default=0, metavar="N", help="print the N costliest functions")
     parser.add_argument("--slab-blocks", type=int, default=None)
     parser.add_argument("--prefill-chunk", type=int, default=None)
     parser.add_argument("--emulate-cuda", action="store_true")
-    args = parser.parse_args()
+
+
+def load_for_rounds(args):
+    """The model of ``args``, with the CUDA route's host side installed under ``--emulate-cuda``
+    (app/bench/host_emulation.py)."""
     from app.models import load_model  # its loader runs the bootstrap (OpenBLAS, MLX's settings) before mlx loads
 
     loaded = load_model(args.model, dtype=args.dtype, device=args.device, seed=0)
@@ -113,11 +124,37 @@ def main() -> int:
         from app.bench.host_emulation import install
 
         install(args.dtype, loaded.head_dim)
+    return loaded
+
+
+def run_round(loaded, args, **spec_fields) -> tuple[dict, list[float]]:
+    """One distinct_burst run of ``args``' workload on ``loaded`` (``spec_fields``: the backend, open blocks...):
+    (its summary, its decode steps' wall times in ms)."""
+    from app.workloads.runner import run_workload
+    from app.workloads.spec import RunSpec
+
+    spec = RunSpec(scenario="distinct_burst", model=loaded.name, dtype=args.dtype, device=args.device,
+                   overrides=burst_overrides(args.set), slab_blocks=args.slab_blocks,
+                   prefill_chunk=args.prefill_chunk, **spec_fields)
+    steps: list[float] = []
+
+    def emit(event):
+        if type(event).__name__ == "Step" and event.type == "decode":
+            steps.append(event.wall_s * 1e3)
+
+    return run_workload(spec, emit, loaded=loaded), steps
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_round_arguments(parser)
+    parser.add_argument("--backends", default="dense,slab")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="print the N costliest functions")
+    args = parser.parse_args()
+    loaded = load_for_rounds(args)
     import mlx.core as mx
 
     from app.workloads.engine import Engine
-    from app.workloads.runner import run_workload
-    from app.workloads.spec import RunSpec
 
     clock = DecodeClock(Engine, mx)
     backends = args.backends.split(",")
@@ -129,26 +166,17 @@ def main() -> int:
         for backend in backends[shift:] + backends[:shift]:
             clock.reset()
             clock.profiler = cProfile.Profile() if profile_round else None
-            steps: list[float] = []
-            spec = RunSpec(scenario="distinct_burst", backend=backend, model=loaded.name, dtype=args.dtype,
-                           device=args.device, overrides=burst_overrides(args.set), slab_blocks=args.slab_blocks,
-                           prefill_chunk=args.prefill_chunk)
-
-            def emit(event, steps=steps):
-                if type(event).__name__ == "Step" and event.type == "decode":
-                    steps.append(event.wall_s * 1e3)
-
-            summary = run_workload(spec, emit, loaded=loaded)
+            summary, steps = run_round(loaded, args, backend=backend)
             row = {"round": round_index, "backend": backend, "tok_s": summary.get("tok_s"), **clock.figures(),
                    "step_ms": statistics.median(steps[1:]) if len(steps) > 1 else None}
-            print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+            print(json_row(row), flush=True)
             if profile_round:
                 print(f"profile of {backend}'s decode dispatches ({len(steps)} steps; own/cumulative time per step):")
                 print("\n".join(top_functions(clock.profiler, max(1, len(steps)), args.profile)), flush=True)
             elif round_index:
                 results[backend].append(row)
     for backend, rows in results.items():
-        cells = {key: _spread([r[key] for r in rows if r[key] is not None]) for key in
+        cells = {key: spread([r[key] for r in rows if r[key] is not None]) for key in
                  ("build_ms", "encode_ms", "step_ms", "tok_s")}
         print(f"{backend}: " + ", ".join(f"{k} {v}" for k, v in cells.items()))
     return 0

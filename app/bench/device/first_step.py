@@ -16,6 +16,7 @@ import json
 import statistics
 import time
 
+from app.commands.arg_types import add_open_blocks_argument
 
 BURST = ["n=8", "prompt_tokens=4096", "gen_tokens=32"]  # issue 13's burst
 
@@ -48,7 +49,7 @@ def main() -> int:
     add_burst_arguments(parser)
     parser.add_argument("--prefill-trim", default="0.05")
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--open-blocks", choices=("auto", "low", "high"), default="auto")
+    add_open_blocks_argument(parser)
     args = parser.parse_args()
     t_start = time.perf_counter()
     from app.workloads.engine import Engine

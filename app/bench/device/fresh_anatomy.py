@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from first_step import add_burst_arguments, burst_overrides  # noqa: E402  (a sibling script, as final_run does)
+from app.bench.device.first_step import add_burst_arguments, burst_overrides
 
 
 def step_summary(walls_ms: list[float]) -> dict:

@@ -1,7 +1,7 @@
-# Sourced by issue 13's record scripts (records_series.sh, open_blocks_ab.sh): the environment, msgspec (not on the
-# GPU image: its wheel travels in .whl/ or $WHEELS), issue 13's model flags and its two workloads, and our kernels
-# built into the cubin cache first (MLX's own kernels fill MLX's cache in the first round). Sets py, model, burst,
-# heavy; the caller sets OUT.
+# Sourced by issue 13's device scripts (records_series.sh, open_blocks_ab.sh, warm_regression.sh, slab_size_ab.sh,
+# split_target_ab.sh): the environment, msgspec (not on the GPU image: its wheel travels in .whl/ or $WHEELS), issue
+# 13's model flags and its two workloads, and our kernels built into the cubin cache first (MLX's own kernels fill
+# MLX's cache in the first round). Sets py, model, burst, heavy; the caller sets OUT.
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 py=${PY:-python3}
 $py -c "import msgspec" 2>/dev/null || $py -m pip install -q --no-index --no-deps "${WHEELS:-.whl}"/msgspec-*.whl

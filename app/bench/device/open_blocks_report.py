@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 
+from app.bench.device.engine_anatomy import spread
 from app.bench.device.issue13_report import figures
 
 MIB = 1 << 20
@@ -24,10 +24,6 @@ def _rows(directory: str) -> dict[str, dict]:
         return {}
     paths = [os.path.join(directory, n) for n in sorted(os.listdir(directory)) if n.endswith(".slabrec")]
     return {r["backend"]: r for r in map(figures, paths)}
-
-
-def _spread(values: list[float], spec: str) -> str:
-    return f"{statistics.median(values):{spec}} [{min(values):{spec}}-{max(values):{spec}}]" if values else "-"
 
 
 def case_table(base: str, case: str) -> str:
@@ -57,9 +53,9 @@ def case_table(base: str, case: str) -> str:
             f"{slab_low['decode_ms']:,.0f} | {slab['footprint_over_ideal']:.3f}x / "
             f"{slab_low['footprint_over_ideal']:.3f}x ({slab['footprint_bytes'] / MIB:,.0f} / "
             f"{slab_low['footprint_bytes'] / MIB:,.0f} MiB) |")
-    lines.append(f"| median [range] | {_spread(cols['high'], ',.0f')} | {_spread(cols['dense'], ',.0f')} | "
-                 f"{_spread(cols['ratio'], '.2f')} | {_spread(cols['low'], ',.0f')} | {_spread(cols['fh'], '.2f')} | "
-                 f"{_spread(cols['fl'], '.2f')} | | | |")
+    lines.append(f"| median [range] | {spread(cols['high'], ',.0f')} | {spread(cols['dense'], ',.0f')} | "
+                 f"{spread(cols['ratio'], '.2f')} | {spread(cols['low'], ',.0f')} | {spread(cols['fh'], '.2f')} | "
+                 f"{spread(cols['fl'], '.2f')} | | | |")
     return "\n".join(lines)
 
 

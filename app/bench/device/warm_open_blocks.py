@@ -19,71 +19,39 @@ zeros, so only the build columns mean what they mean on a GPU):
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import time
 
-from app.bench.device.first_step import add_burst_arguments, burst_overrides
+from app.bench.device.engine_anatomy import (DecodeClock, add_round_arguments, json_row, load_for_rounds, run_round,
+                                             spread)
 
 POLICIES = ("high", "low")
 
 
-def _spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_burst_arguments(parser)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--slab-blocks", type=int, default=None)
-    parser.add_argument("--prefill-chunk", type=int, default=None)
-    parser.add_argument("--emulate-cuda", action="store_true")
+    add_round_arguments(parser)
     args = parser.parse_args()
-    from app.models import load_model  # its loader runs the bootstrap (OpenBLAS, MLX's settings) before mlx loads
+    loaded = load_for_rounds(args)
+    import mlx.core as mx
 
-    loaded = load_model(args.model, dtype=args.dtype, device=args.device, seed=0)
-    if args.emulate_cuda:
-        from app.bench.host_emulation import install
-
-        install(args.dtype, loaded.head_dim)
     from app.workloads.engine import Engine
-    from app.workloads.runner import run_workload
-    from app.workloads.spec import RunSpec
 
-    builds: list[float] = []
-    dispatch = Engine._dispatch
-
-    def timed(self, plan, starts, inputs):
-        t0 = time.perf_counter()
-        out = dispatch(self, plan, starts, inputs)
-        builds.append((time.perf_counter() - t0) * 1e3)
-        return out
-
-    Engine._dispatch = timed
+    clock = DecodeClock(Engine, mx)  # its dispatch times are this script's "build" (graph build + async_eval)
     results: dict[str, list[dict]] = {policy: [] for policy in POLICIES}
     for round_index in range(args.rounds + 1):  # round 0 warms each arm up and is not counted
         order = POLICIES if round_index % 2 else POLICIES[::-1]
         for policy in order:
-            builds.clear()
-            steps: list[float] = []
-            spec = RunSpec(scenario="distinct_burst", backend="slab", model=loaded.name, dtype=args.dtype,
-                           device=args.device, overrides=burst_overrides(args.set), slab_blocks=args.slab_blocks,
-                           prefill_chunk=args.prefill_chunk, open_blocks=policy)
-
-            def emit(event, steps=steps):
-                if type(event).__name__ == "Step" and event.type == "decode":
-                    steps.append(event.wall_s * 1e3)
-
-            summary = run_workload(spec, emit, loaded=loaded)
+            clock.reset()
+            summary, steps = run_round(loaded, args, backend="slab", open_blocks=policy)
+            builds = clock.dispatch_ms
             row = {"round": round_index, "policy": policy, "tok_s": summary.get("tok_s"),
                    "first_build_ms": builds[0], "build_ms": statistics.median(builds[1:]),
                    "step_ms": statistics.median(steps), "first_step_ms": steps[0]}
-            print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+            print(json_row(row), flush=True)
             if round_index:
                 results[policy].append(row)
     for policy, rows in results.items():
-        cells = {key: _spread([r[key] for r in rows]) for key in
+        cells = {key: spread([r[key] for r in rows]) for key in
                  ("build_ms", "first_build_ms", "step_ms", "first_step_ms", "tok_s")}
         print(f"open blocks {policy}: " + ", ".join(f"{k} {v}" for k, v in cells.items()))
     return 0

@@ -1,7 +1,10 @@
-# Sourced by issue 13's device scripts (records_series.sh, open_blocks_ab.sh, warm_regression.sh, slab_size_ab.sh,
-# split_target_ab.sh): the environment, msgspec (not on the GPU image: its wheel travels in .whl/ or $WHEELS), issue
-# 13's model flags and its two workloads, and our kernels built into the cubin cache first (MLX's own kernels fill
-# MLX's cache in the first round). Sets py, model, burst, heavy; the caller sets OUT.
+# Sourced by the lab's device scripts (first_step/record_rounds.sh, open_blocks/record_ab.sh, decode_step/slab_size.sh):
+# the environment (the repository root on PYTHONPATH, so `python3 -m lab...` and `-m app` run from a checkout),
+# msgspec (not on the GPU image: its wheel travels in .whl/ or $WHEELS), the model flags and the two workloads every
+# GPU figure uses, and our kernels built into the cubin cache first (MLX's own kernels fill MLX's cache in the first
+# round). Sets py, model, burst, heavy; the caller sets OUT.
+#   burst:        8 distinct 4096-token prompts, 32 generated tokens each
+#   decode-heavy: 16 distinct 2048-token prompts, 256 generated tokens each
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 py=${PY:-python3}
 $py -c "import msgspec" 2>/dev/null || $py -m pip install -q --no-index --no-deps "${WHEELS:-.whl}"/msgspec-*.whl

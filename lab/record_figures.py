@@ -1,4 +1,5 @@
-"""The GPU figures of issue 13 from recordings (``slabscope record`` output), one line per backend, plus JSON:
+"""The figures of a directory of recordings (``slabscope record`` output), one line per backend, plus JSON; the
+tables of ``gpu_run/report.py`` and ``open_blocks/report.py`` are built from ``figures``:
 
 * throughput: the run's tok/s (summary) and its ratio to dense;
 * decode steps: first decode step, first *fused* decode step (and its index), median decode step, first fused /
@@ -9,7 +10,7 @@
 * pool growths: the op log's slab_append / grow ops (capacity raised; every one after the layers' first writes is
   measured from the allocator, two device syncs each: pool/copy_meter.py).
 
-    PYTHONPATH=. python3 app/bench/device/issue13_report.py DIR [--json OUT.json]
+    python3 -m lab.record_figures DIR [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -18,9 +19,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
-
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
 
 MIB = 2**20
 ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}

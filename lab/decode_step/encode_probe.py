@@ -1,12 +1,13 @@
-"""Which part of a fused-kernel call costs host time at encode (diagnostic for docs/gpu.md): the real paged
+"""Which part of a fused-kernel call costs host time at encode (diagnostic; figures in docs/measurements-log.md, session E): the real paged
 decode kernel vs a trivial kernel, 28 chained calls whose slab inputs are shared by all calls or distinct per
 call (as the layers of a decode step are), slabs fresh (mx.zeros) or written by a scatter first.
 
-    PYTHONPATH=. python3 app/bench/device/encode_probe.py
+    python3 -m lab.decode_step.encode_probe
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import time
@@ -17,10 +18,15 @@ from pool.kernels.paged_decode_cuda import paged_decode_cuda
 from pool.kernels.plan import plan_decode
 
 LAYERS, SLABS, BATCH, HEADS, DIM = 28, 33, 8, 8, 128
-TRIVIAL = mx.fast.cuda_kernel(name="probe_trivial", input_names=["q"] + [f"x{i}" for i in range(2 * 64)],
-                              output_names=["out"],
-                              source="const int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-                                     "  if (i < 8 * 16 * 128) { out[i] = q[i]; }")
+
+
+@functools.cache
+def trivial_kernel():
+    """A kernel that copies q and takes 2 x 64 slab inputs it never reads: the launch cost of the inputs alone."""
+    return mx.fast.cuda_kernel(name="probe_trivial", input_names=["q"] + [f"x{i}" for i in range(2 * 64)],
+                               output_names=["out"],
+                               source="const int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                                      "  if (i < 8 * 16 * 128) { out[i] = q[i]; }")
 
 
 def slab_sets(distinct: bool, written: bool):
@@ -58,7 +64,7 @@ def run(kind: str, distinct: bool, written: bool, repeats: int = 20) -> dict:
                 x = paged_decode_cuda(x, k, v, plan, meta=meta)
             else:
                 pad = [k[0]] * (64 - SLABS)
-                (x,) = TRIVIAL(inputs=[x, *k, *pad, *v, *pad], template=[], grid=(8 * 16 * 128, 1, 1),
+                (x,) = trivial_kernel()(inputs=[x, *k, *pad, *v, *pad], template=[], grid=(8 * 16 * 128, 1, 1),
                                threadgroup=(256, 1, 1), output_shapes=[q.shape], output_dtypes=[q.dtype])
         t1 = time.perf_counter()
         mx.async_eval(x)

@@ -2,7 +2,7 @@
 warm-up steps run first; only the fourth is profiled (between cudaProfilerStart and Stop).
 
     ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --print-summary per-kernel \\
-        python3 app/bench/device/ncu_step.py slab
+        python3 -m lab.decode_step.ncu_step slab
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import sys
 
 import mlx.core as mx
 
-sys.path.insert(0, "app/bench/device")
-from step_anatomy import _paged_factory, _state  # noqa: E402
+from lab.decode_step.step_anatomy import paged_factory, written_state
 
 
 def _cudart():
@@ -31,8 +30,8 @@ def main() -> int:
 
     variant = sys.argv[1]
     loaded = load_model("synthetic:qwen3-0.6b", dtype="bfloat16", device="gpu", seed=0)
-    state = _state(loaded, 8, 4096)
-    make, finish = _paged_factory(loaded, state, design="monolithic" if variant == "monolithic" else "slab",
+    state = written_state(loaded, 8, 4096)
+    make, finish = paged_factory(loaded, state, design="monolithic" if variant == "monolithic" else "slab",
                                   slab_blocks=32, slices=False)
     tokens, position = mx.array([[7]] * 8), 4096
     cudart = _cudart()

@@ -14,7 +14,7 @@ Variants: ``dense`` (mlx-lm BatchKVCache), ``slab`` (fused kernel, one scatter p
 (slabs of 128 blocks: 4x fewer kernel inputs), ``monolithic`` (fused). Figures are medians over steps after
 ``--warmup`` steps (which pay MLX's kernel compiles).
 
-    PYTHONPATH=. python3 app/bench/device/step_anatomy.py --model synthetic:qwen3-0.6b --dtype bfloat16 --device gpu \\
+    python3 -m lab.decode_step.step_anatomy --model synthetic:qwen3-0.6b --dtype bfloat16 --device gpu \\
         --batch 8 --context 4096 --json
 """
 
@@ -30,7 +30,7 @@ PROBES = ("slab-nowrite", "slab-nokernel", "slab-exact")  # diagnostics: writes 
 # (slab-exact patches the bucket schedule for the rest of the process: run it last)
 
 
-def _state(loaded, batch: int, context: int):
+def written_state(loaded, batch: int, context: int):
     """Per layer (K, V) [B, H, T, D] of random bytes in the model's dtype (seeded: every variant reads these)."""
     import mlx.core as mx
 
@@ -46,7 +46,7 @@ def _state(loaded, batch: int, context: int):
     return layers
 
 
-def _dense_factory(state):
+def dense_factory(state):
     from mlx_lm.models.cache import BatchKVCache
 
     caches = []
@@ -57,7 +57,7 @@ def _dense_factory(state):
     return lambda starts: caches, lambda caches: [a for c in caches for a in (c.keys, c.values)]
 
 
-def _paged_factory(loaded, state, *, design: str, slab_blocks: int, slices: bool, probe: str | None = None):
+def paged_factory(loaded, state, *, design: str, slab_blocks: int, slices: bool, probe: str | None = None):
     import mlx.core as mx
 
     from app.workloads.fused_attention import DecodeDecisions, KernelRoute, install_paged_sdpa
@@ -197,14 +197,14 @@ def main() -> int:
     from app.models import load_model
 
     loaded = load_model(args.model, dtype=args.dtype, device=args.device, seed=0)
-    state = _state(loaded, args.batch, args.context)
+    state = written_state(loaded, args.batch, args.context)
     out = {}
     for name in args.variants.split(","):
         if name == "dense":
-            make, finish = _dense_factory(state)
+            make, finish = dense_factory(state)
         else:
             design = "monolithic" if name == "monolithic" else "slab"
-            make, finish = _paged_factory(loaded, state, design=design, slab_blocks=128 if name == "slab128" else 32,
+            make, finish = paged_factory(loaded, state, design=design, slab_blocks=128 if name == "slab128" else 32,
                                           slices=name == "slab-slices", probe=name if name in PROBES else None)
         out[name] = _run(loaded, make, finish, args.batch, args.context, args.steps, args.warmup)
         if args.profile:

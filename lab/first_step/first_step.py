@@ -1,4 +1,4 @@
-"""Where the first decode step of a fresh process spends its time (diagnostic for docs/gpu.md, issue 13).
+"""Where the first decode step of a fresh process spends its time (diagnostic; figures in docs/measurements-log.md).
 
 Runs the burst once in this process (``run_workload``, as ``slabscope record`` does) with the engine's decode
 dispatch and completion timed apart: ``build`` (graph built and handed to ``mx.async_eval``), ``wait`` (until the
@@ -6,7 +6,7 @@ step's tokens are read). Prints the first ``--steps`` decode steps and the media
 that may explain a slow first step: the prefill trim (``--prefill-trim off`` keeps MLX's cache) and the decode
 rehearsal ($SLABSCOPE_REHEARSAL=0 skips it). One process per setting: run it once per configuration.
 
-    PYTHONPATH=. python3 app/bench/device/first_step.py --backend slab [--prefill-trim off] [--open-blocks low]
+    python3 -m lab.first_step.first_step --backend slab [--prefill-trim off] [--open-blocks low]
 """
 
 from __future__ import annotations
@@ -17,31 +17,7 @@ import statistics
 import time
 
 from app.commands.arg_types import add_open_blocks_argument
-
-BURST = ["n=8", "prompt_tokens=4096", "gen_tokens=32"]  # issue 13's burst
-
-
-def add_burst_arguments(parser) -> None:
-    """The run these diagnostics time: backend, model, dtype, device and scenario overrides (default: the burst)."""
-    parser.add_argument("--backend", default="slab")
-    parser.add_argument("--model", default="synthetic:qwen3-0.6b")
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--device", default="gpu")
-    parser.add_argument("--set", action="append", default=None, type=override_item, metavar="KEY=INT",
-                        help="scenario overrides (default: the burst's)")
-
-
-def override_item(text: str) -> tuple[str, int]:
-    """One ``--set KEY=INT`` item; a usage error (argparse's one line) for anything else."""
-    key, sep, value = text.partition("=")
-    if not sep or not key or not value.lstrip("-").isdigit():
-        raise argparse.ArgumentTypeError(f"expected KEY=INT, got {text!r}")
-    return key, int(value)
-
-
-def burst_overrides(items: list[tuple[str, int]] | None) -> dict:
-    """The ``--set`` items as distinct_burst's overrides (the burst's when none)."""
-    return dict(items) if items else dict(override_item(item) for item in BURST)
+from lab.engine_rounds import add_burst_arguments, burst_overrides
 
 
 def main() -> int:

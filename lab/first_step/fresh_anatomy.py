@@ -1,5 +1,5 @@
 """Where a fresh process's run time goes, step kind by step kind, against the same run again in the same process
-(diagnostic for docs/gpu.md, issue 13: fresh-process slab tok/s against dense).
+(diagnostic: fresh-process slab tok/s against dense; figures in docs/measurements-log.md).
 
 Loads the model once, then runs the burst ``--runs`` times in this process (``run_workload``, as ``slabscope
 record`` does; run 1 is the fresh-process run a user sees first, later runs are warm) and prints one JSON line per
@@ -7,7 +7,7 @@ run: the prefill and decode steps' summed wall time, their first three and their
 time (the compare table's figure) and the load-time rehearsal's report (``app/workloads/rehearsal.py``). The
 difference between run 1 and run 2 of one backend is what that backend pays for first uses.
 
-    PYTHONPATH=. python3 app/bench/device/fresh_anatomy.py --backend slab --runs 2
+    python3 -m lab.first_step.fresh_anatomy --backend slab --runs 2
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import json
 import statistics
 import time
 
-from app.bench.device.first_step import add_burst_arguments, burst_overrides
+from lab.engine_rounds import add_burst_arguments, burst_overrides
 
 
 def step_summary(walls_ms: list[float]) -> dict:

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Fresh-process records of issue 13's command, interleaved: ROUNDS_BURST rounds of the burst and ROUNDS_HEAVY of the
-# decode-heavy case, each round one `slabscope record --backends slab,dense` (odd rounds) or `dense,slab` (even), so
+# Fresh-process records of the burst, interleaved: ROUNDS_BURST rounds of the burst and ROUNDS_HEAVY of the
+# decode-heavy case (lab/device_setup.sh), each round one `slabscope record --backends slab,dense` (odd rounds) or `dense,slab` (even), so
 # each backend runs in its own fresh worker process per round. Each round's compare table is in $OUT/<case><round>.txt
 # and its recordings in $OUT/series.tar.gz (<case><round>/*.slabrec); the docs' table comes from them
-# (app/bench/device/final_report.py record_table). Settings pass through to the workers: SLABSCOPE_REHEARSAL=0,
-# MLX_CUDA_GRAPH_CACHE_SIZE=400 (the dense-footprint check docs/gpu.md names). From the repository root, on the GPU:
+# (`python3 -m lab.record_figures DIR` per round). Settings pass through to the workers: SLABSCOPE_REHEARSAL=0,
+# MLX_CUDA_GRAPH_CACHE_SIZE=400 (the dense-footprint check of docs/measurements-log.md). From the repository root, on
+# the GPU:
 #
-#   OUT=/tmp/series ROUNDS_BURST=5 ROUNDS_HEAVY=3 bash app/bench/device/records_series.sh
+#   OUT=/tmp/series ROUNDS_BURST=5 ROUNDS_HEAVY=3 bash lab/first_step/record_rounds.sh
 OUT=${OUT:-/tmp/series}
-source "$(dirname "$0")/issue13_setup.sh"
+source "$(dirname "$0")/../device_setup.sh"
 series() {  # name rounds args...
   local name=$1 rounds=$2; shift 2
   for r in $(seq 1 "$rounds"); do

@@ -1,20 +1,20 @@
-"""One half of the final device run (``final_run.sh`` runs the warm-up, then both halves in parallel, one per GPU).
+"""One half of the GPU run (``run.sh`` runs the warm-up, then both halves in parallel, one per GPU).
 
-Every step runs in its own process (MLX's memory counters are per process) through ``session_b.Driver``: its JSON
-or its error is kept in ``OUT/<half>.json`` even when another step fails, its output in ``OUT/<half>.log``; a step
-never starts after ``--deadline-s`` and never runs past it. Steps run most important first.
+Every step runs in its own process (MLX's memory counters are per process) through ``driver.Driver``: its JSON or
+its error is kept in ``OUT/<half>.json`` even when another step fails, its output in ``OUT/<half>.log``; a step never
+starts after ``--deadline-s`` and never runs past it. Steps run most important first.
 
 * ``warm``: device and versions; a small run of dense and slab (MLX's own kernels JIT-compile into MLX's cache);
   ``slabscope warmup`` for the burst and decode-heavy workloads (the fused kernels into our cubin cache), so every
   later run counts as a warm-cache run. The cold-cache record below uses a cache of its own.
-* ``a`` (recordings): the burst ``record`` of slab, monolithic and dense (issue 13's table, issue 10's recordings
-  for ``assets/recordings/gpu/``), the decode-heavy record, ``tests/gpu`` (the correctness table), ``bench growth``
-  at full size, the burst with the prefill trim off / 0.02 / 0.10 (the default, 0.05, is the first record), and a
+* ``a`` (recordings): the burst ``record`` of slab, monolithic and dense (the fresh-process table, and the
+  recordings shipped in ``assets/recordings/gpu/``), the decode-heavy record, ``tests/gpu`` (the correctness
+  table), ``bench growth`` at full size, the burst with the prefill trim off / 0.02 / 0.10 (the default, 0.05, is the first record), and a
   record from an empty kernel cache (a machine's first run).
 * ``b`` (benches): ``bench throughput`` on the burst and on the decode-heavy workload beside mlx-lm (5 interleaved
   rounds, one fresh process per engine), ``bench probes`` on/off at 100 and 10 Hz, ``bench host`` on the burst.
 
-    OUT=/tmp/out/a python3 app/bench/device/final_run.py --half a [--small] [--deadline-s 430]
+    OUT=/tmp/out/a python3 -m lab.gpu_run.halves --half a [--small] [--deadline-s 430]
 
 ``--small`` shrinks every size to a CPU dry run (a tiny model, fp32): the same steps, the same outputs.
 """
@@ -27,8 +27,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from session_b import Driver  # noqa: E402
+from lab.gpu_run.driver import Driver
 
 
 def sizes(small: bool) -> dict:
@@ -137,7 +136,7 @@ def main() -> int:
         driver.step(name, argv, min(timeout, left), **options)
     driver.results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     driver.results["wall_s"] = round(time.perf_counter() - begin, 1)
-    driver._save()
+    driver.save()
     return 0
 
 

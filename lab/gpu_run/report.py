@@ -1,6 +1,6 @@
-"""The docs tables of the final device run (``final_run.sh``), as Markdown, from its output directory.
+"""The docs tables of the GPU run (``run.sh``), as Markdown, from its output directory.
 
-    PYTHONPATH=. python3 app/bench/device/final_report.py OUT > report.md
+    python3 -m lab.gpu_run.report OUT > report.md
 
 OUT holds ``a/`` and ``b/`` (the halves' outputs: ``<half>.json`` step results, recordings under ``a/rec_*``,
 ``a/correctness.jsonl``), or the tarballs ``final_a.tar.gz`` / ``final_b.tar.gz`` that hold them (unpacked into a
@@ -10,17 +10,14 @@ is reported as such, never skipped silently.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-import sys
 import tarfile
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..", "..", "..")))
-from issue13_report import figures  # noqa: E402
-from render_tables import correctness_table, growth_table  # noqa: E402
+from lab.kernel_tuning.render_tables import correctness_table
+from lab.record_figures import figures
 
 MIB = 2**20
 TRIMS = (("off", "rec_trim_off"), ("0.02", "rec_trim_0.02"), ("0.05 (default)", "rec_burst"),
@@ -63,7 +60,7 @@ def steps_table(results: dict[str, dict]) -> str:
 
 
 def records(directory: str) -> list[dict]:
-    """issue13_report's figures of every recording in ``directory`` ([] when it holds none)."""
+    """``lab.record_figures`` of every recording in ``directory`` ([] when it holds none)."""
     if not os.path.isdir(directory):
         return []
     rows = [figures(os.path.join(directory, n)) for n in sorted(os.listdir(directory)) if n.endswith(".slabrec")]
@@ -141,6 +138,17 @@ def host_section(entry: dict | None) -> str:
     return "```\n" + format_report(entry["json"]) + "\n```"
 
 
+def growth_table(growth: dict) -> str:
+    """``slabscope bench growth --json``'s designs as one table (footprint over the live K/V bytes last)."""
+    keys = ["growth_events", "bytes_copied", "bytes_copied_model", "live_bytes", "max_active_plus_cache_bytes",
+            "mx_peak_bytes", "wall_s", "gather_bytes_copied", "gather_bytes_copied_model"]
+    lines = ["| design | " + " | ".join(keys) + " | footprint / live |", "|---|" + "---:|" * (len(keys) + 1)]
+    for design, r in growth.items():
+        ratio = r["max_active_plus_cache_bytes"] / r["live_bytes"] if r.get("live_bytes") else float("nan")
+        lines.append(f"| {design} | " + " | ".join(str(r.get(k)) for k in keys) + f" | {ratio:.2f} |")
+    return "\n".join(lines)
+
+
 def text_tail(entry: dict | None, lines: int) -> str:
     if not entry or "stdout_tail" not in entry:
         return f"(not available: {(entry or {}).get('error', 'step not run')})"
@@ -152,12 +160,12 @@ def report(out: str) -> str:
     a_dir, b_dir = os.path.join(base, "a"), os.path.join(base, "b")
     warm, a, b = (_load(os.path.join(d, f"{h}.json")) for d, h in ((a_dir, "warm"), (a_dir, "a"), (b_dir, "b")))
     halves = {"warm": warm, "a": a, "b": b}
-    a, b = {**b, **a}, {**a, **b}  # a step may run in either half (final_run.py --only): look it up in both
+    a, b = {**b, **a}, {**a, **b}  # a step may run in either half (halves.py --only): look it up in both
     env = (warm.get("env") or {}).get("json") or {}
     correctness = os.path.join(a_dir, "correctness.jsonl")
     growth = (a.get("bench_growth") or {}).get("json")
     parts = [
-        "# Final device run", "",
+        "# GPU run", "",
         f"Device: {env.get('info', {}).get('device_name', env.get('device', '?'))}, MLX {env.get('mlx', '?')}, "
         f"mlx-lm {env.get('mlx_lm', '?')}.", "",
         "## Steps and their times", steps_table(halves), "",
@@ -184,10 +192,9 @@ def report(out: str) -> str:
 
 
 def main() -> int:
-    if len(sys.argv) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    print(report(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", help="run.sh's $OUT: a/ and b/, or final_a.tar.gz and final_b.tar.gz")
+    print(report(parser.parse_args().out))
     return 0
 
 

@@ -1,16 +1,16 @@
-"""Pick the fastest kernel variant from `bench decode` runs (one JSON per variant, see session_b_kernel.sh).
+"""Pick the fastest kernel variant from `slabscope bench decode` runs (one JSON per variant, see tune.sh).
 
 Score: geometric mean of the fused time over the cells with batch >= 4 (where the decision rule uses the kernel
 most); lower wins. Prints one JSON object: every variant's knobs, score and rows, and the winner's knobs.
 
-    python app/bench/device/pick_variant.py run1.json run2.json ...
+    python3 -m lab.kernel_tuning.pick_variant run1.json run2.json ...
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
-import sys
 
 
 def score(rows: list[dict]) -> float:
@@ -18,9 +18,11 @@ def score(rows: list[dict]) -> float:
     return math.exp(sum(math.log(t) for t in times) / len(times))
 
 
-def main(paths: list[str]) -> int:
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", help="bench decode --out JSON files, one per variant")
     variants = {}
-    for path in paths:
+    for path in parser.parse_args().runs:
         with open(path) as f:
             run = json.load(f)
         knobs = run["kernel"]
@@ -34,4 +36,4 @@ def main(paths: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main())

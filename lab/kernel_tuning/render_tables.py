@@ -1,10 +1,10 @@
-"""Render the GPU sessions' result files as the markdown tables of docs/gpu.md.
+"""Render ``tune.sh``'s result files as the kernel tables of docs/gpu.md (correctness, microbench, tuning).
 
-    python app/bench/device/render_tables.py DIR [--update docs/gpu.md]
+    python3 -m lab.kernel_tuning.render_tables DIR [--update docs/gpu.md]
 
-DIR holds any of: correctness.jsonl, bench_decode.json, bench_decode_fragmented.json, tune.json, session_b.json.
-With ``--update`` every ``<!-- BEGIN:name -->`` ... ``<!-- END:name -->`` section of the file whose table could
-be rendered is replaced; without it the tables are printed.
+DIR holds any of: correctness.jsonl, bench_decode.json, bench_decode_fragmented.json, tune.json. With ``--update``
+every ``<!-- BEGIN:name -->`` ... ``<!-- END:name -->`` section of the file whose table could be rendered is
+replaced; without it the tables are printed.
 """
 
 from __future__ import annotations
@@ -13,12 +13,8 @@ import argparse
 import json
 import os
 import re
-import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
-from summarize_errors import summarize  # noqa: E402
-
-MIB = 2**20
+from lab.kernel_tuning.summarize_errors import summarize
 
 
 def _load(directory: str, name: str):
@@ -58,62 +54,6 @@ def tune_table(tune: dict) -> str:
     return "\n".join(lines)
 
 
-def growth_table(growth: dict) -> str:
-    keys = ["growth_events", "bytes_copied", "bytes_copied_model", "live_bytes", "max_active_plus_cache_bytes",
-            "mx_peak_bytes", "wall_s", "gather_bytes_copied", "gather_bytes_copied_model"]
-    lines = ["| design | " + " | ".join(keys) + " | footprint / live |", "|---|" + "---:|" * (len(keys) + 1)]
-    for design, r in growth.items():
-        ratio = r["max_active_plus_cache_bytes"] / r["live_bytes"] if r.get("live_bytes") else float("nan")
-        lines.append(f"| {design} | " + " | ".join(str(r.get(k)) for k in keys) + f" | {ratio:.2f} |")
-    return "\n".join(lines)
-
-
-def footprint_table(compare: dict) -> str:
-    lines = ["| backend | phase | max(active+cache) MiB | RSS MiB | ratio vs dense | tok/s | tok/s vs dense |",
-             "|---|---|---:|---:|---:|---:|---:|"]
-    for r in compare["rows"]:
-        lines.append(f"| {r['backend']} | {r['phase']} | {r['footprint_max'] / MIB:.1f} | {r['rss_max'] / MIB:.1f} | "
-                     f"{r['footprint_ratio']:.3f} | {r['tokens_per_s']:.1f} | {r['throughput_ratio']:.2f} |")
-    return "\n".join(lines)
-
-
-def throughput_table(b: dict) -> str:
-    lines = ["| engine | wall s | prefill tok/s | decode tok/s | total tok/s | max(active+cache) MiB | footprint "
-             "sampling |", "|---|---:|---:|---:|---:|---:|---|"]
-    labels = {"run_dense": "slabscope dense", "run_slab": "slabscope slab (fused decode per decision rule)",
-              "run_slab_gather": "slabscope slab, SLABSCOPE_PAGED_ATTENTION_NATIVE=0 (gather)"}
-    for name, label in labels.items():
-        r = (b.get(name) or {}).get("json")
-        if r:
-            p = next(iter(r["phases"].values()))
-            counters = (r.get("pool") or {}).get("counters", {})
-            fused = f", {counters.get('fused_decisions', 0)} fused / {counters.get('gather_decisions', 0)} gather " \
-                    "layer decisions" if counters else ""
-            lines.append(f"| {label}{fused} | {r['wall_s']:.2f} | {p['prefill_tok_s']:.0f} | "
-                         f"{p['decode_tok_s']:.1f} | {r['tok_s']:.0f} | "
-                         f"{r['footprint']['max_footprint_bytes'] / MIB:.1f} | step boundaries |")
-    m = (b.get("mlxlm_batchgenerator") or {}).get("json")
-    if m:
-        lines.append(f"| mlx-lm BatchGenerator | {m['wall_s']:.2f} | {m['prompt_tps'] or 0:.0f} | "
-                     f"{m['generation_tps']:.1f} | {m['tok_s']:.0f} | {m['max_active_plus_cache_bytes'] / MIB:.1f} | "
-                     f"thread {m['samples']} samples + steps |")
-    return "\n".join(lines)
-
-
-def steady_table(steady: dict) -> str:
-    """Per engine, run 1 (pays JIT) and run 2 (steady state) of the former steady-throughput script (now slabscope bench throughput), one process."""
-    lines = ["| engine | run | wall s | prefill tok/s | decode tok/s | total tok/s | decode step median ms | "
-             "first decode step ms |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for engine, runs in steady.items():
-        for i, r in enumerate(runs, 1):
-            prefill = r.get("prefill_tok_s", r.get("prompt_tps")) or 0
-            decode = r.get("decode_tok_s", r.get("generation_tps")) or 0
-            first = r.get("decode_step_first_ms")
-            lines.append(f"| {engine} | {i} | {r['wall_s']:.2f} | {prefill:.0f} | {decode:.1f} | {r['tok_s']:.0f} | "
-                         f"{r['decode_step_median_ms']:.1f} | {'-' if first is None else f'{first:.0f}'} |")
-    return "\n".join(lines)
-
-
 def render(directory: str) -> dict[str, str]:
     tables = {}
     if (records := _load(directory, "correctness.jsonl")) is not None:
@@ -124,14 +64,6 @@ def render(directory: str) -> dict[str, str]:
         tables["microbench-fragmented"] = decode_table(run)
     if (tune := _load(directory, "tune.json")) is not None:
         tables["tuning"] = tune_table(tune)
-    if (steady := _load(directory, "steady.json")) is not None:
-        tables["steady"] = steady_table(steady)
-    if (b := _load(directory, "session_b.json")) is not None:
-        if (g := (b.get("bench_growth") or {}).get("json")):
-            tables["growth"] = growth_table(g)
-        if (c := (b.get("compare") or {}).get("json")):
-            tables["footprint"] = footprint_table(c)
-        tables["throughput"] = throughput_table(b)
     return tables
 
 

@@ -1,6 +1,6 @@
 """Summarise the correctness report (JSON lines from SLABSCOPE_GPU_REPORT) as max errors per group.
 
-    python app/bench/device/summarize_errors.py correctness.jsonl
+    python3 -m lab.kernel_tuning.summarize_errors correctness.jsonl
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Issue 15's two-GPU figures: distinct_burst on synthetic:qwen3-0.6b (bf16) recorded tensor-parallel over 2 ranks
+# Two-GPU tensor-parallel figures (docs/distributed.md): distinct_burst on synthetic:qwen3-0.6b (bf16) recorded tensor-parallel over 2 ranks
 # through mlx.launch's NCCL backend (one recording per rank and backend), the same workload in one process beside
 # it, and the merged compare table (imbalance row, per-rank outputs against the 1-process run). On a machine with
 # two GPUs (nvidia-h200-x2), from the repository root:
 #
-#   OUT=/tmp/out bash app/bench/device/nccl_run.sh
+#   OUT=/tmp/out bash lab/nccl_ranks/record.sh
 #
 # What comes back: nccl.txt (every command's output, in order), compare.json, nccl2.tar.gz (the recordings).
 set -o pipefail

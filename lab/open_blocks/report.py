@@ -1,18 +1,19 @@
-"""The tables of ``open_blocks_ab.sh``'s archive (docs/gpu.md, issue 13's first decode step): per round, issue 13's
-command (slab at its default, open blocks high, beside dense) and slab with ``--open-blocks low``; then the median
-and range per arm, and first_step.py's lines. Figures from the recordings (``issue13_report.figures``).
+"""The tables of ``record_ab.sh``'s archive (docs/measurements-log.md, the first decode step): per round, the burst's
+record (slab at its default, open blocks high, beside dense) and slab with ``--open-blocks low``; then the median
+and range per arm, and ``lab/first_step/first_step.py``'s lines. Figures from the recordings
+(``lab.record_figures.figures``).
 
-    python3 app/bench/device/open_blocks_report.py DIR   # DIR: ab.tar.gz unpacked
+    python3 -m lab.open_blocks.report DIR   # DIR: ab.tar.gz unpacked
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-import sys
 
-from app.bench.device.engine_anatomy import spread
-from app.bench.device.issue13_report import figures
+from lab.engine_rounds import spread
+from lab.record_figures import figures
 
 MIB = 1 << 20
 CASES = ("burst", "heavy")
@@ -75,10 +76,9 @@ def first_step_lines(base: str) -> str:
 
 
 def main() -> int:
-    if len(sys.argv) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    base = sys.argv[1]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directory", help="record_ab.sh's archive, unpacked")
+    base = parser.parse_args().directory
     for case in CASES:
         print(f"## {case}\n\n{case_table(base, case)}\n")
     print(f"## first_step.py\n\n{first_step_lines(base)}")

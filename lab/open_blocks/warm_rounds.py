@@ -1,4 +1,4 @@
-"""Warm rounds of the slab engine in one process, open blocks high against low (issue 13's open check, docs/gpu.md).
+"""Warm rounds of the slab engine in one process, open blocks high against low (docs/measurements-log.md).
 
 ``bench throughput`` at 8abefb4 showed slab's warm decode step slower than at 0eb0f83 while its fresh-process records
 did not. This runs the slab engine alone, ``--rounds`` times per policy in one process (the arms alternating which
@@ -6,12 +6,12 @@ goes first, after one warm-up round each), and prints per policy the median [ran
 step's graph build (``Engine._dispatch``: build + ``async_eval``), the first decode step's build, the decode step's
 wall time and tok/s. On the GPU:
 
-    PYTHONPATH=. python3 app/bench/device/warm_open_blocks.py --rounds 5
+    python3 -m lab.open_blocks.warm_rounds --rounds 5
 
 On a CPU, ``--emulate-cuda`` runs the CUDA fused route's host side (app/bench/host_emulation.py: kernels replaced by
 zeros, so only the build columns mean what they mean on a GPU):
 
-    PYTHONPATH=. python3 app/bench/device/warm_open_blocks.py --emulate-cuda --device cpu --dtype float32 \\
+    python3 -m lab.open_blocks.warm_rounds --emulate-cuda --device cpu --dtype float32 \\
         --model synthetic:tiny-qwen3-28l --set n=8 --set prompt_tokens=1024 --set gen_tokens=24 --slab-blocks 8 \\
         --prefill-chunk 512 --rounds 12
 """
@@ -21,8 +21,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from app.bench.device.engine_anatomy import (DecodeClock, add_round_arguments, json_row, load_for_rounds, run_round,
-                                             spread)
+from lab.engine_rounds import DecodeClock, add_round_arguments, json_row, load_for_rounds, run_round, spread
 
 POLICIES = ("high", "low")
 

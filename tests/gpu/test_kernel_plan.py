@@ -18,7 +18,6 @@ sys.path.insert(0, os.path.dirname(__file__))
 from emulate import emulate  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-DEVICE_SCRIPTS = os.path.join(REPO, "app", "bench", "device")
 
 
 def test_plan_meta_layout_is_exact():
@@ -294,13 +293,11 @@ def test_bench_decode_flags_are_the_kernel_tuning_and_bad_ones_fail_first(capsys
 
 
 def test_result_tools_render_and_pick(tmp_path):
-    """The device scripts' helpers: variant pick (geometric mean over B >= 4) and the docs' table rendering."""
+    """The kernel-tuning lab's helpers (lab/kernel_tuning): variant pick (geometric mean over B >= 4) and the docs'
+    table rendering."""
     import json
 
-    sys.path.insert(0, DEVICE_SCRIPTS)
-
-    import pick_variant
-    import render_tables
+    from lab.kernel_tuning import pick_variant, render_tables
 
     def run(unroll, fused_scale):
         rows = [{"batch": b, "context": c, "slabs": 1, "splits": 1, "gather_us": 100.0, "sdpa_us": 50.0,

@@ -4,7 +4,7 @@
 
     cli         app.cli, app.__main__    parses the command line, dispatches to a command
     commands    app.commands             one module per sub-command, and what several of them share
-    tui, bench  app.tui, app.bench       the dashboard; the benchmarks' implementations (peers: neither imports the other)
+    tui, bench  app.tui, app.bench       the dashboard; the benchmarks (peers: neither imports the other)
     workloads   app.workloads            the pool as an mlx-lm cache, engines, scenarios, worker processes
     models      app.models               model loading, the BLAS and MLX bootstrap
 

@@ -1,6 +1,7 @@
-"""Which part of a fused-kernel call costs host time at encode (diagnostic; figures in docs/measurements-log.md, session E): the real paged
-decode kernel vs a trivial kernel, 28 chained calls whose slab inputs are shared by all calls or distinct per
-call (as the layers of a decode step are), slabs fresh (mx.zeros) or written by a scatter first.
+"""Which part of a fused-kernel call costs host time at encode (diagnostic; figures in docs/measurements-log.md,
+session E): the real paged decode kernel vs a trivial kernel, 28 chained calls whose slab inputs are shared by all
+calls or distinct per call (as the layers of a decode step are), slabs fresh (mx.zeros) or written by a scatter
+first.
 
     python3 -m lab.decode_step.encode_probe
 """

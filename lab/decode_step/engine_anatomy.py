@@ -1,13 +1,13 @@
 """Where the engine's decode step goes, per backend, in the real workload (slab against dense).
 
 ``step_anatomy.py`` (beside this) times a decode step on state written directly; this times the engine's own steps
-inside ``run_workload`` (scheduler, pool bookkeeping, token slots, fused decisions, the model), backends interleaved over
-``--rounds`` warm rounds in one process after a warm-up round each. Per decode step (the first step of each run
-left out): ``build`` is the host time of ``Engine._dispatch`` outside ``mx.async_eval`` (Python building the
-graph), ``encode`` the host time inside ``mx.async_eval`` (MLX encoding the step's kernels), ``step`` the step's
-wall time from its ``Step`` event. With ``--profile N`` the last round of each backend runs under cProfile (decode
-dispatches only) and the N functions with the most own time print with microseconds per step; the profiler slows
-that round, so it is left out of the figures. On the GPU (the decode-heavy case):
+inside ``run_workload`` (scheduler, pool bookkeeping, token slots, fused decisions, the model), backends interleaved
+over ``--rounds`` warm rounds in one process after a warm-up round each. Per decode step (the first step of each run
+left out): ``build`` is the host time of ``Engine._dispatch`` outside ``mx.async_eval`` (Python building the graph),
+``encode`` the host time inside ``mx.async_eval`` (MLX encoding the step's kernels), ``step`` the step's wall time
+from its ``Step`` event. With ``--profile N`` the last round of each backend runs under cProfile (decode dispatches
+only) and the N functions with the most own time print with microseconds per step; the profiler slows that round, so
+it is left out of the figures. On the GPU (the decode-heavy case):
 
     python3 -m lab.decode_step.engine_anatomy --set n=16 --set prompt_tokens=2048 \\
         --set gen_tokens=256 --rounds 5 --profile 25

@@ -7,10 +7,10 @@ starts after ``--deadline-s`` and never runs past it. Steps run most important f
 * ``warm``: device and versions; a small run of dense and slab (MLX's own kernels JIT-compile into MLX's cache);
   ``slabscope warmup`` for the burst and decode-heavy workloads (the fused kernels into our cubin cache), so every
   later run counts as a warm-cache run. The cold-cache record below uses a cache of its own.
-* ``a`` (recordings): the burst ``record`` of slab, monolithic and dense (the fresh-process table, and the
-  recordings shipped in ``assets/recordings/gpu/``), the decode-heavy record, ``tests/gpu`` (the correctness
-  table), ``bench growth`` at full size, the burst with the prefill trim off / 0.02 / 0.10 (the default, 0.05, is the first record), and a
-  record from an empty kernel cache (a machine's first run).
+* ``a`` (recordings): the burst ``record`` of slab, monolithic and dense (the fresh-process table, and the recordings
+  shipped in ``assets/recordings/gpu/``), the decode-heavy record, ``tests/gpu`` (the correctness table), ``bench
+  growth`` at full size, the burst with the prefill trim off / 0.02 / 0.10 (the default, 0.05, is the first record),
+  and a record from an empty kernel cache (a machine's first run).
 * ``b`` (benches): ``bench throughput`` on the burst and on the decode-heavy workload beside mlx-lm (5 interleaved
   rounds, one fresh process per engine), ``bench probes`` on/off at 100 and 10 Hz, ``bench host`` on the burst.
 

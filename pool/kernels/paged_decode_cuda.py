@@ -7,7 +7,7 @@ cache, off the decode path (``cuda_variants.py``, ``cuda_builds.py``), and launc
 ``mx.fast.cuda_kernel``, whose JIT compiles every variant in the first decode step that needs it, in every
 process (MLX never writes custom kernels to its disk cache: ~2 s per variant on an H200).
 
-Design (docs/gpu.md has the full write-up and the measurements):
+Design (docs/gpu.md has the full write-up; the measurements are in docs/measurements-log.md):
 
 * One thread block per (split, KV head, sequence); 4 warps. A token's head row (head_dim elements) is spread over
   head_dim/8 lanes, each holding 8 elements (one 16-byte load), so a warp reads 2 (head_dim 128) or 4 (head_dim

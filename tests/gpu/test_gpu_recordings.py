@@ -30,8 +30,8 @@ def test_gpu_recordings_are_small_complete_h200_sessions():
         steps = session.events_of(Step)
         assert sum(e.num_tokens for e in steps if e.type == "decode") == 8 * 32
         peaks[backend] = session.peak().value
-    # the shape docs/gpu.md reports (recorded at 1158daa): slab below both baselines (5,338 MiB against monolithic's
-    # 8,826 and dense's 9,890: the baselines' buffer caches hold their prefill transients and, for monolithic, the
+    # the shape the README's figures report (recorded at 1158daa): slab below both baselines (5,338 MiB against
+    # monolithic's 8,826 and dense's 9,890: the baselines' buffer caches hold their prefill transients and, for monolithic, the
     # grow-by-copy ladder)
     assert peaks["slab"] < min(peaks["dense"], peaks["monolithic"])
     assert peaks["slab"] < 0.6 * peaks["dense"]

@@ -171,12 +171,15 @@ def test_the_tuis_recorder_takes_a_new_name_when_its_name_is_taken(tmp_path):
                     sys_available=1, weights=0, pool_live=0, pool_free=0, other_active=1, rss_other=0, cost_us=1.0)
     first = LiveRecorder(tmp_path, "churn")
     first.write(model, [sample])
-    second = LiveRecorder(tmp_path, "churn")
-    second.stamp = first.stamp  # the same second
     taken = first.paths[0]
+    live = LiveRecorder(tmp_path, "churn")
+    live.stamp = first.stamp  # the same second, while the first is still recording
+    live.write(model, [sample])
+    assert first.close() == [taken] and live.paths == [taken.with_name(taken.stem + "-2.slabrec")]
     taken_bytes = taken.read_bytes()
-    second.write(model, [sample])
-    assert second.paths == [taken.with_name(taken.stem + "-2.slabrec")] and taken.read_bytes() == taken_bytes
-    for recorder in (first, second):
-        for path in recorder.close():
-            assert Session.open(path).complete
+    late = LiveRecorder(tmp_path, "churn")
+    late.stamp = first.stamp  # the same second, after the first finished
+    late.write(model, [sample])
+    assert late.paths == [taken.with_name(taken.stem + "-3.slabrec")] and taken.read_bytes() == taken_bytes
+    for path in [taken, *live.close(), *late.close()]:
+        assert Session.open(path).complete

@@ -230,6 +230,14 @@ class FileImage:
             pos = stop
         return 0
 
+    def cut(self, index: int, start: int, problem: str) -> None:
+        """End the valid prefix before record ``index`` (which starts at byte ``start``): a CRC-valid record that
+        does not check out once decoded (an impossible figure, ``probes.bounds``) is damage like a bad checksum."""
+        self.damage = Damage(start, len(self.data) - start, problem)
+        self.incomplete_tail = 0
+        del self.refs[index:]
+        self.by_kind = {kind: [ref for ref in self.refs if ref.kind == kind] for kind in KIND_NAMES}
+
     def _stop(self, pos: int, problem: str, torn: bool) -> int:
         """End the prefix at ``pos``: a torn tail (returns its size) or damage (sets ``damage``, returns 0)."""
         header = RECORD_HEADER if self.version >= 2 else RECORD_HEADER_V1

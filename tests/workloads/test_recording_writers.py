@@ -106,6 +106,15 @@ def test_record_and_run_refuse_an_earlier_recording_and_keep_it(tmp_path, cli):
     assert folder_state(tmp_path) == before
 
 
+def test_record_ranks_refuses_an_earlier_rank_recording_before_launching(tmp_path, cli):
+    shutil.copy(SHIPPED, tmp_path / "churn-slab-rank1.slabrec")
+    before = folder_state(tmp_path)
+    code, out, err = cli(["record", "--ranks", "2", *TINY, "--backends", "slab", "--out", str(tmp_path)])
+    assert code == 1 and out == ""
+    one_line(err, "churn-slab-rank1.slabrec: exists (79,814 bytes)", "--force")
+    assert folder_state(tmp_path) == before
+
+
 def test_a_recording_never_names_the_scenario_it_runs(tmp_path, cli):
     scenario = tmp_path / "mine.toml"
     shutil.copy(ROOT / "assets" / "scenarios" / "churn.toml", scenario)

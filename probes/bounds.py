@@ -343,9 +343,16 @@ def check_meta_figures(meta: dict) -> None:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 check_bytes(value, f"metadata {block}.{key}", widest)
     distributed = meta.get("distributed")
-    if isinstance(distributed, dict) and isinstance(distributed.get("device_memory"), dict):
-        value = distributed["device_memory"].get("bytes")
+    if not isinstance(distributed, dict):
+        return
+    for block, key in (("device_memory", "bytes"), ("shard", "kv_bytes_per_token")):  # a rank's header line
+        value = distributed[block].get(key) if isinstance(distributed.get(block), dict) else None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            check_bytes(value, "metadata distributed.device_memory.bytes", widest)
+            check_bytes(value, f"metadata distributed.{block}.{key}", widest)
+    shard = distributed.get("shard")
+    if isinstance(shard, dict):
+        heads = [n for n in (*(shard.get("kv_heads") or ()), shard.get("n_kv_heads_total"))
+                 if isinstance(n, int) and not isinstance(n, bool)]
+        check_counts(heads, "metadata distributed.shard's head count", MAX_COUNT)
 
 

@@ -189,14 +189,20 @@ def test_beyond_the_memory_its_machine_had_is_damage(churn, tmp_path):
     assert _open(on_gpu).damage is None  # RAM + swap + device memory: 80 GiB
 
 
-@pytest.mark.parametrize("value", [-1, 2**60])
-def test_metadata_claiming_impossible_memory_is_refused(churn, tmp_path, value):
-    def device(meta):
-        meta["device_limits"] = {"memory_bytes": value}
+@pytest.mark.parametrize("block, value, says", [
+    ("device_limits", {"memory_bytes": -1}, "metadata device_limits.memory_bytes -1 bytes is below 0"),
+    ("device_limits", {"memory_bytes": 2**60}, "metadata device_limits.memory_bytes 1,152,921,504,606,846,976 bytes"),
+    ("host_memory", {"ram_bytes": 2**60, "swap_bytes": 0}, "metadata host_memory.ram_bytes"),
+    ("distributed", {"shard": {"kv_bytes_per_token": -8}}, "metadata distributed.shard.kv_bytes_per_token -8"),
+])
+def test_metadata_claiming_impossible_memory_is_refused(churn, tmp_path, block, value, says):
+    """What the session's bounds come from is bounded itself (1 PiB); a rank's memory and shard figures too (its
+    header line shows them)."""
+    def edit(meta):
+        meta[block] = value
 
-    damaged, _, _ = _craft(churn, tmp_path, fmt.SAMPLES, lambda p: None, meta=device)
-    with pytest.raises(RecordingError, match=r"meta record at byte 16 holds an impossible value \(metadata "
-                                               r"device_limits.memory_bytes"):
+    damaged, _, _ = _craft(churn, tmp_path, fmt.SAMPLES, lambda p: None, meta=edit)
+    with pytest.raises(RecordingError, match=r"meta record at byte 16 holds an impossible value \(" + re.escape(says)):
         _open(damaged)
 
 

@@ -34,6 +34,8 @@ def migrate(src: str | os.PathLike, dst: str | os.PathLike, force: bool = False)
     if image.damage is not None:
         raise RecordingError(src, f"{image.damage}; only intact recordings are migrated")
     original = Session(image)
+    if original.damage is not None:  # an impossible value found while decoding (probes.bounds)
+        raise RecordingError(src, f"{original.damage}; only intact recordings are migrated")
     meta = dict(original.meta, session_id=new_session_id(), migrated_from_format=1)
     if original.geometry is not None:  # v2 keeps the pool geometry in META (a v1 file named it in its snapshots)
         meta["geometry"] = msgspec.to_builtins(original.geometry)

@@ -251,3 +251,17 @@ def test_the_run_limits_mirrored_in_the_bounds_are_the_run_limits():
     assert bounds.MAX_CONCURRENCY == run_limits.MAX_CONCURRENCY
     assert bounds.MAX_REQUEST_TOKENS == run_limits.MAX_REQUEST_TOKENS
     assert bounds.MAX_PHASE_REQUESTS == run_limits.MAX_PHASE_REQUESTS
+
+
+def test_migrate_refuses_a_v1_recording_holding_an_impossible_value(tmp_path, capsys):
+    v, recs = parse((SHIPPED / "sample-churn-slab.slabrec").read_bytes())
+    i = [k for k, r in enumerate(recs) if r.kind == fmt.SAMPLES][2]
+    payload = copy.deepcopy(recs[i].payload)
+    keys, rows = payload[0]
+    rows[0][keys.index("footprint")] = -5
+    damaged = tmp_path / "v1.slabrec"
+    damaged.write_bytes(build(v, recs[:i] + [edited(recs[i], payload)] + recs[i + 1:]))
+    code, out, err = _figures(["migrate", str(damaged), str(tmp_path / "v2.slabrec")], capsys)
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "holds an impossible value (a sample's footprint -5 bytes is below 0)" in err
+    assert "only intact recordings are migrated" in err and sorted(p.name for p in tmp_path.iterdir()) == ["v1.slabrec"]

@@ -14,6 +14,7 @@ import warnings
 from app.commands.arg_types import OneLineParser
 from app.commands.errors import RunError, UsageError
 from probes.errors import RecordingDamage, RecordingError, ReplayError
+from probes.outfile import OutputError
 
 # name -> module under app.commands; order is the order shown in --help.
 COMMANDS: dict[str, str] = {
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"slabscope {args.command}: {exc}", file=sys.stderr)
         return 2
-    except RunError as exc:
+    except (RunError, OutputError) as exc:  # OutputError: a file refused or not written (probes.outfile)
         print(f"slabscope {args.command}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -2,7 +2,9 @@
 
 Each backend runs in its own worker process (``app.workloads.WorkerHandle``), one after another by default (so
 they do not share the CPU, caches or memory bandwidth), side by side with ``--together`` (one BLAS thread each).
-Every worker writes ``DIR/<scenario>-<backend>.slabrec`` through its probes. Parser construction imports no mlx.
+Every worker writes ``DIR/<scenario>-<backend>.slabrec`` through its probes; the command claims every such file
+before the first worker starts (``app.commands.outputs``): an existing file is refused unless ``--force``, and a
+second ``record`` into the same directory at once refuses with one line. Parser construction imports no mlx.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from app.commands.arg_types import (add_mlx_cache_arguments, add_open_blocks_arg
                                     backends_list, finite_float, positive_int)
 from app.commands.errors import output_dir
 from app.commands.metrics_args import add_metrics_arguments, hold_metrics, start_metrics
+from app.commands.outputs import add_force_argument
 from app.commands.record_specs import run_specs
 from app.models.registry import DTYPE_NAMES
 from app.workloads.limits import MAX_SAMPLE_HZ
@@ -29,7 +32,8 @@ def add_parser(sub) -> None:
     p.add_argument("--scenario", default=None, help="scenario name or .toml path (default: the default scenario)")
     p.add_argument("--backends", type=backends_list, default=["slab", "dense", "monolithic"],
                    help="comma-separated, each once: slab,dense,monolithic (default all three)")
-    p.add_argument("--out", required=True, help="directory for the session files")
+    p.add_argument("--out", required=True, help="directory for the session files (DIR/<scenario>-<backend>.slabrec)")
+    add_force_argument(p, "a session file of an earlier run in --out")
     p.add_argument("--model", default="smollm2-135m", help="model name or mlx-lm directory")
     p.add_argument("--together", action="store_true", help="run the backends side by side (default: one by one)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario parameter")
@@ -115,7 +119,10 @@ def _run(handles_and_progress, timeout: float) -> None:
 
 
 def main(args) -> int:
+    import dataclasses
+
     from app.commands.errors import UsageError
+    from app.commands.outputs import claim_recordings, recording_problem, release_all, scenario_inputs
     from app.workloads.scenarios import ScenarioError
 
     if getattr(args, "ranks", None) is not None:
@@ -130,19 +137,23 @@ def main(args) -> int:
         print(f"slabscope record: {exc}", file=sys.stderr)
         return 2
     output_dir(args.out, "--out")
-    metrics = start_metrics(args)
+    claims = claim_recordings([spec.record_path for spec in specs], args.force, scenario_inputs(args.scenario))
+    specs = [dataclasses.replace(spec, record_claim=held.token) for spec, held in zip(specs, claims)]
+    metrics = None
     try:
+        metrics = start_metrics(args)
         handles = _record(specs, args, metrics)
     finally:
+        release_all(claims)  # the files are finished (or removed: a worker that never recorded)
         hold_metrics(args, metrics)
-    failed = [h.spec.backend for h, _ in handles if h.error or not h.done]
-    for handle, _ in handles:
-        state = "ok" if handle.done and not handle.error else f"FAILED: {handle.error}"
+    problems = [(handle, handle.error or recording_problem(handle.summary)) for handle, _ in handles]
+    for handle, problem in problems:
+        state = "ok" if handle.done and not problem else f"FAILED: {problem or 'no result'}"
         print(f"{handle.spec.backend}: {handle.spec.record_path} ({state}; worker log {handle.log_path})")
     paths = [h.spec.record_path for h, _ in handles if os.path.exists(h.spec.record_path)]
     if paths:
         _print_compare(paths)
-    return 1 if failed else 0
+    return 1 if any(problem or not handle.done for handle, problem in problems) else 0
 
 
 def _record(specs, args, metrics) -> list:

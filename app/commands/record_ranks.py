@@ -153,6 +153,8 @@ def main(args) -> int:
     from app.commands.errors import output_dir
 
     output_dir(args.out, "--out")
+    _check_rank_files(args, plan, specs)  # each rank creates its file exclusively; refused here before any launch
+    specs = [_with(spec, record_force=args.force) for spec in specs]
     failed, paths, stopped = False, [], None
     replaced = stop_on_signals() if _main_thread() else {}
     try:
@@ -191,6 +193,18 @@ def main(args) -> int:
 
         print_merged(paths)
     return 128 + stopped.signum if stopped is not None else 1 if failed else 0
+
+
+def _check_rank_files(args, plan, specs) -> None:
+    """``OutputError`` (one line, exit 1) when a rank's recording path exists (unless ``--force``) or names the
+    scenario file: refused before any rank starts."""
+    from app.commands.outputs import scenario_inputs
+    from probes.outfile import check_target
+
+    for spec in specs:
+        template = rank_template(args.out, os.path.splitext(os.path.basename(spec.scenario))[0], spec.backend)
+        for rank in range(plan.ranks):
+            check_target(template.format(rank=rank), args.force, scenario_inputs(args.scenario))
 
 
 def _main_thread() -> bool:

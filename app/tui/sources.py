@@ -18,6 +18,7 @@ from probes.store import SessionModel
 
 DEFAULT_RECORDINGS_DIR = Path("recordings")
 SHIPPED_RECORDINGS_DIR = Path(__file__).resolve().parents[2] / "assets" / "recordings"
+MAX_NAME_TRIES = 100  # numbered names tried for a live recording whose name is taken
 
 
 # ---- live runs --------------------------------------------------------------------------------------------------
@@ -229,21 +230,36 @@ class LiveRecorder:
     def write(self, model: SessionModel, events: list[Event]) -> None:
         """Append a batch for ``model``'s run; the first batch opens its file with the run's metadata (the worker's
         ``t_start``, so times match the worker's own recording)."""
-        from probes.recording import SessionRecorder
-
         rec = self.recorders.get(model.label)
         if rec is None:
             self.directory.mkdir(parents=True, exist_ok=True)
-            path = self.directory / f"{self.stamp}-{self.scenario}-{model.label}.slabrec"
             meta = dict(model.meta)
             meta.setdefault("backend", model.label)
-            rec = SessionRecorder(path, meta, float(meta.get("t_start", 0.0)))
+            path, rec = self._new_file(f"{self.stamp}-{self.scenario}-{model.label}", meta)
             self.recorders[model.label] = rec
             self.paths.append(path)
         rec.write([self._keyframed(model.label, e) for e in events if not isinstance(e, (MetaUpdate, Done))])
         done = [e for e in events if isinstance(e, Done)]
         if done:
             rec.close(done[-1].summary, t=done[-1].t)
+
+    def _new_file(self, stem: str, meta: dict):
+        """(path, recorder) of a new file ``stem.slabrec`` in the directory, or ``stem-2.slabrec``, ``-3``... when
+        that name is taken (another TUI recording the same scenario in the same second): never an existing file."""
+        from probes.outfile import OutputError
+        from probes.recording import SessionRecorder
+
+        for number in range(1, MAX_NAME_TRIES + 1):
+            path = self.directory / (f"{stem}.slabrec" if number == 1 else f"{stem}-{number}.slabrec")
+            if os.path.lexists(path):
+                continue
+            try:
+                return path, SessionRecorder(path, meta, float(meta.get("t_start", 0.0)))
+            except OutputError:
+                if not os.path.lexists(path):
+                    raise  # not a name taken meanwhile: the directory cannot be written
+        raise OutputError(self.directory / f"{stem}.slabrec", f"this name and {MAX_NAME_TRIES - 1} numbered ones "
+                                                              "are taken")
 
     def _keyframed(self, name: str, event: Event) -> Event:
         """A recording started mid-run has no keyframe until the worker flags its next one (with the bookkeeping

@@ -247,8 +247,9 @@ def _user_errors() -> tuple[type, ...]:
     from pool.errors import BudgetExceeded, SizeLimitError
 
     from app.workloads.limits import ScenarioError
+    from probes.outfile import OutputError
 
-    return ScenarioError, SizeLimitError, BudgetExceeded
+    return ScenarioError, SizeLimitError, BudgetExceeded, OutputError
 
 
 def _watch_parent(parent_pid: int, out_queue, stop_event, sink) -> None:

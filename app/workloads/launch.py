@@ -36,6 +36,24 @@ class LaunchError(ValueError):
     """A distributed launch that cannot start (bad hostfile, missing launcher or mpirun); one line."""
 
 
+MLX_BUILDS = {"mlx-cuda-12": "cuda", "mlx-cuda-13": "cuda", "mlx-cuda": "cuda", "mlx-cpu": "cpu",
+              "mlx-metal": "metal"}  # the distribution that carries each MLX build's library (mlx[cuda12], ...)
+
+
+def installed_mlx_build() -> tuple[str, str]:
+    """(kind, name and version) of the MLX build installed beside this interpreter, read from the package metadata
+    without importing mlx (the parent of a launch stays mlx-free): kind "cuda", "cpu", "metal", or "unknown" (mlx
+    built from source: nothing to go by, so nothing is refused for it)."""
+    from importlib import metadata
+
+    for name, kind in MLX_BUILDS.items():
+        try:
+            return kind, f"{name} {metadata.version(name)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown", "mlx (no build package found)"
+
+
 _LAUNCH_MAIN = ("import sys; from mlx._distributed_utils.launch import main; sys.argv[0] = 'mlx.launch'; "
                 "sys.exit(main())")
 
@@ -103,6 +121,11 @@ class LaunchPlan:
                               "mlx.distributed_config writes one)")
         if self.backend == "mpi" and shutil.which("mpirun") is None:
             raise LaunchError("the mpi backend needs mpirun on PATH (install Open MPI)")
+        if self.backend == "nccl" and self.hostfile is None:  # every rank runs here, on this MLX (a hostfile's
+            kind, build = installed_mlx_build()             # hosts have their own)
+            if kind in ("cpu", "metal"):
+                raise LaunchError(f"the nccl backend needs MLX's CUDA build (pip install 'mlx[cuda12]'); this one is "
+                                  f"{build}: use --launch-backend ring")
 
     def rank_env(self) -> list[str]:
         """Environment for every rank: unbuffered output, and on one host its cores shared out for BLAS."""

@@ -132,10 +132,14 @@ def prepare(args):
     Changes nothing (no directory, no process)."""
     from app.commands.record import _specs
 
+    from app.workloads.hosts import check_hostfile_hosts
+
     problem = _check(args)
     if problem:
         raise ValueError(problem)
     plan = _plan(args)
+    if plan.hostfile is not None:  # every remote host resolvable before anything starts (bounded)
+        check_hostfile_hosts(plan.hostfile)
     specs = _specs(args, list(args.backends))  # parsed, each backend once (app.commands.arg_types)
     if plan.backend == "nccl" and args.device is None:  # NCCL moves GPU buffers: every rank on its GPU
         specs = [_with(spec, device="gpu") for spec in specs]
@@ -163,7 +167,7 @@ def main(args) -> int:
             command = launch_command(plan, _with(spec, record_path=None), record_template=template,
                                      run_id=uuid.uuid4().hex[:12], peer_timeout=args.peer_timeout,
                                      sync_interval=args.sync_interval)
-            launch = RankLaunch(command, grace_s=args.peer_timeout + 5.0)
+            launch = RankLaunch(command, grace_s=args.peer_timeout + 5.0, hosts=_hosts(plan))
             try:
                 code = launch.start().wait(args.timeout)
             except Stopped as stop:  # the ranks are stopped (wait() does it too when the signal lands there)
@@ -191,6 +195,13 @@ def main(args) -> int:
 
         print_merged(paths)
     return 128 + stopped.signum if stopped is not None else 1 if failed else 0
+
+
+def _hosts(plan) -> dict[int, str] | None:
+    """rank -> ssh name of a hostfile launch (None on one host: no rank goes through ssh)."""
+    from app.workloads.hosts import hostfile_hosts
+
+    return None if plan.hostfile is None else {host.rank: host.ssh for host in hostfile_hosts(plan.hostfile)}
 
 
 def _main_thread() -> bool:

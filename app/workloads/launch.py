@@ -27,6 +27,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from app.workloads.hosts import ssh_exit_text
+
 LAUNCH_BACKENDS = ("ring", "mpi", "nccl", "jaccl")
 _RANK_FAILED = re.compile(r"^\[\S+ rank (\d+)\] FAILED: (.*)$")
 _LAUNCHER_NODE = re.compile(r"Node with rank (\d+) (exited with code (-?\d+)|was killed)")
@@ -159,8 +161,9 @@ class RankLaunch:
     """One launcher process (its own process group) and what it printed. ``failures`` maps rank -> the error a
     rank printed; ``launcher_notes`` rank -> what mlx.launch said about its exit."""
 
-    def __init__(self, command: list[str], *, stream=None, grace_s: float = 30.0):
+    def __init__(self, command: list[str], *, stream=None, grace_s: float = 30.0, hosts: dict[int, str] | None = None):
         self.command = command
+        self.hosts = hosts or {}  # rank -> the hostfile's ssh name (a remote rank's exit 255 is ssh failing)
         self.stream = stream or sys.stderr
         self.grace_s = grace_s
         self.failures: dict[int, str] = {}
@@ -193,7 +196,9 @@ class RankLaunch:
             node = _LAUNCHER_NODE.search(line)
             if node:
                 rank, code = int(node.group(1)), node.group(3)
-                self.launcher_notes[rank] = ("stopped by mlx.launch" if code is None else _exit_text(int(code)))
+                note = "stopped by mlx.launch" if code is None else _exit_text(int(code))
+                ssh = None if code is None else ssh_exit_text(self.hosts.get(rank), int(code))
+                self.launcher_notes[rank] = f"{note}: {ssh}" if ssh else note
                 self._first_failure = self._first_failure or time.monotonic()
 
     def wait(self, timeout: float) -> int:

@@ -8,6 +8,7 @@ Every worker writes ``DIR/<scenario>-<backend>.slabrec`` through its probes. Par
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -15,6 +16,7 @@ from app.commands.arg_types import (add_mlx_cache_arguments, add_open_blocks_arg
                                     backends_list, finite_float, positive_int)
 from app.commands.errors import output_dir
 from app.commands.metrics_args import add_metrics_arguments, hold_metrics, start_metrics
+from app.commands.record_ranks import Stopped, stop_on_signals
 from app.models.registry import DTYPE_NAMES
 from app.workloads.limits import MAX_SAMPLE_HZ
 
@@ -127,10 +129,12 @@ def _run(handles_and_progress, timeout: float) -> None:
                 if progress.tty:
                     progress.stream.write("\n")
                 pending.remove((handle, progress))
+                handle.close()  # its queue and stop event (named semaphores) go now, not at exit
             elif time.monotonic() > deadline:
                 handle.cancel()
                 progress.stream.write(f"\n[{progress.backend}] cancelled after {timeout:.0f} s\n")
                 pending.remove((handle, progress))
+                handle.close()
         time.sleep(0.1)
 
 
@@ -151,9 +155,18 @@ def main(args) -> int:
         return 2
     output_dir(args.out, "--out")
     metrics = start_metrics(args)
+    handles: list = []
+    replaced = stop_on_signals() if _main_thread() else {}
     try:
-        handles = _record(specs, args, metrics)
+        _record(specs, args, metrics, handles)
+    except Stopped as stop:  # SIGTERM, SIGHUP, Ctrl-C: every worker stopped and released, nothing else starts
+        _stop_all(handles)
+        print(f"slabscope record: stopped by {stop}: {len(handles)} of {len(specs)} backends started, every worker "
+              "stopped", file=sys.stderr)
+        return 128 + stop.signum
     finally:
+        for sig, previous in replaced.items():
+            signal.signal(sig, previous)
         hold_metrics(args, metrics)
     failed = [h.spec.backend for h, _ in handles if h.error or not h.done]
     for handle, _ in handles:
@@ -165,18 +178,32 @@ def main(args) -> int:
     return 1 if failed else 0
 
 
-def _record(specs, args, metrics) -> list:
-    """Run the backends (one by one, or together) and return (handle, progress) pairs."""
+def _record(specs, args, metrics, handles: list) -> None:
+    """Run the backends (one by one, or together), appending each (handle, progress) pair to ``handles`` as it
+    starts (so a stop finds every started worker)."""
     from app.workloads import WorkerHandle
 
     out = sys.stderr
-    handles = []
     groups = [specs] if args.together else [[s] for s in specs]
     for group in groups:
-        started = [(WorkerHandle(spec).start(), _Progress(spec.backend, out, metrics)) for spec in group]
-        handles.extend(started)
+        started = []
+        for spec in group:
+            started.append((WorkerHandle(spec).start(), _Progress(spec.backend, out, metrics)))
+            handles.append(started[-1])
         _run(started, args.timeout)
-    return handles
+
+
+def _stop_all(handles: list) -> None:
+    """Cancel every started worker (each within a second) and release its queue and stop event."""
+    for handle, _ in handles:
+        handle.cancel()
+        handle.close()
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def _print_compare(paths: list[str]) -> None:

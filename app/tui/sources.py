@@ -181,20 +181,32 @@ class Opened:
     problems: list[str] = field(default_factory=list)
 
 
-def open_recordings(paths: list[Path], as_run: bool = False) -> Opened:
-    """Open ``paths`` (files or directories) and merge the rank recordings of each distributed run into one run.
-    One file named on its own is shown as itself, even one rank of a run (unless ``as_run``: the caller asked for
-    its run); a run with a rank missing (or twice) is a one-line problem and its ranks are shown alone, unaligned."""
+class OpenCancelled(Exception):
+    """``open_recordings`` stopped between two files: its ``cancel`` event was set (the user quit)."""
+
+
+def open_recordings(paths: list[Path], as_run: bool = False, *, files: list[Path] | None = None, cancel=None,
+                    progress=None) -> Opened:
+    """Open ``paths`` (files or directories; ``files``: their ``expand_paths`` when already known) and merge the
+    rank recordings of each distributed run into one run. One file named on its own is shown as itself, even one
+    rank of a run (unless ``as_run``: the caller asked for its run); a run with a rank missing (or twice) is a
+    one-line problem and its ranks are shown alone, unaligned. ``cancel`` (a threading.Event) is looked at
+    between two files (OpenCancelled); ``progress(k, n)`` is called after each."""
     from probes.errors import RecordingError
     from probes.ranks import RankMergeError, group_runs, rank_info
 
     opened = Opened()
     sessions = []
-    for path in expand_paths(paths):
+    files = expand_paths(paths) if files is None else files
+    for index, path in enumerate(files):
+        if cancel is not None and cancel.is_set():
+            raise OpenCancelled(f"stopped after {index} of {len(files)} recordings")
         try:
             sessions.append(load_recording(path))
         except (RecordingError, OSError) as exc:
             opened.problems.append(f"cannot open {path}: {exc}")
+        if progress is not None:
+            progress(index + 1, len(files))
     if len(sessions) == 1 and not as_run and not any(Path(p).is_dir() for p in paths):
         opened.plain = sessions
         return opened

@@ -1,7 +1,8 @@
 """Opening many recordings without freezing the screen: past ``BACKGROUND_FILES`` files (or ``BACKGROUND_BYTES``)
 the TUI opens them in a thread of their own, shows "OPENING k/N" in the status bar, and a quit is handled at once
 (the thread stops between two files). A folder of 2,000 recordings used to hold the UI thread for 19 s, Ctrl-C and
-q unanswered. Fewer files open on the UI thread as before: at once, ready when the first frame is drawn."""
+q unanswered. Fewer files open on the UI thread as before: at once, ready when the first frame is drawn. The Sessions
+view lists a large directory the same way ("listing k/N" in its header)."""
 
 from __future__ import annotations
 
@@ -28,12 +29,14 @@ def in_background(files: list[Path]) -> bool:
 
 
 class BackgroundOpen:
-    """One opening in its own daemon thread. ``done(opened)`` and ``step(k, n)`` run on the app's thread
-    (``call_from_thread``); ``cancel()`` makes the thread stop before its next file and report nothing."""
+    """One opening (``open_recordings``, or with ``listing`` the Sessions view's ``list_recordings``) in its own
+    daemon thread. ``done(result)`` and ``step(k, n)`` run on the app's thread (``call_from_thread``); ``cancel()``
+    makes the thread stop before its next file and report nothing."""
 
-    def __init__(self, app, paths: list[Path], files: list[Path], as_run: bool, done, step) -> None:
+    def __init__(self, app, paths: list[Path], files: list[Path], as_run: bool, done, step,
+                 listing: bool = False) -> None:
         self.app, self.paths, self.files, self.as_run = app, paths, files, as_run
-        self.done, self.step = done, step
+        self.done, self.step, self.listing = done, step, listing
         self.count = 0
         self._cancel = threading.Event()
         self.thread = threading.Thread(target=self._run, name="slabscope-open", daemon=True)
@@ -51,8 +54,12 @@ class BackgroundOpen:
 
     def _run(self) -> None:
         try:
-            opened = sources.open_recordings(self.paths, self.as_run, files=self.files, cancel=self._cancel,
-                                             progress=self._progress)
+            if self.listing:
+                opened = sources.list_recordings(self.paths[0], files=self.files, cancel=self._cancel,
+                                                 progress=self._progress)
+            else:
+                opened = sources.open_recordings(self.paths, self.as_run, files=self.files, cancel=self._cancel,
+                                                 progress=self._progress)
         except sources.OpenCancelled:
             return
         self._to_app(self.done, opened)

@@ -77,6 +77,10 @@ def make_worker(backend: str, *, scenario: str, model: str, block_size: int | No
 
 
 # ---- recordings ---------------------------------------------------------------------------------------------------
+class OpenCancelled(Exception):
+    """``open_recordings`` or ``list_recordings`` stopped between two files: its ``cancel`` event was set."""
+
+
 @dataclass
 class RecordingInfo:
     """One session file as listed in the Sessions view."""
@@ -136,15 +140,30 @@ def _meta_value(meta: dict, key: str) -> object:
     return "?"
 
 
-def list_recordings(directory: Path) -> list[RecordingInfo]:
-    """Session files in ``directory`` (recognised by content, not by name; regular files only: a FIFO or a
-    device is never opened), newest first."""
+def recording_files(directory: Path) -> list[Path]:
+    """Session files in ``directory`` (recognised by content, not by name; regular files only: a FIFO or a device
+    is never opened), newest first."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
     files = [p for p in directory.iterdir() if p.is_file() and is_recording(p)]
     files.sort(key=lambda p: (-p.stat().st_mtime, p.name))
-    return [describe(p) for p in files]
+    return files
+
+
+def list_recordings(directory: Path, *, files: list[Path] | None = None, cancel=None,
+                    progress=None) -> list[RecordingInfo]:
+    """``describe`` of every session file in ``directory`` (``files``: its ``recording_files`` when known), newest
+    first. ``cancel`` is looked at between two files (OpenCancelled); ``progress(k, n)`` is called after each."""
+    files = recording_files(directory) if files is None else files
+    infos = []
+    for index, path in enumerate(files):
+        if cancel is not None and cancel.is_set():
+            raise OpenCancelled(f"stopped after {index} of {len(files)} recordings")
+        infos.append(describe(path))
+        if progress is not None:
+            progress(index + 1, len(files))
+    return infos
 
 
 def load_recording(path: Path, name: str | None = None) -> SessionModel:
@@ -179,10 +198,6 @@ class Opened:
     runs: list = field(default_factory=list)
     plain: list = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-
-
-class OpenCancelled(Exception):
-    """``open_recordings`` stopped between two files: its ``cancel`` event was set (the user quit)."""
 
 
 def open_recordings(paths: list[Path], as_run: bool = False, *, files: list[Path] | None = None, cancel=None,

@@ -91,3 +91,38 @@ def test_a_few_recordings_still_open_before_the_first_frame(tmp_path):
 
     opening, sessions = asyncio.run(go())
     assert opening is None and sessions == ["slab"]
+
+
+def test_the_sessions_view_lists_a_large_directory_off_the_ui_thread(folder, monkeypatch):
+    """The Sessions view's listing (it opens every file to describe it) of a folder of many recordings: held at a
+    gate on the 4th file, the header says how far it got and q still quits; nothing more is read."""
+    state = {"calls": 0, "held": threading.Event(), "release": threading.Event()}
+    real = sources.describe
+
+    def describe(path):
+        state["calls"] += 1
+        if state["calls"] == 4:
+            state["held"].set()
+            state["release"].wait(30)
+        return real(path)
+
+    monkeypatch.setattr(sources, "describe", describe)
+
+    async def go():
+        app = SlabscopeApp(AppOptions(autostart=False, recordings_dir=folder))
+        async with app.run_test(size=(110, 32)) as pilot:
+            await wait_for(pilot, state["held"].is_set)
+            await pilot.press("7")
+            await pilot.pause(0.1)
+            header = str(app.query_one("#sessions-header").render())
+            await pilot.press("q")
+            await wait_for(pilot, lambda: not app.is_running)
+            return getattr(app.query_one("#view-sessions"), "listing", None), header
+
+    listing, header = asyncio.run(go())
+    calls_at_quit = state["calls"]
+    state["release"].set()
+    if listing is not None:
+        listing.thread.join(30)
+    assert calls_at_quit == state["calls"] == 4
+    assert f"listing 3/{COUNT}" in header

@@ -3,8 +3,8 @@
 Parent side (``WorkerHandle``, no mlx import): ``start()``, ``poll()`` (never blocks), ``cancel()`` (returns
 within a second: a stop event first, then terminate/kill), ``close()`` (once finished: the queue and stop event go,
 and with them their eight named semaphores, instead of living until the parent exits: a parent ended by a signal
-left them to the resource tracker's "leaked semaphore objects" warning), ``alive``, ``exitcode``, ``error``. Events arrive
-over a multiprocessing queue as encoded batches (``probes.transport``; typed ``probes.events`` records,
+left them to the resource tracker's "leaked semaphore objects" warning), ``alive``, ``exitcode``, ``error``.
+Events arrive over a multiprocessing queue as encoded batches (``probes.transport``; typed ``probes.events`` records,
 docs/contracts.md section 2); ``poll`` decodes and flattens them. A worker that dies without saying why (a
 SIGKILL, a segfault) is reported as a ``WorkerError`` synthesised by the parent (``origin="parent"``), so nothing
 ever waits on a dead process: what is known first (the signal; memory at the last sample against the machine's

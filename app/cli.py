@@ -12,7 +12,7 @@ import sys
 import warnings
 
 from app.commands.arg_types import OneLineParser
-from app.commands.errors import RunError, UsageError
+from app.commands.errors import Interrupted, RunError, UsageError
 from probes.errors import RecordingDamage, RecordingError, ReplayError
 from probes.outfile import OutputError
 
@@ -76,5 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     except (RunError, OutputError) as exc:  # OutputError: a file refused or not written (probes.outfile)
         print(f"slabscope {args.command}: {exc}", file=sys.stderr)
         return 1
+    except Interrupted as exc:
+        print(f"slabscope {args.command}: {exc}", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
+        print(f"slabscope {args.command}: interrupted", file=sys.stderr)
         return 130

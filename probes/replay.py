@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import os
 import warnings
+import weakref
 
 from pool import BlockBook, PoolError
 from probes import bounds, codec
@@ -118,22 +119,27 @@ class Session(SessionModel):
             self.add_event(event)
 
     def _keyframe_loader(self, ref: fmt.RecordRef):
+        owner, path = weakref.ref(self), self.path  # not the session: no reference cycle (it owns its keyframes)
+
         def load():
-            record = self._decode(ref)
-            summary = self.summary_at(record.t)
+            session = owner()
+            if session is None:
+                raise RecordingError(path, "the session this keyframe belongs to is gone")
+            record = session._decode(ref)
+            summary = session.summary_at(record.t)
             if record.t != ref.t or (summary is not None and summary.t == record.t
                                      and summary.op_index != record.op_index):
-                raise RecordingError(self.path, f"malformed keyframe record at byte {ref.offset}: its time or "
-                                                "op_index disagrees with the record header or its snapshot summary")
+                raise RecordingError(path, f"malformed keyframe record at byte {ref.offset}: its time or "
+                                           "op_index disagrees with the record header or its snapshot summary")
             if record.book_state is not None:
                 try:
                     BlockBook.from_state(record.book_state, check=True)
                 except PoolError as exc:
-                    raise RecordingError(self.path, f"malformed keyframe record at byte {ref.offset}: {exc}") \
+                    raise RecordingError(path, f"malformed keyframe record at byte {ref.offset}: {exc}") \
                         from None
                 if record.book_state.config.num_layers != record.snapshot.num_layers:
-                    raise RecordingError(self.path, f"malformed keyframe record at byte {ref.offset}: the book "
-                                                    "and the snapshot disagree on the number of layers")
+                    raise RecordingError(path, f"malformed keyframe record at byte {ref.offset}: the book "
+                                               "and the snapshot disagree on the number of layers")
             return record
 
         return load

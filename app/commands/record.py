@@ -10,6 +10,7 @@ second ``record`` into the same directory at once refuses with one line. Parser 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -18,6 +19,7 @@ from app.commands.arg_types import (add_mlx_cache_arguments, add_open_blocks_arg
 from app.commands.errors import output_dir
 from app.commands.metrics_args import add_metrics_arguments, hold_metrics, start_metrics
 from app.commands.outputs import add_force_argument
+from app.commands.record_ranks import Stopped, stop_on_signals
 from app.commands.record_specs import run_specs
 from app.models.registry import DTYPE_NAMES
 from app.workloads.limits import MAX_SAMPLE_HZ
@@ -111,10 +113,12 @@ def _run(handles_and_progress, timeout: float) -> None:
                 if progress.tty:
                     progress.stream.write("\n")
                 pending.remove((handle, progress))
+                handle.close()  # its queue and stop event (named semaphores) go now, not at exit
             elif time.monotonic() > deadline:
                 handle.cancel()
                 progress.stream.write(f"\n[{progress.backend}] cancelled after {timeout:.0f} s\n")
                 pending.remove((handle, progress))
+                handle.close()
         time.sleep(0.1)
 
 
@@ -140,10 +144,19 @@ def main(args) -> int:
     claims = claim_recordings([spec.record_path for spec in specs], args.force, scenario_inputs(args.scenario))
     specs = [dataclasses.replace(spec, record_claim=held.token) for spec, held in zip(specs, claims)]
     metrics = None
+    handles: list = []
+    replaced = stop_on_signals() if _main_thread() else {}
     try:
         metrics = start_metrics(args)
-        handles = _record(specs, args, metrics)
+        _record(specs, args, metrics, handles)
+    except Stopped as stop:  # SIGTERM, SIGHUP, Ctrl-C: every worker stopped and released, nothing else starts
+        _stop_all(handles)
+        print(f"slabscope record: stopped by {stop}: {len(handles)} of {len(specs)} backends started, every worker "
+              "stopped", file=sys.stderr)
+        return 128 + stop.signum
     finally:
+        for sig, previous in replaced.items():
+            signal.signal(sig, previous)
         release_all(claims)  # the files are finished (or removed: a worker that never recorded)
         hold_metrics(args, metrics)
     problems = [(handle, handle.error or recording_problem(handle.summary)) for handle, _ in handles]
@@ -156,18 +169,32 @@ def main(args) -> int:
     return 1 if any(problem or not handle.done for handle, problem in problems) else 0
 
 
-def _record(specs, args, metrics) -> list:
-    """Run the backends (one by one, or together) and return (handle, progress) pairs."""
+def _record(specs, args, metrics, handles: list) -> None:
+    """Run the backends (one by one, or together), appending each (handle, progress) pair to ``handles`` as it
+    starts (so a stop finds every started worker)."""
     from app.workloads import WorkerHandle
 
     out = sys.stderr
-    handles = []
     groups = [specs] if args.together else [[s] for s in specs]
     for group in groups:
-        started = [(WorkerHandle(spec).start(), _Progress(spec.backend, out, metrics)) for spec in group]
-        handles.extend(started)
+        started = []
+        for spec in group:
+            started.append((WorkerHandle(spec).start(), _Progress(spec.backend, out, metrics)))
+            handles.append(started[-1])
         _run(started, args.timeout)
-    return handles
+
+
+def _stop_all(handles: list) -> None:
+    """Cancel every started worker (each within a second) and release its queue and stop event."""
+    for handle, _ in handles:
+        handle.cancel()
+        handle.close()
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def _print_compare(paths: list[str]) -> None:

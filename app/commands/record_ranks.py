@@ -132,10 +132,14 @@ def prepare(args):
     Changes nothing (no directory, no process)."""
     from app.commands.record_specs import run_specs
 
+    from app.workloads.hosts import check_hostfile_hosts
+
     problem = _check(args)
     if problem:
         raise ValueError(problem)
     plan = _plan(args)
+    if plan.hostfile is not None:  # every remote host resolvable before anything starts (bounded)
+        check_hostfile_hosts(plan.hostfile)
     specs = run_specs(args, list(args.backends))  # parsed, each backend once (app.commands.arg_types)
     if plan.backend == "nccl" and args.device is None:  # NCCL moves GPU buffers: every rank on its GPU
         specs = [_with(spec, device="gpu") for spec in specs]
@@ -165,7 +169,7 @@ def main(args) -> int:
             command = launch_command(plan, _with(spec, record_path=None), record_template=template,
                                      run_id=uuid.uuid4().hex[:12], peer_timeout=args.peer_timeout,
                                      sync_interval=args.sync_interval)
-            launch = RankLaunch(command, grace_s=args.peer_timeout + 5.0)
+            launch = RankLaunch(command, grace_s=args.peer_timeout + 5.0, hosts=_hosts(plan))
             try:
                 code = launch.start().wait(args.timeout)
             except Stopped as stop:  # the ranks are stopped (wait() does it too when the signal lands there)
@@ -205,6 +209,13 @@ def _check_rank_files(args, plan, specs) -> None:
         template = rank_template(args.out, os.path.splitext(os.path.basename(spec.scenario))[0], spec.backend)
         for rank in range(plan.ranks):
             check_target(template.format(rank=rank), args.force, scenario_inputs(args.scenario))
+
+
+def _hosts(plan) -> dict[int, str] | None:
+    """rank -> ssh name of a hostfile launch (None on one host: no rank goes through ssh)."""
+    from app.workloads.hosts import hostfile_hosts
+
+    return None if plan.hostfile is None else {host.rank: host.ssh for host in hostfile_hosts(plan.hostfile)}
 
 
 def _main_thread() -> bool:

@@ -78,6 +78,10 @@ def make_worker(backend: str, *, scenario: str, model: str, block_size: int | No
 
 
 # ---- recordings ---------------------------------------------------------------------------------------------------
+class OpenCancelled(Exception):
+    """``open_recordings`` or ``list_recordings`` stopped between two files: its ``cancel`` event was set."""
+
+
 @dataclass
 class RecordingInfo:
     """One session file as listed in the Sessions view."""
@@ -137,15 +141,30 @@ def _meta_value(meta: dict, key: str) -> object:
     return "?"
 
 
-def list_recordings(directory: Path) -> list[RecordingInfo]:
-    """Session files in ``directory`` (recognised by content, not by name; regular files only: a FIFO or a
-    device is never opened), newest first."""
+def recording_files(directory: Path) -> list[Path]:
+    """Session files in ``directory`` (recognised by content, not by name; regular files only: a FIFO or a device
+    is never opened), newest first."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
     files = [p for p in directory.iterdir() if p.is_file() and is_recording(p)]
     files.sort(key=lambda p: (-p.stat().st_mtime, p.name))
-    return [describe(p) for p in files]
+    return files
+
+
+def list_recordings(directory: Path, *, files: list[Path] | None = None, cancel=None,
+                    progress=None) -> list[RecordingInfo]:
+    """``describe`` of every session file in ``directory`` (``files``: its ``recording_files`` when known), newest
+    first. ``cancel`` is looked at between two files (OpenCancelled); ``progress(k, n)`` is called after each."""
+    files = recording_files(directory) if files is None else files
+    infos = []
+    for index, path in enumerate(files):
+        if cancel is not None and cancel.is_set():
+            raise OpenCancelled(f"stopped after {index} of {len(files)} recordings")
+        infos.append(describe(path))
+        if progress is not None:
+            progress(index + 1, len(files))
+    return infos
 
 
 def load_recording(path: Path, name: str | None = None) -> SessionModel:
@@ -182,20 +201,28 @@ class Opened:
     problems: list[str] = field(default_factory=list)
 
 
-def open_recordings(paths: list[Path], as_run: bool = False) -> Opened:
-    """Open ``paths`` (files or directories) and merge the rank recordings of each distributed run into one run.
-    One file named on its own is shown as itself, even one rank of a run (unless ``as_run``: the caller asked for
-    its run); a run with a rank missing (or twice) is a one-line problem and its ranks are shown alone, unaligned."""
+def open_recordings(paths: list[Path], as_run: bool = False, *, files: list[Path] | None = None, cancel=None,
+                    progress=None) -> Opened:
+    """Open ``paths`` (files or directories; ``files``: their ``expand_paths`` when already known) and merge the
+    rank recordings of each distributed run into one run. One file named on its own is shown as itself, even one
+    rank of a run (unless ``as_run``: the caller asked for its run); a run with a rank missing (or twice) is a
+    one-line problem and its ranks are shown alone, unaligned. ``cancel`` (a threading.Event) is looked at
+    between two files (OpenCancelled); ``progress(k, n)`` is called after each."""
     from probes.errors import RecordingError
     from probes.ranks import RankMergeError, group_runs, rank_info
 
     opened = Opened()
     sessions = []
-    for path in expand_paths(paths):
+    files = expand_paths(paths) if files is None else files
+    for index, path in enumerate(files):
+        if cancel is not None and cancel.is_set():
+            raise OpenCancelled(f"stopped after {index} of {len(files)} recordings")
         try:
             sessions.append(load_recording(path))
         except (RecordingError, OSError) as exc:
             opened.problems.append(f"cannot open {path}: {exc}")
+        if progress is not None:
+            progress(index + 1, len(files))
     if len(sessions) == 1 and not as_run and not any(Path(p).is_dir() for p in paths):
         opened.plain = sessions
         return opened

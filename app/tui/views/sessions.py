@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Static
 
 from app.tui.analysis import merged_gather_hist, pool_totals
 from app.tui.data import ViewState
-from app.tui.sources import RecordingInfo, list_recordings
+from app.tui.sources import RecordingInfo, list_recordings, recording_files
 from app.tui.views import frame_key, unchanged
 from app.tui.views.memory import max_footprint
 from app.tui.widgets.palette import OK_STYLE, WARN_STYLE, human_bytes
@@ -94,6 +94,7 @@ class SessionsView(Vertical):
         self.directory = Path(directory)
         self.infos: list[RecordingInfo] = []
         self.marked: set[Path] = set()
+        self.listing = None  # app.tui.opening.BackgroundOpen while a large directory is listed
 
     def compose(self) -> ComposeResult:
         yield Static(id="sessions-header")
@@ -109,13 +110,35 @@ class SessionsView(Vertical):
     def on_mount(self) -> None:
         self.action_rescan()
 
+    def on_unmount(self) -> None:
+        if self.listing is not None:
+            self.listing.cancel()
+
     def set_directory(self, directory: Path) -> None:
         self.directory = Path(directory)
         self.action_rescan()
 
     def action_rescan(self) -> None:
-        """Re-list the directory's session files."""
-        self.infos = list_recordings(self.directory)
+        """Re-list the directory's session files (many of them: off the UI thread, app/tui/opening.py)."""
+        from app.tui.opening import BackgroundOpen, in_background
+
+        if self.listing is not None:
+            self.listing.cancel()
+            self.listing = None
+        files = recording_files(self.directory)
+        if not in_background(files):
+            self._listed(list_recordings(self.directory, files=files))
+            return
+        self.listing = BackgroundOpen(self.app, [self.directory], files, False, self._listed, self._listing_step,
+                                      listing=True).start()
+        self._listing_step(0, len(files))
+
+    def _listing_step(self, count: int, total: int) -> None:
+        self.query_one("#sessions-header", Static).update(
+            Text(f"recordings in {self.directory}/  listing {count:,}/{total:,}…", style="bold"))
+
+    def _listed(self, infos: list[RecordingInfo]) -> None:
+        self.listing, self.infos = None, infos
         self._fill_listing()
 
     def _fill_listing(self) -> None:

@@ -91,6 +91,7 @@ def test_cpu_decision_is_gather_with_a_reason_asked_per_layer_per_decode_step(ti
     assert max(max(g.runs_max) for g in gathers) > 1  # 2-block slabs: several runs
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("model", ["tiny_llama", "tiny_qwen3"])
 @pytest.mark.parametrize("backend", ["slab", "monolithic"])
 def test_fused_route_matches_the_gather_run_within_float32_tolerance(model, backend, fake_metal, request, tmp_path,
@@ -220,6 +221,7 @@ class EmulatedBuilds:
         return {"mode": "emulated", "asked": len(self.asked)}
 
 
+@pytest.mark.numerics
 def test_decode_gathers_with_the_compiling_reason_until_the_kernel_is_built(tiny_llama, fake_metal, tmp_path,
                                                                            monkeypatch):
     """Readiness emulated on CPU: while the slab-count variant builds, the decision is gather with the reason

@@ -13,6 +13,8 @@ import pytest
 
 from .helpers import assert_within_reorder_tolerance
 
+pytestmark = pytest.mark.numerics
+
 CASES = {  # name: (lengths, layout, n_q, n_kv, head_dim, block_size, slab_blocks, num_splits, design)
     "tiny-model geometry": ([9, 40, 23], "fragmented", 4, 2, 16, 4, 2, None, "slab"),
     "multi-slab, one split": ([100, 300, 64, 257], "multi", 4, 2, 64, 16, 4, 1, "slab"),

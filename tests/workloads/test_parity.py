@@ -22,6 +22,8 @@ from app.workloads.paged_cache import PagedLayerCache
 from .helpers import (BACKENDS, assert_same_logits, assert_within_reorder_tolerance, run_backend, spied,
                       write_scenario)
 
+pytestmark = pytest.mark.numerics
+
 # what each backend must hand the model: mlx-lm's own caches for the dense baseline, the pool's adapter otherwise
 CACHE_TYPES = {"dense": {KVCache, BatchKVCache}, "slab": {PagedLayerCache}, "monolithic": {PagedLayerCache}}
 

@@ -81,6 +81,7 @@ def test_write_batch_stores_what_per_sequence_writes_store_and_an_error_writes_n
     assert all(mx.array_equal(x, y) for x, y in zip(before, a.storage.keys[1]))  # nothing written, not even seq 0
 
 
+@pytest.mark.numerics
 def test_a_plan_taking_kernel_gets_per_layer_correct_plans_and_the_same_logits(tiny_qwen3, fake_metal, tmp_path,
                                                                               monkeypatch):
     """The step's shared plans equal a fresh plan of every layer, and the emulated kernel given them computes the

@@ -1,8 +1,8 @@
 """Which shape changes change the bits of a float32 result under this process's BLAS (diagnosis for
 docs/testing.md, "Numerics"). Run once per BLAS:
 
-    for c in Prescott Haswell SkylakeX Cooperlake; do OPENBLAS_CORETYPE=$c .venv/bin/python lab/blas_shape_probe.py; done
-    SLABSCOPE_BLAS=reference .venv/bin/python lab/blas_shape_probe.py
+  for c in Prescott Haswell SkylakeX Cooperlake; do OPENBLAS_CORETYPE=$c .venv/bin/python lab/blas_shape_probe.py; done
+  SLABSCOPE_BLAS=reference .venv/bin/python lab/blas_shape_probe.py
 
 Prints the BLAS line, then each comparison that differs (the same rows of a matmul computed with 1 row vs 3; q.k^T
 over T keys vs the same keys left-padded to P; P.V with leading zero weights; SDPA over T keys vs padded and

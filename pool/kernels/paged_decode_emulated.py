@@ -52,6 +52,7 @@ class _Launch:
     block_size: int
     slab_blocks: int
     unroll: int
+    qscale: np.float32      # the softmax scale (meta[3]'s bits) times log2(e), as the kernel forms it
     c0: np.ndarray          # [B, S] first position of (sequence, split)
     c1: np.ndarray          # [B, S] end position
     table: np.ndarray       # [B, table_stride] physical rows
@@ -114,7 +115,7 @@ def _launch(k_slabs, v_slabs, plan: DecodePlan, meta, n_q: int, n_kv: int, head_
     table = meta[META_HEADER + 2 * batch:META_HEADER + 2 * batch + batch * stride].reshape(batch, stride)
     return _Launch(batch=batch, splits=splits, n_kv=n_kv, group=n_q // n_kv, head_dim=head_dim,
                    block_size=block_size, slab_blocks=slab_blocks, unroll=unroll_for(block_size, head_dim),
-                   c0=c0, c1=c1, table=table.astype(np.int64),
+                   qscale=meta[3:4].view(F32)[0] * LOG2E, c0=c0, c1=c1, table=table.astype(np.int64),
                    keys=np.stack([_to_numpy(s) for s in k_slabs]), values=np.stack([_to_numpy(s) for s in v_slabs]))
 
 
@@ -212,8 +213,7 @@ def paged_decode_emulated(queries, k_slabs: Sequence, v_slabs: Sequence, plan: D
 
     n_q, n_kv, head_dim, block_size = _check(queries, k_slabs, v_slabs, plan)
     launch = _launch(k_slabs, v_slabs, plan, meta, n_q, n_kv, head_dim, block_size)
-    qscale = F32(plan.meta[3:4].view(F32)[0] if meta is None else np.array(meta)[3:4].view(F32)[0]) * LOG2E
-    q = _to_numpy(queries).reshape(launch.batch, n_kv, launch.group, head_dim) * qscale
+    q = _to_numpy(queries).reshape(launch.batch, n_kv, launch.group, head_dim) * launch.qscale
     lead = (launch.batch, launch.splits, n_kv, NUM_WARPS, launch.tokens_per_step, launch.group)
     state = (np.full(lead, NEG_BIG, dtype=F32), np.zeros(lead, dtype=F32), np.zeros((*lead, head_dim), dtype=F32))
     nonempty = launch.c0 < launch.c1

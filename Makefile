@@ -10,11 +10,13 @@ venv:
 run: venv
 	@.venv/bin/slabscope
 NUMERICS = -m "numerics and not slow" tests/workloads tests/models
+BLAS_LINE = .venv/bin/python -c "from app.models.blas import enable_openblas; print(enable_openblas())"
 test: venv
+	@echo "the suite on $$($(BLAS_LINE))"
 	@.venv/bin/python -m pytest -q -p no:cacheprovider
-	@if [ "$${OPENBLAS_CORETYPE:-}" != Prescott ]; then echo "numerics under OPENBLAS_CORETYPE=Prescott:"; \
+	@if [ "$${OPENBLAS_CORETYPE:-}" != Prescott ]; then echo "numerics on $$(OPENBLAS_CORETYPE=Prescott $(BLAS_LINE))"; \
 		OPENBLAS_CORETYPE=Prescott .venv/bin/python -m pytest -q -p no:cacheprovider $(NUMERICS); fi
-	@echo "numerics under MLX's reference BLAS (SLABSCOPE_BLAS=reference):"
+	@echo "numerics on $$(SLABSCOPE_BLAS=reference $(BLAS_LINE))"
 	@SLABSCOPE_BLAS=reference .venv/bin/python -m pytest -q -p no:cacheprovider $(NUMERICS)
 fuzz: venv
 	@SLABSCOPE_FUZZ_SCALE=$${SLABSCOPE_FUZZ_SCALE:-20} .venv/bin/python -m pytest -q -s -p no:cacheprovider \

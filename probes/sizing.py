@@ -75,12 +75,12 @@ def pool_timeline(view, **overrides) -> PoolTimeline:
                 max_context = max(max_context, entry.op.start + entry.op.num_tokens)
                 max_batch = max(max_batch, len(recorded.bookkeeping.seqs))
             i += 1
-        peak_capacity = max(peak_capacity, max(layer.capacity for layer in whatif.bookkeeping.layers))
+        peak_capacity = max(peak_capacity, whatif.bookkeeping.capacity)
         rec_bytes.append(recorded.reserved_bytes())
         what_bytes.append(whatif.reserved_bytes())
     for entry in ops[i:]:  # ops after the last sample still size the pool
         whatif.step(entry)
-        peak_capacity = max(peak_capacity, max(layer.capacity for layer in whatif.bookkeeping.layers))
+        peak_capacity = max(peak_capacity, whatif.bookkeeping.capacity)
     if whatif.bookkeeping.geometry is None:
         raise ReplayError("the session never wrote K/V into its pool: nothing to size")
     return PoolTimeline(times, rec_bytes, what_bytes, peak_capacity, max_context, max_batch, base, cfg,

@@ -142,7 +142,8 @@ class Replay:
 
     def reserved_bytes(self) -> int:
         """K+V bytes of the capacity reserved now (rows x the replay's bytes per row)."""
-        return sum(layer.capacity for layer in self.bookkeeping.layers) * self.bookkeeping.bytes_per_row
+        book = self.bookkeeping
+        return book.capacity * book.num_layers * book.bytes_per_row
 
 
 def run_whatif(view, *, slab_blocks: int | None = None, block_size: int | None = None,
@@ -189,14 +190,14 @@ def _replay_one(book, entry, handles: dict, cfg: dict, base: dict, result: WhatI
 
 def _measure(book, mark: tuple[int, float]) -> WhatIfPoint:
     op_index, t = mark
-    capacity = book.layers[0].capacity
-    free, holes, largest, fragmentation = free_figures(book, 0)
+    capacity = book.capacity
+    free, holes, largest, fragmentation = free_figures(book)
     layer0 = {"num_slabs": capacity // chunk_rows(book.design, book.slab_blocks), "capacity_rows": capacity,
               "free_rows": free, "holes": holes, "largest_free_run": largest, "fragmentation": fragmentation}
     runs = []
     for seq_id in book.sequence_ids():
-        visible = visible_rows(book.block_rows(0, seq_id), book.logical_start(seq_id), book.seq_length(seq_id),
-                               book.block_size)
+        table = book.table(seq_id)
+        visible = visible_rows(table.rows, table.logical_start, table.length, book.block_size)
         if visible:
             runs.append(table_runs(visible, book.design, book.slab_blocks))
     counters = book.counters.to_dict()

@@ -57,14 +57,15 @@ def canonical(snap) -> dict:
 
 
 def _row_arrays(snap) -> tuple[list[int], list[int]]:
-    """The pool's row owners and refcounts (layer 0's: every layer holds the same rows)."""
-    return snap.layers[0].row_owner, snap.layers[0].row_refcount
+    """The pool's row owners and refcounts (held once: every layer holds the same rows; 5241d86's snapshot held a
+    copy per layer, and its canonical form took layer 0's)."""
+    return snap.row_owner, snap.row_refcount
 
 
 def _same_rows(snap) -> bool:
-    first = snap.layers[0]
-    return all(layer.row_owner == first.row_owner and layer.row_refcount == first.row_refcount
-               for layer in snap.layers)
+    """Every layer holds the same rows: one capacity for all, one set of row arrays (5241d86 compared the copies)."""
+    return snap.row_owner is not None and all(layer.capacity_rows == snap.layers[0].capacity_rows
+                                              for layer in snap.layers)
 
 
 def _digest(data) -> str:

@@ -89,6 +89,7 @@ def restore(book_class, state: BookState, max_blocks_per_layer: int | None = Non
     cfg, saved = state.config, state.rows
     book = book_class(cfg.num_layers, cfg.block_size, cfg.design, cfg.slab_blocks, max_blocks_per_layer,
                       state.bytes_per_row, shrink=cfg.shrink, open_blocks=cfg.open_blocks)
+    # (a budget is not restored from cfg unless given: see the docstring)
     book.geometry = state.geometry
     book.row_block = list(saved.row_block)
     book.row_refcount = list(saved.row_refcount)

@@ -16,7 +16,7 @@ from pool.block_table import BlockTable, PrefixHandle
 from pool.book_shrink import ShrinkPlan, apply_shrink, plan_shrink
 from pool.book_rows import OpListener, RowBook, WritePlan
 from pool.book_state import BookState
-from pool.config import blocks_for_tokens, chunk_rows
+from pool.config import PoolConfig, blocks_for_tokens, chunk_rows
 from pool.errors import PoolError
 from pool.step_view import StepView
 from pool.ops import (Adopt, AddSequence, BlockMove, Clone, CopyOnWrite, Detach, PrepareWrite, Release, ReleaseHandle,
@@ -41,6 +41,14 @@ def _exclusive(rows: list[int], counts: list[int], first: int, last: int) -> boo
 
 class BlockBook(RowBook):
     """Sequences and handles (one block table each) on top of :class:`RowBook`'s rows and refcounts."""
+
+    @classmethod
+    def from_config(cls, config: PoolConfig, max_blocks_per_layer: int | None = None) -> "BlockBook":
+        """An empty book of ``config`` (the pool's configuration, the one a recording's metadata holds). The budget
+        is ``max_blocks_per_layer`` when given (a replay bounds what it holds), else the configuration's."""
+        budget = config.max_blocks_per_layer if max_blocks_per_layer is None else max_blocks_per_layer
+        return cls(config.num_layers, config.block_size, config.design, config.slab_blocks, budget,
+                   shrink=config.shrink, open_blocks=config.open_blocks)
 
     # ---- serialisation (pool/book_state.py) ------------------------------------------------------------------
     def state(self) -> BookState:

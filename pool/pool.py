@@ -54,8 +54,7 @@ class PagedKVPool:
             raise PoolError(f"a pool is built from a PoolConfig, got {type(config).__name__}")
         config.validate()
         self.config = config
-        self.book = BlockBook(config.num_layers, config.block_size, config.design, config.slab_blocks,
-                              config.max_blocks_per_layer, shrink=config.shrink, open_blocks=config.open_blocks)
+        self.book = BlockBook.from_config(config)
         self.storage = _make_storage(config)
         self.gathers = 0
         self.gather_runs_total = 0

@@ -166,8 +166,7 @@ class PagedStep:
         """Same-slab runs per sequence this step: (layer 0, max over layers). Every layer holds the same rows, so
         both are the runs of the step view's tables (what a gather or the kernel reads over the visible blocks)."""
         config, view = self.pool.config, self.view
-        runs = [table_runs(visible_rows(list(rows), start, length, config.block_size), config.design,
-                           config.slab_blocks)
+        runs = [table_runs(visible_rows(rows, start, length, config.block_size), config.design, config.slab_blocks)
                 for rows, start, length in zip(view.rows, view.logical_starts, view.lengths)]
         return runs, list(runs)
 

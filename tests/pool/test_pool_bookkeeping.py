@@ -164,6 +164,10 @@ def test_integrity_detects_corruption():
     b.counters.cow_copies += 1  # one layer's worth: a row event is counted in every layer
     with pytest.raises(PoolError, match="multiples of num_layers"):
         b.check_integrity()
+    b.counters.cow_copies -= 1
+    b.counters.blocks_created += 2  # a block created in both layers that no table holds
+    with pytest.raises(PoolError, match="blocks created - rows freed == live blocks"):
+        b.check_integrity()
 
 
 def test_op_log_replays_on_fresh_book_with_other_geometry():

@@ -414,3 +414,17 @@ def test_a_v2_keyframe_whose_layers_differ_is_refused(churn_v2, tmp_path, where)
                                              "layers for num_layers)") as info:
         session.snapshot_at(recs[i].t)
     assert "\n" not in str(info.value)
+
+
+def test_a_keyframe_whose_layers_differ_in_capacity_is_refused(churn, tmp_path):
+    """One row space: every layer of a full snapshot holds the same capacity, which its one set of row arrays
+    covers. A v3 keyframe saying otherwise is one RecordingError line, not a pool drawn with rows it lacks."""
+    v, recs = parse(churn["v3"][0].read_bytes())
+    i = first(recs, fmt.KEYFRAME)
+    payload = copy.deepcopy(recs[i].payload)
+    layer = payload["snapshot"]["layers"][-1]
+    layer["capacity_rows"] += 4
+    path = _write(tmp_path, "capacity.slabrec", build(v, recs[:i] + [edited(recs[i], payload)] + recs[i + 1:]))
+    with pytest.raises(RecordingError, match="layers of different capacities") as info:
+        _open(path).snapshot_at(recs[i].t)
+    assert "\n" not in str(info.value)

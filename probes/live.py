@@ -83,7 +83,7 @@ class WorkerProbes:
         keyframe now, so every later instant can be rebuilt from a keyframe plus ops."""
         self._pool = pool
         pool.add_op_listener(self._on_op)
-        self.meta["geometry"] = msgspec.to_builtins(pool.config.geometry())
+        self.meta["geometry"] = msgspec.to_builtins(pool.config)
         if self.sampler is not None:  # already started; otherwise start() takes it
             self.sampler.attach_pool(pool)
             self._take_snapshot()

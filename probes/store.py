@@ -22,7 +22,7 @@ from typing import Callable, Iterator, NamedTuple
 
 import msgspec
 
-from pool import Op, PoolGeometry, PoolSnapshot
+from pool import Op, PoolConfig, PoolSnapshot
 from probes.block_checks import check_meta_geometry
 from probes.codec import KeyframeRecord, Meta, SnapshotRecord, meta_of
 from probes.columns import SampleColumns
@@ -202,7 +202,7 @@ class SessionModel:
         return self._meta.session_id
 
     @property
-    def geometry(self) -> PoolGeometry | None:
+    def geometry(self) -> PoolConfig | None:
         """The pool's configuration (None: no pool). v1 recordings had no ``geometry`` entry: their ``pool`` entry
         (when it names the layers) or their first snapshot summary says it (decoded at open: asking never decodes
         anything lazily, so it cannot fail)."""
@@ -211,15 +211,15 @@ class SessionModel:
         pool = self.meta.get("pool")
         if isinstance(pool, dict) and pool.get("num_layers") and pool.get("design"):
             try:
-                geometry = msgspec.convert({k: pool[k] for k in PoolGeometry.__struct_fields__ if k in pool},
-                                           PoolGeometry)
+                geometry = msgspec.convert({k: pool[k] for k in PoolConfig.__struct_fields__ if k in pool},
+                                           PoolConfig)
                 check_meta_geometry(geometry)
                 return geometry
             except (msgspec.ValidationError, ValueError):
                 pass  # a malformed v1 ``pool`` entry: the snapshots say it
         if self.snapshots:
             snap = self.snapshots[0].snapshot
-            return PoolGeometry(snap.num_layers, snap.block_size, snap.slab_blocks, snap.design)
+            return PoolConfig(snap.num_layers, snap.block_size, snap.slab_blocks, snap.design)
         return None
 
     @property

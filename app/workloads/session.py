@@ -139,7 +139,6 @@ def make_backend(spec: RunSpec, loaded, pool_params: dict, *, kernel_route=None,
     and ``kernel_route``, already started), or mlx-lm's dense caches."""
     if spec.backend == "dense":
         return DenseBackend(loaded.num_layers)
-    from pool.config import PoolConfig
     from pool.device_limits import device_limits
     from pool.limits import check_first_allocation
     from pool.pool import PagedKVPool
@@ -151,11 +150,7 @@ def make_backend(spec: RunSpec, loaded, pool_params: dict, *, kernel_route=None,
     limits = device_limits()  # a slab the device cannot hold is refused here, before anything runs
     check_first_allocation(loaded.num_layers, spec.backend, pool_params["block_size"], pool_params["slab_blocks"],
                            loaded.n_kv_heads, loaded.head_dim, DTYPES[loaded.dtype].size, limits)
-    pool = PagedKVPool(PoolConfig(num_layers=loaded.num_layers, block_size=pool_params["block_size"],
-                                  slab_blocks=pool_params["slab_blocks"], design=spec.backend,
-                                  max_blocks_per_layer=spec.max_blocks_per_layer, shrink=spec.shrink_policy(),
-                                  open_blocks=spec.pool_open_blocks()),
-                       limits=limits)
+    pool = PagedKVPool(spec.pool_config(loaded.num_layers, pool_params), limits=limits)
     prefix = PrefixCache(pool, pool_params["block_size"]) if pool_params.get("prefix_cache") else None
     align = math.lcm(pool_params["block_size"], pool_params.get("prefill_chunk", pool_params["block_size"]))
     if kernel_route is not None:

@@ -29,9 +29,10 @@ def record_scripted(path, design: str = "slab", slab_blocks: int = 4, block_size
 
     def write(seq, start, n):
         data = mx.arange(start, start + n, dtype=mx.float32)
-        kv = mx.broadcast_to(data[:, None, None], (n, N_KV_HEADS, HEAD_DIM)) + seq
+        kv = (mx.broadcast_to(data[:, None, None], (n, N_KV_HEADS, HEAD_DIM)) + seq)[None]
+        slots = pool.write_slots([seq], [start], n)
         for layer in range(num_layers):
-            pool.write(layer, seq, start, kv, kv + 0.5)
+            pool.write(layer, slots, kv, kv + 0.5)
         if seq % 3 == 0:  # a mid-step instant, between ops
             live.append((time.monotonic() - probes._t_start, pool.snapshot(), "mid"))
 
@@ -47,7 +48,7 @@ def record_scripted(path, design: str = "slab", slab_blocks: int = 4, block_size
         for seq in traffic.live:
             for layer in range(num_layers):
                 pool.gather_visible(layer, seq)
-        pool.fused_decision(0, dtype="float32", head_dim=HEAD_DIM, batch_size=len(traffic.live))
+        pool.fused_decision(dtype="float32", head_dim=HEAD_DIM, batch_size=len(traffic.live))
         tokens += len(traffic.live)
         probes.emit(Step(phase="decode", type="decode", batch=len(traffic.live), num_tokens=len(traffic.live),
                          wall_s=0.0))

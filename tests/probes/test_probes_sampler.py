@@ -10,11 +10,13 @@ import mlx.core as mx
 import msgspec
 import pytest
 
+from pool import PoolBytes
 from probes.events import Dropped, LogLine, ProbeStats
 from probes.live import WorkerProbes
 from probes.events import Sample
 from probes.sampler import FOOTPRINT_PARTS, SAMPLE_FIELDS as SAMPLER_FIELDS, MemorySampler, accounting_parts
 from probes.transport import BatchSender, decode_batch
+from pool_writes import write_kv
 
 
 def test_active_rises_by_the_allocated_bytes_and_cache_takes_it_back():
@@ -37,7 +39,7 @@ def test_active_rises_by_the_allocated_bytes_and_cache_takes_it_back():
 
 def test_accounting_parts_sum_to_footprint_and_rss():
     sampler = MemorySampler(weight_bytes=1000)
-    sampler.attach_pool(SimpleNamespace(live_bytes=lambda: 300, reserved_bytes=lambda: 500, slab_count=lambda: 7))
+    sampler.attach_pool(SimpleNamespace(bytes_now=lambda: PoolBytes(live=300, reserved=500, slabs=7)))
     s = sampler.sample(0, 0)
     parts = accounting_parts(s)
     mlx_parts = sum(p.bytes for p in parts[:-1])
@@ -112,13 +114,13 @@ def test_sampled_pool_bytes_follow_the_pool_between_snapshots():
             pool.add_sequence(step)
             pool.prepare_write(step, 0, 8)
             for layer in range(2):
-                pool.write(layer, step, 0, keys, keys)
+                write_kv(pool, layer, step, 0, keys, keys)
         probes.tick(step, step)
         stats = pool.stats()
         sample = _latest_sample_after(probes, probes.sampler.num_samples + 2)
         assert (sample.pool_live, sample.pool_free) == (stats.bytes_in_use,
                                                        stats.bytes_reserved - stats.bytes_in_use), step
-        assert sample.pool_slabs == sum(len(pool.layer_view(layer).keys) for layer in range(2))  # slab tensors
+        assert sample.pool_slabs == sum(len(pool.slabs(layer)[0]) for layer in range(2))  # slab tensors
         assert sample.other_active == sample.active - stats.bytes_reserved
     assert probes._num_snapshots == 1  # only the one taken at start: the samples did not wait for snapshots
     probes.stop()
@@ -178,7 +180,7 @@ def _known_sampler(monkeypatch, discrete: bool, weight_bytes: int = 1000):
 
 def test_every_sample_field_from_known_readings(monkeypatch):
     sampler, readings = _known_sampler(monkeypatch, discrete=False)
-    sampler.attach_pool(SimpleNamespace(live_bytes=lambda: 300, reserved_bytes=lambda: 500, slab_count=lambda: 7))
+    sampler.attach_pool(SimpleNamespace(bytes_now=lambda: PoolBytes(live=300, reserved=500, slabs=7)))
     first = sampler.sample(3, 41)
     assert first == Sample(
         t=77.5, step=3, tokens=41, active=5000, cache=700, footprint=5700,

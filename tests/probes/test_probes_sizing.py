@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from pool import BlockBook, PoolGeometry
+from pool import BlockBook, PoolConfig
 from pool.limits import INDEX_LIMIT
 from probes.events import MetaUpdate, OpBatch, Sample
 from probes.replay import Session
@@ -40,7 +40,7 @@ def _session(memory_model: str = "discrete", rss_other: int = 0) -> SessionModel
     book.add_op_listener(ops.append)
     book.set_geometry("float16", 1, 8, BPR)
     model = SessionModel("hand")
-    geometry = msgspec.to_builtins(PoolGeometry(LAYERS, BLOCK, 4, "slab"))
+    geometry = msgspec.to_builtins(PoolConfig(LAYERS, BLOCK, 4, "slab"))
     model.append(MetaUpdate(t=100.0, meta={"t_start": 100.0, "geometry": geometry, "memory_model": memory_model}))
     model.append(OpBatch(t=100.0, ops=list(ops), op_t=[100.0] * len(ops)))
     model.append(_sample(100.5, 10_000_000, rss_other))

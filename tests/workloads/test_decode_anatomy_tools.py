@@ -52,10 +52,10 @@ def test_the_bookkeeping_bench_times_each_call_of_a_decode_step():
 
     pool = build_pool(layers=3, batch=4, context=70)
     figures = timings(pool, batch=4, context=70, number=3)
-    assert set(figures) == {"prepare_write x 4", "token_slots", "fused_decisions", "run_counts"}
+    assert set(figures) == {"prepare_write x 4", "write_slots", "fused_decision", "step_view", "run_counts"}
     assert all(us > 0 for us in figures.values())
     pool.check_integrity()  # the timed calls leave the pool consistent
-    assert [pool.seq_length(s) for s in range(4)] == [70] * 4
+    assert pool.step_view(range(4)).lengths == (70,) * 4
 
 
 def test_the_bookkeeping_command_prints_its_figures(capsys):
@@ -63,7 +63,9 @@ def test_the_bookkeeping_command_prints_its_figures(capsys):
     assert main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     assert (result["layers"], result["batch"], result["context"]) == (2, 3, 40)
-    assert set(result["us_per_call"]) == {"prepare_write x 3", "token_slots", "fused_decisions", "run_counts"}
+    assert set(result["us_per_call"]) == {"prepare_write x 3", "write_slots", "fused_decision", "step_view",
+                                          "run_counts"}
+    assert result["us_per_step"] == pytest.approx(sum(result["us_per_call"].values()))
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -159,7 +159,7 @@ def test_a_fused_layer_writes_without_gathering_and_must_be_served(tiny_llama):
     step.set_fused([True, False], kernel=object())
     keys, values = step.caches()[0].update_and_fetch(kv, kv)
     assert keys is kv and values is kv and pool.gathers == 0  # written, not gathered
-    assert pool.seq_length(0) == 1 and step.caches()[1].fused is False
+    assert pool.step_view([0]).lengths[0] == 1 and step.caches()[1].fused is False
     step.caches()[1].update_and_fetch(kv, kv)
     assert pool.gathers == 1
     with pytest.raises(RuntimeError, match=r"fused layers \[0\] were never attended"):
@@ -231,7 +231,7 @@ def test_decode_gathers_with_the_compiling_reason_until_the_kernel_is_built(tiny
     make_route, calls = fake_metal
     scenario = write_scenario(tmp_path, BURST)
     layers = tiny_llama.num_layers
-    # two decode steps' worth of questions: one per step, the layers sharing their slab count (pool.fused_decisions)
+    # two decode steps' worth of questions: one per step, for every layer (pool.fused_decision)
     builds = EmulatedBuilds(ready_after=2)
     route = make_route()
     route.builds = builds

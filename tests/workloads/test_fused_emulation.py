@@ -11,6 +11,8 @@ slab changes that sequence's output only.
 
 import pytest
 
+from pool_writes import write_kv
+
 from .helpers import assert_within_reorder_tolerance
 
 pytestmark = pytest.mark.numerics
@@ -37,7 +39,7 @@ def _emulated(pool, ids, queries, scale, num_splits=None):
     from pool.kernels.paged_decode import plan_for_pool
     from pool.kernels.paged_decode_emulated import paged_decode_emulated
 
-    plan = plan_for_pool(pool, 0, ids, scale=scale, num_splits=num_splits)
+    plan = plan_for_pool(pool, ids, scale=scale, num_splits=num_splits)
     return paged_decode_emulated(queries, pool.storage.keys[0], pool.storage.values[0], plan), plan
 
 
@@ -88,7 +90,7 @@ def test_invisible_positions_are_never_read():
     pool, ids = _filled([45, 3, 70], "fragmented", 2, 16, 4, 2, "slab")
     pool.add_sequence(99)
     pool.prepare_write(99, 0, 13)
-    pool.write(0, 99, 0, mx.zeros((13, 2, 16)), mx.zeros((13, 2, 16)))
+    write_kv(pool, 0, 99, 0, mx.zeros((13, 2, 16)), mx.zeros((13, 2, 16)))
     pool.release(99)  # its rows are free now: poisoned below
     assert poison_unused(pool) >= 13 + (48 - 45) + (4 - 3) + (72 - 70)
     queries = random_queries(3, 4, 16, "float32")
@@ -107,7 +109,7 @@ def test_one_changed_token_changes_only_its_sequence():
     pool, ids = _filled([21, 30, 17], "fragmented", 2, 16, 4, 2, "slab")
     queries = random_queries(3, 4, 16, "float32")
     before, _ = _emulated(pool, ids, queries, 0.25)
-    table = pool.book.tables(1)[0]
+    table = pool.book.table(1)
     row = table.rows[(table.length - 1) // 4]
     slab, local = divmod(row, 2)
     keys = pool.storage.keys[0]
@@ -129,7 +131,7 @@ def test_a_logical_start_hides_the_tokens_before_it():
     pool, ids = _filled([90, 61], "multi", 2, 32, 8, 2, "slab")
     queries = random_queries(2, 4, 32, "float32")
     starts = [37, 8]
-    tables = [pool.book.tables(s)[0].rows for s in ids]
+    tables = [pool.book.table(s).rows for s in ids]
     plan = plan_decode(tables, [90, 61], starts, block_size=8, slab_blocks=2, num_slabs=len(pool.storage.keys[0]),
                        n_kv_heads=2, scale=32 ** -0.5, num_splits=2)
     out = paged_decode_emulated(queries, pool.storage.keys[0], pool.storage.values[0], plan)
@@ -149,7 +151,7 @@ def test_shapes_the_plan_does_not_describe_are_refused():
     from pool.kernels.plan import KernelUnsupported
 
     pool, ids = _filled([9, 12], "multi", 2, 16, 4, 2, "slab")
-    plan = plan_for_pool(pool, 0, ids, scale=0.25)
+    plan = plan_for_pool(pool, ids, scale=0.25)
     keys, values = pool.storage.keys[0], pool.storage.values[0]
     with pytest.raises(KernelUnsupported, match="do not fit"):
         paged_decode_emulated(mx.zeros((3, 4, 1, 16)), keys, values, plan)  # three queries, two sequences

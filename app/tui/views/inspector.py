@@ -90,15 +90,15 @@ class InspectorView(Vertical):
         num_slabs = layer.num_chunks if layer is not None else 0
         self.slab_index = max(0, min(self.slab_index, num_slabs - 1))
         self._seq_ids = sorted(snap.seq_rows or {})
-        self._runs = free_runs(layer) if layer is not None else []
+        self._runs = free_runs(snap) if layer is not None else []
         if self.seq is not None and self.seq not in self._seq_ids:
             self.seq = None
         if self.run_index is not None and self.run_index >= len(self._runs):
             self.run_index = None
         cows = cow_rows(track, snap, frame.cursor_in(track))
         run = self._runs[self.run_index] if self.run_index is not None else None
-        owners = layer.row_owner or [] if layer is not None else []
-        refcounts = layer.row_refcount or [] if layer is not None else []
+        owners = snap.row_owner or [] if layer is not None else []  # every layer holds these rows
+        refcounts = snap.row_refcount or [] if layer is not None else []
         self.query_one(RowMap).show(owners, refcounts, per, num_slabs, slab=self.slab_index, seq=self.seq,
                                     free_run=run, cow_rows=cows)
         header.update(self._header(track, t, len(layers), num_slabs))
@@ -111,7 +111,7 @@ class InspectorView(Vertical):
         text.append(f"{track.label} @ {t:.1f}s  ", style="bold")
         text.append(f"layer {self.layer_index}/{num_layers - 1} (<,>)  slab {self.slab_index}/{max(0, num_slabs - 1)} (↑↓)  ")
         text.append("e: next seq  u: next free run   ", style="dim")
-        text.append("· free ◆ shared h held c caller ", style="dim")
+        text.append("· free ◆ shared h held ", style="dim")
         text.append("u", style="underline")
         text.append("=cow", style="dim")
         return text

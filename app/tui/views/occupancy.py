@@ -21,9 +21,8 @@ def totals_text(name: str, t: float, snap: PoolSnapshot, shrink: ShrinkSoFar | N
     tot = pool_totals(snap)
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f"{name} ({snap.design}) @ {t:.1f}s  ", style="bold")
-    caller = f"caller {tot.caller_rows}  " if tot.caller_rows else ""
     text.append(f"slabs {tot.slabs}  rows live {tot.live_rows}  shared {tot.shared_rows}  held {tot.held_rows}  "
-                f"{caller}free {tot.free_rows}\n")
+                f"free {tot.free_rows}\n")
     text.append(f"bytes reserved {human_bytes(tot.bytes_reserved)}  in use {human_bytes(tot.bytes_in_use)}")
     if tot.bytes_reserved:
         text.append(f" ({100 * tot.bytes_in_use / tot.bytes_reserved:.0f}%)")

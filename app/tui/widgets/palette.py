@@ -13,7 +13,6 @@ OCCUPANCY = [("·", "#7f7f7f"), ("▁", "#4c9f70"), ("▂", "#4c9f70"), ("▃", 
 FREE_STYLE = "#7f7f7f"
 SHARED_STYLE = "bold #d4a017"
 HELD_STYLE = "italic #8c7ae6"
-CALLER_STYLE = "italic #46a0b4"
 ACCOUNTING_COLOURS = ["#5b7db1", "#3b9ae1", "#8fc1e8", "#9a9a00", "#e8871e", "#c0392b"]
 WARN_STYLE = "bold #d9573a"
 OK_STYLE = "bold #2aa876"

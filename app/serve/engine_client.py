@@ -234,6 +234,7 @@ class EngineProcess:
         elif isinstance(message, proto.Ready):
             import pickle
 
+            os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")  # it would print about PyTorch
             self.info = message.info
             self.decoder = pickle.loads(message.decoder)  # our own child's tokenizer
             if not self._ready.done():

@@ -58,6 +58,8 @@ def add_parser(sub) -> None:
                    help="start a new recording file past this size (default 256)")
     p.add_argument("--record-keep", type=positive_int, default=8, metavar="N",
                    help="keep the newest N segments, remove older ones this server wrote (default 8, at least 2)")
+    p.add_argument("--blas-threads", type=positive_int, default=None, metavar="N",
+                   help="OpenBLAS threads of the engine on a CPU (default: OpenBLAS's own; 1 on a busy machine)")
     p.add_argument("--sample-hz", type=finite_float(0.0, 1000.0), default=10.0, help="memory samples per second")
     p.add_argument("--snapshot-hz", type=finite_float(0.0, 1000.0), default=2.0, help="pool snapshots per second")
     add_mlx_cache_arguments(p, who="the engine")
@@ -86,7 +88,7 @@ def build_config(args):
                        dtype=args.dtype, device=args.device, prefix_cache=args.prefix_cache,
                        max_blocks_per_layer=args.budget, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim,
                        shrink=args.shrink, shrink_budget=args.shrink_budget, open_blocks=args.open_blocks,
-                       sample_hz=args.sample_hz, snapshot_hz=args.snapshot_hz)
+                       sample_hz=args.sample_hz, snapshot_hz=args.snapshot_hz, blas_threads=args.blas_threads)
         block = resolved_pool_params(spec, {})["block_size"]
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -167,7 +169,8 @@ async def _serve(args, config, metrics) -> int:
         await stop.wait()
         return 0
     finally:
-        await runner.cleanup()  # open requests' handlers end: their requests are cancelled in the engine
+        front.shutdown()  # open requests are cancelled in the engine, their clients told
+        await runner.cleanup()
         await loop.run_in_executor(None, engine.stop)
         print("slabscope serve: stopped", file=sys.stderr, flush=True)
 

@@ -26,6 +26,7 @@ from app.serve.engine_client import EngineDead, EngineProcess
 from app.serve.text import TextStream
 
 MAX_BODY_BYTES = 64 * 1024 * 1024  # a 1M-token prompt as text is ~4 MB; token ids as JSON ~8 MB
+SHUTDOWN_S = 2.0                   # open connections' grace at stop (their requests are already cancelled)
 
 
 class Front:
@@ -41,7 +42,7 @@ class Front:
         self.on_finish = None  # called with each finished request's reason (the metrics)
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_json_errors])
         for prefix in ("/v1", ""):
             app.router.add_post(f"{prefix}/chat/completions", self.chat)
             app.router.add_post(f"{prefix}/completions", self.completion)
@@ -49,6 +50,17 @@ class Front:
         app.router.add_get("/health", self.health)
         app.router.add_get("/slabscope/state", self.state)
         return app
+
+    def shutdown(self) -> None:
+        """The server stops: every open request is cancelled in the engine ("shutdown") and its client told so (a
+        503, or an error event ending its stream), so no handler waits for its answer to finish."""
+        engine = self.engine
+        for rid, stream in list(engine.streams.items()):
+            engine.cancel(rid, "shutdown")
+            stream.updates.put_nowait(EngineDead("the server is shutting down"))
+            if not stream.accepted.done():
+                stream.accepted.set_exception(EngineDead("the server is shutting down"))
+                stream.accepted.exception()
 
     # ---- plain endpoints ---------------------------------------------------------------------------------------
     async def health(self, request: web.Request) -> web.Response:
@@ -173,6 +185,17 @@ class Front:
         return response, reason
 
 
+@web.middleware
+async def _json_errors(request: web.Request, handler):
+    """aiohttp's own errors (no such route, wrong method, a body over the size limit) as OpenAI-style JSON."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error(exc.status, f"{request.method} {request.path}: {exc.reason}", "invalid_request_error")
+
+
 async def _json_body(request: web.Request):
     raw = await request.read()
     try:
@@ -199,7 +222,7 @@ def _error(status: int, message: str, type: str, param: str | None = None, code:
 async def start_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
     """Listen on ``host:port`` (0: a free port); (runner, the port bound). OSError when it cannot listen. The
     handler of a request whose client disconnected is cancelled (that is how a waiting client's leaving is seen)."""
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=SHUTDOWN_S)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     try:

@@ -86,8 +86,10 @@ def verdict(report: dict) -> str:
     failed = sum(e["count"] for e in errors.values())
     texts = " ".join(e["first"] for e in errors.values()).lower()
     health = (report.get("server_health_after") or "").lower()
-    if "memory" in texts or "signal 9" in texts or "memory" in health:
-        cause = "the server ran out of memory (its engine was killed)"
+    if "likely out of memory" in texts or "likely out of memory" in health or "out of memory" in health:
+        cause = "the server ran out of memory (its engine was killed by the out-of-memory killer, likely)"
+    elif "killed by signal" in texts or "killed by signal" in health:
+        cause = "the server's engine was killed (" + _killed(texts + " " + health) + ")"
     elif "refused" in errors or "reset" in errors:
         cause = "the server stopped answering (connections refused or dropped: crashed or killed, out of memory?)"
     elif "http_5xx" in errors:
@@ -97,6 +99,11 @@ def verdict(report: dict) -> str:
     else:
         cause = "the server refused or broke requests"
     return f"server failed: {cause}: {failed} of {report['requests']} requests failed"
+
+
+def _killed(text: str) -> str:
+    start = text.find("killed by signal")
+    return text[start:start + 40].split(";")[0].split(")")[0] + ")" if start >= 0 else "killed"
 
 
 def render(report: dict) -> str:

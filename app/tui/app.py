@@ -414,7 +414,13 @@ class SlabscopeApp(App):
 
     def open_recordings(self, paths: list[Path], as_run: bool = False) -> None:
         """Load session files (or directories of them) into the store (stops any live run) and enter replay at the
-        peak moment. The rank recordings of a distributed run open as one run (``sources.open_recordings``)."""
+        peak moment. The rank recordings of a distributed run open as one run (``sources.open_recordings``).
+        Recordings still being written (a running ``slabscope serve --record DIR``) are followed live instead."""
+        from app.tui.live_follow import live_paths
+
+        if not as_run and live_paths(paths):
+            self.follow_recordings(paths)
+            return
         opened = sources.open_recordings(paths, as_run)
         for problem in opened.problems:
             self.notify(problem, severity="error", timeout=30)
@@ -433,6 +439,16 @@ class SlabscopeApp(App):
             if session.damage is not None:
                 self.notify(f"{session.path}: {session.damage}; showing the {session.duration:.1f} s before it",
                             severity="warning", timeout=30)
+        self.refresh_views()
+
+    def follow_recordings(self, paths: list[Path]) -> None:
+        """Follow the recordings being written in ``paths`` (a live server's): views follow them live, requests
+        show as they arrive and finish."""
+        follower = self.controller.follow(paths)
+        self.mode, self.cursor, self.playing, self.pool_name = "LIVE", None, False, None
+        urls = sorted({str(s.meta.get("serve", {}).get("url", "")) for s in follower.shown.values()} - {""})
+        self.notify(f"following {', '.join(Path(p).name for p in paths)} live" + (f" ({', '.join(urls)})"
+                                                                                    if urls else ""))
         self.refresh_views()
 
     async def action_quit(self) -> None:

@@ -113,11 +113,11 @@ def _default_log(backend: str) -> str:
 
 
 def main(args) -> int:
+    config = build_config(args)  # a bad model name, path or flag: one line before anything starts
     if args.tui:
         from app.serve.with_tui import run_with_tui
 
         return run_with_tui(args)
-    config = build_config(args)
     metrics = start_metrics(args)  # before any work: a port in use is one line and nothing runs
     try:
         return asyncio.run(_serve(args, config, metrics))

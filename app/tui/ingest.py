@@ -127,7 +127,7 @@ class RunController:
     @property
     def running(self) -> bool:
         return any(getattr(h, "alive", False) for h in self.handles.values()) or \
-            (self.ranks is not None and self.ranks.alive)
+            (self.ranks is not None and self.ranks.alive) or (self.follower is not None and self.follower.growing)
 
     @property
     def recording(self) -> bool:

@@ -5,9 +5,10 @@ weights and tokenize the same way. ``write_model_dir("synthetic:qwen3-0.6b", out
 ``mlx_lm.utils.load`` reads: ``config.json`` (the synthetic config, with its end-of-sequence id),
 ``model.safetensors`` (the seeded weights ``build_synthetic`` makes, so the directory's logits equal the synthetic
 model's) and a Hugging Face tokenizer that mirrors ``ByteTokenizer``: ids 0-2 are ``<eos>``, ``<bos>``, ``<pad>``,
-ids 3-258 the 256 bytes, and every id above a string of its own (byte-level pairs, then triples) so a random model's
-output always decodes. Text encodes byte by byte, exactly as ``ByteTokenizer`` encodes it: a prompt of N ASCII
-characters is N tokens on every server. A small chat template (``<|role|>`` lines) makes chat requests work.
+ids 3-258 the 256 bytes, and every id above decodes to ``<id>`` (as ``ByteTokenizer`` decodes it), so most of a random
+model's tokens are text at once and a stream carries one per token on every server. Text encodes byte by byte,
+exactly as ``ByteTokenizer`` encodes it: a prompt of N ASCII characters is N tokens on every server. A small chat
+template (``<|role|>`` lines) makes chat requests work.
 
     python -m app.models.model_dir synthetic:qwen3-0.6b /tmp/qwen3-0.6b --dtype bfloat16
 """
@@ -42,20 +43,11 @@ def byte_vocab(vocab_size: int) -> dict[str, int]:
     """The tokenizer's vocabulary (see the module docstring): specials, bytes, then unique filler strings."""
     if vocab_size < len(SPECIALS) + 256:
         raise ValueError(f"a byte tokenizer needs vocab_size >= {len(SPECIALS) + 256}, got {vocab_size}")
-    alphabet = byte_alphabet()
     vocab = {name: i for i, name in enumerate(SPECIALS)}
-    for b, char in enumerate(alphabet):
+    for b, char in enumerate(byte_alphabet()):
         vocab[char] = len(SPECIALS) + b
-    length, index = 2, 0
-    while len(vocab) < vocab_size:
-        digits, k = [], index
-        for _ in range(length):
-            digits.append(alphabet[k % 256])
-            k //= 256
-        index += 1
-        if index == 256 ** length:
-            length, index = length + 1, 0
-        vocab.setdefault("".join(digits), len(vocab))
+    for i in range(len(vocab), vocab_size):  # printable ASCII is itself in the byte-level alphabet
+        vocab[f"<{i}>"] = i
     return vocab
 
 

@@ -114,8 +114,9 @@ def test_the_recording_rotates_into_segments_that_open_alone_and_lose_no_event(t
     assert sessions[-1].summary.summary["serve"]["requests_finished"] == 24
 
 
-def test_a_request_that_cannot_fit_is_rejected_before_any_token_and_the_rest_served(tmp_path):
-    loop = Loop(config(tmp_path))
+@pytest.mark.parametrize("backend", ["slab", "monolithic", "dense"])
+def test_a_request_that_cannot_fit_is_rejected_before_any_token_and_the_rest_served(tmp_path, backend):
+    loop = Loop(config(tmp_path, backend=backend))
     assert isinstance(loop.receive(), proto.Ready)
     loop.send(proto.Submit(rid=1, prompt="x" * 5000, max_tokens=4))  # tiny-llama has 4096 positions
     loop.send(proto.Submit(rid=2, prompt="fine", max_tokens=3, ignore_eos=True))
@@ -131,4 +132,7 @@ def test_a_request_that_cannot_fit_is_rejected_before_any_token_and_the_rest_ser
         if isinstance(message, proto.State):
             break
     assert message.state["integrity"] == "ok"
+    while not any(isinstance(m, proto.Tokens) and any(i.finish for i in m.items) for m in seen):
+        seen.append(loop.receive())
+    assert sum(len(i.ids) for m in seen if isinstance(m, proto.Tokens) for i in m.items) == 3
     loop.shutdown()

@@ -13,6 +13,8 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,7 +34,8 @@ MODEL = "synthetic:tiny-llama"
 def server(tmp_path_factory):
     record = tmp_path_factory.mktemp("serve-tiny")
     proc = serve("--model", MODEL, "--backend", "slab", "--budget", "128", "--block-size", "16",
-                 "--no-prefix-cache", "--max-running", "4", "--max-waiting", "4", "--record", str(record))
+                 "--no-prefix-cache", "--max-running", "4", "--max-waiting", "4", "--record", str(record),
+                 "--metrics-port", "0")
     proc.record_dir = record
     yield proc
     proc.stop()
@@ -209,6 +212,26 @@ def test_a_stop_string_cuts_the_text_and_ends_the_request(server):
     assert streamed == cut["choices"][0]["text"] and reasons[-1] == "stop"
     assert_clean(server)
     wait_recorded(server.record_dir, lambda s: "stop" in {e.finish_reason for e in s.events_of(RequestDone)})
+
+
+def test_the_metrics_endpoint_serves_the_probes_and_the_request_counts(server):
+    complete(server, "count me", 4)
+    url = next(line.split("metrics: ", 1)[1] for line in server.output if line.startswith("metrics: http"))
+    decoded = 'slabscope_tokens_total{backend="slab",type="decode"}'
+    deadline = time.monotonic() + 30
+    while True:  # the probes' events reach the front every 75 ms: scrape until the request's steps are in
+        values = {}
+        for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():
+            if line.startswith("slabscope_") and " " in line:
+                name, value = line.rsplit(" ", 1)
+                values[name] = float(value)
+        if values.get(decoded, 0) >= 4 or time.monotonic() > deadline:
+            break
+    assert values['slabscope_serve_requests_running{backend="slab"}'] == 0
+    assert values['slabscope_serve_requests_waiting{backend="slab"}'] == 0
+    assert values['slabscope_serve_requests_finished_total{backend="slab",reason="length"}'] >= 1
+    assert values['slabscope_footprint_bytes{backend="slab"}'] > 0
+    assert values['slabscope_tokens_total{backend="slab",type="decode"}'] >= 4
 
 
 def test_sigterm_with_a_stream_open_stops_cleanly_and_leaves_no_process(server):

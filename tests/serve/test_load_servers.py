@@ -87,6 +87,26 @@ def test_the_three_servers_give_the_same_greedy_answer(servers, model_dir):
     assert len(set(texts.values())) == 1, texts
 
 
+def test_prefix_reuse_on_the_slab_server_changes_no_answer(servers, model_dir):
+    """Two prompts sharing 600 tokens: the second starts from the first's cached blocks (512 of them: shared
+    prefixes end on a prefill-chunk boundary), and its greedy answer equals the dense server's, which shares
+    nothing."""
+    shared = "".join(chr(97 + (i * 7) % 26) for i in range(600))
+    slab, dense = servers["slab"], servers["dense"]
+    before = slab.state()["prefix_cache"]
+    answers = {}
+    for name, server in (("slab", slab), ("dense", dense)):
+        for suffix in (" first question", " second question"):
+            code, answer = post_raw(server.url + "/v1/completions", json.dumps(
+                {"model": model_dir, "prompt": shared + suffix, "max_tokens": 12, "temperature": 0}).encode())
+            assert code == 200, answer
+            answers[name, suffix] = answer["choices"][0]["text"]
+    after = slab.state()["prefix_cache"]
+    assert after["hits"] > before["hits"] and after["cached_tokens"] - before["cached_tokens"] >= 512
+    assert answers["slab", " second question"] == answers["dense", " second question"]
+    assert answers["slab", " first question"] == answers["dense", " first question"]
+
+
 def test_a_server_whose_engine_dies_mid_run_is_reported_not_a_crash_of_load(model_dir, cli):
     server = serve("--model", model_dir, "--backend", "slab")
     try:

@@ -64,3 +64,21 @@ def test_serve_tui_in_a_real_terminal_follows_the_requests_load_sends():
     proc = subprocess.run(["bash", str(HERE / "tmux_serve.sh")], capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "ok: 0 in flight, 12 done" in proc.stdout and proc.stdout.rstrip().endswith("ok: no process left")
+
+
+@pytest.mark.slow
+def test_a_front_killed_outright_takes_its_engine_with_it():
+    """SIGKILL of the server (nothing can run in it): its engine worker sees its parent gone and exits."""
+    import os
+    import signal
+
+    import psutil
+
+    from .server_proc import serve
+
+    server = serve("--model", "synthetic:tiny-llama")
+    engine = psutil.Process(server.engine_pid)
+    os.kill(server.pid, signal.SIGKILL)
+    server.process.wait(10)
+    gone, alive = psutil.wait_procs([engine], timeout=15)  # the parent watch polls every 0.25 s, waits 2 s
+    assert not alive, "the engine worker outlived its server"

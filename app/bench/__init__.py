@@ -1,2 +1,2 @@
-"""Benchmark implementations behind ``slabscope bench ...`` (the commands live in ``app/commands/bench_*.py``), and
-``device/``: the scripts run on the GPU machine (see its README)."""
+"""Benchmark implementations behind ``slabscope bench ...`` (the commands live in ``app/commands/bench_*.py``, one
+module per kind). Device and diagnosis scripts are not here: they live in the top-level ``lab/``."""

@@ -9,9 +9,15 @@
 
 Timing: every method is warmed up (JIT compiles, cuDNN plans) before timing; each sample launches ``--inner``
 steps back to back (``mx.async_eval``) and synchronises once; samples of the three methods alternate; the figure is
-the median over ``--repeats`` samples, in microseconds per step (wall time: Python dispatch included). Input sets rotate so that repeated steps do not read K/V from the GPU's L2 cache (a real
-step reads a different layer's K/V each time). ``--write-thresholds`` stores the measured decision thresholds
-(``pool/kernels/thresholds.json``) that the fused-decision rule uses. mlx is imported only inside ``main``.
+the median over ``--repeats`` samples, in microseconds per step (wall time: Python dispatch included). Input sets
+rotate so that repeated steps do not read K/V from the GPU's L2 cache (a real step reads a different layer's K/V
+each time). ``--write-thresholds`` stores the measured decision thresholds (``pool/kernels/thresholds.json``) that
+the fused-decision rule uses.
+
+The kernel's tuning knobs are flags: ``--unroll``, ``--target-blocks`` and ``--min-chunk-tokens`` make every plan of
+the run with that ``pool.kernels.tuning.KernelTuning`` (each defaults to the kernel's own default), and the JSON
+records them as ``kernel``; ``lab/kernel_tuning/`` runs the grid of variants. mlx and the pool are imported only
+inside ``main``, so building the parser stays light.
 """
 
 from __future__ import annotations
@@ -51,6 +57,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="also write the JSON result to this file")
     parser.add_argument("--write-thresholds", nargs="?", const="", default=None, metavar="PATH",
                         help="store the measured thresholds (default pool/kernels/thresholds.json)")
+    knobs = parser.add_argument_group("kernel tuning (pool/kernels/tuning.py; default: the kernel's own defaults)")
+    knobs.add_argument("--unroll", type=int, default=None, help="warp steps of K/V loads in flight (1, 2, 4, 8, 16)")
+    knobs.add_argument("--target-blocks", type=int, default=None,
+                       help="thread blocks wanted per launch (the plan splits contexts to reach it)")
+    knobs.add_argument("--min-chunk-tokens", type=int, default=None, help="shortest context split")
+
+
+def kernel_tuning(args):
+    """The ``KernelTuning`` of the flags (the defaults for the ones not given); UsageError (one line) for a value no
+    kernel can run."""
+    from app.commands.errors import UsageError
+    from pool.kernels.tuning import KernelTuning
+
+    given = {name: value for name in ("unroll", "target_blocks", "min_chunk_tokens")
+             if (value := getattr(args, name, None)) is not None}
+    try:
+        return KernelTuning(**given)
+    except ValueError as exc:
+        raise UsageError(f"decode: {exc}") from None
 
 
 def _time_methods(fns: dict, mx, sets: int, warmup: int, repeats: int, inner: int) -> dict:
@@ -93,15 +118,16 @@ def _cell_inputs(args, mx, batch: int, context: int, sets: int):
     return cells
 
 
-def measure_cell(args, mx, backend: str, batch: int, context: int) -> dict:
-    """Time gather / fused / sdpa for one (batch, context); also checks fused against sdpa once."""
+def measure_cell(args, mx, backend: str, batch: int, context: int, tuning) -> dict:
+    """Time gather / fused / sdpa for one (batch, context), the fused kernel planned with ``tuning``; also checks
+    fused against sdpa once."""
     from pool.kernels.paged_decode import fused_decode, gather_decode, kernel_for_backend, plan_for_pool
 
     kv_bytes = 2 * batch * context * args.n_kv_heads * args.head_dim * getattr(mx, args.dtype).size
     sets = max(1, min(MAX_SETS, math.ceil(L2_ROTATION_BYTES / kv_bytes)))
     cells = _cell_inputs(args, mx, batch, context, sets)
     scale = args.head_dim ** -0.5
-    plans = [plan_for_pool(pool, 0, ids, scale=scale) for pool, ids, *_ in cells]
+    plans = [plan_for_pool(pool, 0, ids, scale=scale, tuning=tuning) for pool, ids, *_ in cells]
     metas = [mx.array(p.meta) for p in plans]
     timing = dict(sets=sets, warmup=args.warmup, repeats=args.repeats, inner=args.inner)
 
@@ -126,9 +152,9 @@ def measure_cell(args, mx, backend: str, batch: int, context: int) -> dict:
     result.update({f"{name}_us": value for name, value in medians.items()})
     start = time.perf_counter()
     for _ in range(20):
-        plan_for_pool(cells[0][0], 0, cells[0][1], scale=scale)
+        plan_for_pool(cells[0][0], 0, cells[0][1], scale=scale, tuning=tuning)
     result["plan_us"] = (time.perf_counter() - start) / 20 * 1e6
-    check = fused_decode(cells[0][0], 0, cells[0][1], cells[0][2], scale=scale, backend=backend)
+    check = fused_decode(cells[0][0], 0, cells[0][1], cells[0][2], scale=scale, backend=backend, plan=plans[0])
     ref = sdpa(0)
     err = mx.max(mx.abs(check.astype(mx.float32) - ref.astype(mx.float32))) / mx.max(mx.abs(ref.astype(mx.float32)))
     result["fused_vs_sdpa_rel_err"] = float(err.item())
@@ -162,18 +188,6 @@ def derive_thresholds(rows: list[dict]) -> dict:
             "cells_won": sum(wins.values()), "cells": len(wins)}
 
 
-def _kernel_knobs() -> dict:
-    """The kernel's tuning knobs in effect (module defaults unless the variant environment variables are set)."""
-    import os
-
-    from pool.kernels import paged_decode_cuda as cu
-    from pool.kernels import plan
-
-    return {"unroll": int(os.environ.get(cu.UNROLL_ENV, cu.UNROLL)),
-            "target_blocks": int(os.environ.get(plan.TARGET_BLOCKS_ENV, plan.TARGET_BLOCKS)),
-            "min_chunk_tokens": plan.MIN_CHUNK_TOKENS}
-
-
 def print_table(rows: list[dict], out=sys.stdout) -> None:
     out.write(f"{'B':>3} {'ctx':>6} {'slabs':>5} {'gather_us':>10} {'fused_us':>9} {'sdpa_us':>8} "
               f"{'fused/gather':>12} {'fused/sdpa':>10} {'GB/s fused':>10}\n")
@@ -189,6 +203,7 @@ def main(args) -> int:
     import pool.kernels as kernels
     from pool.fused_decision import detect_backend
 
+    tuning = kernel_tuning(args)  # bad flags are a usage error before anything is measured
     backend = detect_backend()
     if backend not in ("cuda", "metal"):
         print(f"bench decode needs a GPU backend (CUDA or Metal); MLX's device here is {mx.default_device()} "
@@ -197,11 +212,11 @@ def main(args) -> int:
     rows = []
     for batch in args.batches:
         for context in args.contexts:
-            rows.append(measure_cell(args, mx, backend, batch, context))
+            rows.append(measure_cell(args, mx, backend, batch, context, tuning))
             if not args.json:
                 print_table(rows[-1:], sys.stderr)
     thresholds = derive_thresholds(rows)
-    result = {"device": mx.device_info(), "backend": backend, "mlx": mx.__version__, "kernel": _kernel_knobs(),
+    result = {"device": mx.device_info(), "backend": backend, "mlx": mx.__version__, "kernel": tuning.as_dict(),
               "geometry": {"n_q_heads": args.n_q_heads, "n_kv_heads": args.n_kv_heads, "head_dim": args.head_dim,
                            "dtype": args.dtype, "block_size": args.block_size, "slab_blocks": args.slab_blocks,
                            "layout": args.layout},
@@ -214,7 +229,8 @@ def main(args) -> int:
         path = args.write_thresholds or kernels.THRESHOLDS_PATH
         stored = kernels.load_thresholds(path) if path == kernels.THRESHOLDS_PATH else {}
         stored[backend] = {**thresholds, "device": str(mx.device_info().get("device_name", "")),
-                           "geometry": result["geometry"], "measured": time.strftime("%Y-%m-%d")}
+                           "geometry": result["geometry"], "kernel": result["kernel"],
+                           "command": result["command"], "measured": time.strftime("%Y-%m-%d")}
         with open(path, "w") as f:
             json.dump(stored, f, indent=1)
     if args.json:
@@ -228,4 +244,9 @@ def main(args) -> int:
 if __name__ == "__main__":  # python -m app.commands.bench_decode (machines without the TUI's dependencies)
     _parser = argparse.ArgumentParser(prog="slabscope bench decode", description=__doc__.splitlines()[0])
     add_arguments(_parser)
-    raise SystemExit(main(_parser.parse_args()))
+    from app.commands.errors import UsageError
+
+    try:
+        raise SystemExit(main(_parser.parse_args()))
+    except UsageError as _exc:
+        _parser.exit(2, f"slabscope bench {_exc}\n")

@@ -16,7 +16,7 @@ import sys
 def per_rank_rows(runs, plain, wanted: str | None) -> list:
     """PhaseRows for every rank of every run (ranks compared with the same rank of the baseline run) and for the
     single-process sessions (compared among themselves), in run order."""
-    from app.commands.compare import pick_baseline
+    from app.commands.session_files import pick_baseline
     from probes.compare import compare_sessions
 
     rows = []
@@ -62,7 +62,7 @@ def render(view: dict) -> str:
 
 def print_merged(paths: list[str]) -> None:
     """``record``'s closing table over the recordings it wrote (errors are printed, not raised)."""
-    from app.commands.compare import open_sessions
+    from app.commands.session_files import open_sessions
     from probes.ranks import RankMergeError
 
     sessions, error = open_sessions(paths)

@@ -36,7 +36,7 @@ def trace_format(args) -> str:
 
 
 def main(args) -> int:
-    from app.commands.compare import expand_paths, open_sessions
+    from app.commands.session_files import expand_paths, open_sessions
     from app.commands.errors import RunError, output_file
     from probes.trace_export import trace_processes
 

@@ -15,6 +15,7 @@ from app.commands.arg_types import (add_mlx_cache_arguments, add_open_blocks_arg
                                     backends_list, finite_float, positive_int)
 from app.commands.errors import output_dir
 from app.commands.metrics_args import add_metrics_arguments, hold_metrics, start_metrics
+from app.commands.record_specs import run_specs
 from app.models.registry import DTYPE_NAMES
 from app.workloads.limits import MAX_SAMPLE_HZ
 
@@ -90,27 +91,6 @@ class _Progress:
             self._last_print = now
 
 
-def _specs(args, backends: list[str]):
-    from app.models.registry import max_positions
-    from app.workloads.limits import check_fits_context
-    from app.workloads.scenarios import DEFAULT_SCENARIO, load_scenario, parse_overrides
-    from app.workloads.spec import RunSpec
-
-    scenario = args.scenario or DEFAULT_SCENARIO
-    overrides = parse_overrides(args.set)
-    loaded = load_scenario(scenario, overrides)  # validate before starting anything
-    check_fits_context(loaded, max_positions(args.model), args.model)
-    stem = os.path.splitext(os.path.basename(scenario))[0]
-    return [RunSpec(scenario=scenario, backend=b, model=args.model, block_size=args.block_size,
-                    slab_blocks=args.slab_blocks, sample_hz=args.sample_hz, snapshot_hz=args.snapshot_hz,
-                    dtype=args.dtype, device=args.device, seed=args.seed, overrides=overrides,
-                    record_path=os.path.join(args.out, f"{stem}-{b}.slabrec"),
-                    blas_threads=1 if args.together else None, cache_limit=args.cache_limit,
-                    prefill_trim=args.prefill_trim, shrink=args.shrink, shrink_budget=args.shrink_budget,
-                    open_blocks=args.open_blocks)
-            for b in backends]
-
-
 def _run(handles_and_progress, timeout: float) -> None:
     """Poll the given workers until each finished, died or timed out (then cancelled)."""
     deadline = time.monotonic() + timeout
@@ -145,7 +125,7 @@ def main(args) -> int:
             raise UsageError("--metrics-port serves one process's runs; it does not combine with --ranks")
         return record_ranks(args)
     try:
-        specs = _specs(args, args.backends)
+        specs = run_specs(args, args.backends)
     except (ScenarioError, ValueError) as exc:
         print(f"slabscope record: {exc}", file=sys.stderr)
         return 2
@@ -180,7 +160,7 @@ def _record(specs, args, metrics) -> list:
 
 
 def _print_compare(paths: list[str]) -> None:
-    from app.commands.compare import open_sessions, pick_baseline
+    from app.commands.session_files import open_sessions, pick_baseline
     from probes.compare import compare_sessions, format_table
 
     sessions, error = open_sessions(paths)

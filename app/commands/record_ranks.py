@@ -130,13 +130,13 @@ def outcomes(template: str, ranks: int, launch) -> list[RankOutcome]:
 def prepare(args):
     """(LaunchPlan, RunSpecs) for a distributed record; ValueError/LaunchError (one line) when it cannot start.
     Changes nothing (no directory, no process)."""
-    from app.commands.record import _specs
+    from app.commands.record_specs import run_specs
 
     problem = _check(args)
     if problem:
         raise ValueError(problem)
     plan = _plan(args)
-    specs = _specs(args, list(args.backends))  # parsed, each backend once (app.commands.arg_types)
+    specs = run_specs(args, list(args.backends))  # parsed, each backend once (app.commands.arg_types)
     if plan.backend == "nccl" and args.device is None:  # NCCL moves GPU buffers: every rank on its GPU
         specs = [_with(spec, device="gpu") for spec in specs]
     return plan, specs

@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
-    from app.commands.compare import open_sessions, pick_baseline
+    from app.commands.session_files import open_sessions, pick_baseline
     from app.commands.errors import RunError, output_dir
     from probes.report import write_report
 

@@ -49,7 +49,7 @@ def _cell(value, spec: str) -> str:
 
 
 def main(args) -> int:
-    from app.commands.compare import warn_damage
+    from app.commands.session_files import warn_damage
     from probes.errors import RecordingError, ReplayError
     from probes.replay import Session
     from probes.whatif import mismatches_with_recording, run_whatif

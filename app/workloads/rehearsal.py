@@ -3,7 +3,7 @@ own backend, scheduler and engine code (GPU only).
 
 Why: a fresh process pays MLX's first uses inside the run: cuDNN attention plans for every new key length, CUDA
 graphs instantiated for every new topology, kernels loaded, cuBLAS algorithms picked. Measured on the H200
-(``app/bench/device/fresh_anatomy.py``, burst, three fresh processes per engine at 0b984c8): the prefill of a
+(``lab/first_step/fresh_anatomy.py``, burst, three fresh processes per engine at 0b984c8): the prefill of a
 fresh process took 1.30-1.71 s against 0.63-0.91 s when the same process ran the same work again, and its first
 decode step 69-104 ms against a ~10 ms median, for dense and slab alike. Those are costs of the process, not of
 the KV layout; paid at load, a run's figures compare the layouts.

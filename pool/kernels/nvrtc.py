@@ -2,7 +2,7 @@
 
 Why we compile ourselves: ``mx.fast.cuda_kernel`` never writes custom kernels to MLX's on-disk PTX cache and
 prepends MLX's device headers, so every fused-kernel variant cost 1.5-2.8 s of NVRTC time in every fresh process
-(docs/gpu.md). Our kernel sources include no header at all (``cuda_variants.py``), so a variant compiles in a
+(docs/gpu.md, "Builds"). Our kernel sources include no header at all (``cuda_variants.py``), so a variant compiles in a
 fraction of that, and ``kernel_cache.py`` keeps the cubins across processes.
 
 NVRTC needs no GPU. The library is looked for where MLX's CUDA wheels and CUDA installs put it, in this order:

@@ -11,23 +11,26 @@ from __future__ import annotations
 from typing import Sequence
 
 from pool.kernels.plan import DecodePlan, KernelUnsupported, plan_decode
+from pool.kernels.tuning import DEFAULT_TUNING, KernelTuning
 from pool.layer_view import LayerView
 
 
-def plan_for_pool(pool, layer: int, seq_ids: Sequence[int], *, scale: float,
-                  num_splits: int | None = None) -> DecodePlan:
+def plan_for_pool(pool, layer: int, seq_ids: Sequence[int], *, scale: float, num_splits: int | None = None,
+                  tuning: KernelTuning = DEFAULT_TUNING) -> DecodePlan:
     """The launch plan of ``seq_ids`` in ``layer``: their block tables (physical rows), visible ranges
-    [logical_start, length) and the layer's slab geometry (``pool.layer_view``). Reads the pool; changes nothing."""
-    return plan_for_view(pool.layer_view(layer, seq_ids), scale=scale, num_splits=num_splits)
+    [logical_start, length) and the layer's slab geometry (``pool.layer_view``), made with ``tuning``'s knobs.
+    Reads the pool; changes nothing."""
+    return plan_for_view(pool.layer_view(layer, seq_ids), scale=scale, num_splits=num_splits, tuning=tuning)
 
 
-def plan_for_view(view: LayerView, *, scale: float, num_splits: int | None = None) -> DecodePlan:
+def plan_for_view(view: LayerView, *, scale: float, num_splits: int | None = None,
+                  tuning: KernelTuning = DEFAULT_TUNING) -> DecodePlan:
     """The launch plan of one layer view (``PagedKVPool.layer_view``)."""
     if not view.written:
         raise KernelUnsupported(f"layer {view.layer} has no storage yet")
     return plan_decode(list(view.rows), list(view.lengths), list(view.logical_starts), block_size=view.block_size,
                        slab_blocks=view.rows_per_slab, num_slabs=view.num_slabs,
-                       n_kv_heads=view.geometry.n_kv_heads, scale=scale, num_splits=num_splits)
+                       n_kv_heads=view.geometry.n_kv_heads, scale=scale, num_splits=num_splits, tuning=tuning)
 
 
 def kernel_for_backend(backend: str):
@@ -44,7 +47,8 @@ def kernel_for_backend(backend: str):
 def fused_decode(pool, layer: int, seq_ids: Sequence[int], queries, *, scale: float, backend: str,
                  plan: DecodePlan | None = None, meta=None, launches: dict | None = None):
     """Fused paged attention of one new token per sequence, reading the layer's slabs in place. ``plan`` (and
-    ``meta``, ``mx.array(plan.meta)``) may come from the caller, built once for every layer they fit.
+    ``meta``, ``mx.array(plan.meta)``) may come from the caller, built once for every layer they fit (a plan
+    carries its tuning; without one, the default's).
     ``launches``: the caller's dict for that plan (kept for one step); on CUDA it holds the launch prepared at the
     plan's first layer (``CudaLaunch``), reused by each later layer it fits (slab count, shapes, dtype)."""
     if plan is None:

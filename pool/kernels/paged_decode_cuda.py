@@ -7,12 +7,13 @@ cache, off the decode path (``cuda_variants.py``, ``cuda_builds.py``), and launc
 ``mx.fast.cuda_kernel``, whose JIT compiles every variant in the first decode step that needs it, in every
 process (MLX never writes custom kernels to its disk cache: ~2 s per variant on an H200).
 
-Design (docs/gpu.md has the full write-up and the measurements):
+Design (docs/gpu.md has the full write-up; the measurements are in docs/measurements-log.md):
 
 * One thread block per (split, KV head, sequence); 4 warps. A token's head row (head_dim elements) is spread over
   head_dim/8 lanes, each holding 8 elements (one 16-byte load), so a warp reads 2 (head_dim 128) or 4 (head_dim
-  64) tokens per step, ``UNROLL`` steps in flight. All GROUP query heads of the KV head are processed together, so
-  every K/V byte is read once per launch (GQA costs no extra traffic).
+  64) tokens per step, ``UNROLL`` steps in flight (``KernelTuning.unroll``, carried by the plan). All GROUP query
+  heads of the KV head are processed together, so every K/V byte is read once per launch (GQA costs no extra
+  traffic).
 * Warps take whole blocks of the pool round-robin; the block's physical row resolves once per block to
   (slab, row in slab) and a slab base pointer from a shared-memory table filled from the kernel's slab inputs
   ``k0..kN-1`` / ``v0..vN-1``. ``mx.fast.cuda_kernel`` takes a fixed list of inputs, so one kernel is generated
@@ -28,17 +29,15 @@ module imports mlx only inside functions.
 from __future__ import annotations
 
 import functools
-import os
 from typing import Sequence
 
 from pool.kernels.kernel_build import PagedDecodeKernels
 from pool.kernels.plan import (DecodePlan, KernelUnsupported, slab_bucket, tokens_per_warp_step,
                                unsupported_reason)
+from pool.kernels.tuning import DEFAULT_TUNING
 
 MAX_SLABS = 512               # slab inputs per launch: 2 * 512 pointers = 8 KiB of kernel parameters (< 32 KiB)
 THREADS = 128                 # 4 warps per block
-UNROLL = 8                    # warp steps whose loads are issued before any is consumed (tuned: docs/gpu.md)
-UNROLL_ENV = "SLABSCOPE_CUDA_UNROLL"  # tuning knob for `bench decode` variant runs; unset in normal use
 
 # Shared by both builds: constants and the 16-byte unpack (T's ``ssp_to_float`` comes from the build's prelude).
 COMMON_HEADER = r"""
@@ -324,10 +323,9 @@ pass1_kernel = _KERNELS.pass1
 merge_kernel = _KERNELS.merge
 
 
-def unroll_for(block_size: int, head_dim: int) -> int:
-    """Largest power of two <= UNROLL (or $SLABSCOPE_CUDA_UNROLL) whose warp step (tokens_per_warp_step * unroll)
+def unroll_for(block_size: int, head_dim: int, unroll: int = DEFAULT_TUNING.unroll) -> int:
+    """Largest power of two <= ``unroll`` (a ``KernelTuning`` knob) whose warp step (tokens_per_warp_step * unroll)
     divides block_size, so a step never crosses into the next block."""
-    unroll = int(os.environ.get(UNROLL_ENV, UNROLL))
     while unroll > 1 and block_size % (tokens_per_warp_step(head_dim) * unroll):
         unroll //= 2
     return unroll
@@ -373,7 +371,7 @@ def paged_decode_cuda(queries, k_slabs: Sequence, v_slabs: Sequence, plan: Decod
 
     queries: [B, Hq, D] or [B, Hq, 1, D] (fp16/bf16); k_slabs/v_slabs: the layer's slabs, each
     [slab_blocks, block_size, n_kv_heads, D]; plan: ``pool.kernels.plan.plan_decode`` (block tables, visible
-    ranges, scale, splits). ``meta`` may pass ``mx.array(plan.meta)`` made once by the caller. Returns an array
+    ranges, scale, splits, and the tuning whose unroll picks the kernel variant). ``meta`` may pass ``mx.array(plan.meta)`` made once by the caller. Returns an array
     shaped like ``queries``. Reads only; mutates nothing. Raises KernelUnsupported on shapes it cannot run."""
     return CudaLaunch(queries, k_slabs, v_slabs, plan, meta=meta)(queries, k_slabs, v_slabs)
 
@@ -411,14 +409,14 @@ class CudaLaunch:
         self.merge_grid = (head_dim, n_q, plan.batch)
         self.head_dim = head_dim
         bucket = self.num_slabs + self.pad
+        unroll = unroll_for(block_size, head_dim, plan.tuning.unroll)
         self.builds = process_builds()
         if self.builds is None:  # MLX's cuda_kernel JIT (no NVRTC of our own): the fallback build
             self.template = [("T", queries.dtype), ("HEAD_DIM", head_dim), ("GROUP", n_q // n_kv), ("N_KV", n_kv),
-                             ("BLOCK_SIZE", block_size), ("UNROLL", unroll_for(block_size, head_dim)),
-                             ("NUM_SLABS", bucket)]
+                             ("BLOCK_SIZE", block_size), ("UNROLL", unroll), ("NUM_SLABS", bucket)]
         else:
             self.first, self.merge = launch_binaries(self.builds, _dtype_name(queries.dtype), head_dim, n_q, n_kv,
-                                                     block_size, bucket, self.direct, os.environ.get(UNROLL_ENV))
+                                                     block_size, bucket, self.direct, unroll)
 
     def fits(self, queries, k_slabs: Sequence, v_slabs: Sequence) -> bool:
         """True when this launch can run on these slabs and queries: the plan's slab count, the same slab shape
@@ -465,22 +463,23 @@ class CudaLaunch:
 
 @functools.lru_cache(maxsize=64)
 def launch_binaries(builds, dtype: str, head_dim: int, n_q: int, n_kv: int, block_size: int, bucket: int,
-                    direct: bool, unroll_env: str | None) -> tuple[tuple[str, bytes], tuple[str, bytes] | None]:
+                    direct: bool, unroll: int) -> tuple[tuple[str, bytes], tuple[str, bytes] | None]:
     """((name, binary) of the first pass, (name, binary) of the merge pass or None when ``direct``) of a launch
     through ``builds`` (``KernelBuilds``). Memoised: a decode step prepares one ``CudaLaunch`` per plan and callers
     of ``paged_decode_cuda`` (benchmarks, tests) one per call, all with the same arguments, and deriving the
-    variants and looking up their binaries cost ~10 us of host time each.
-    ``unroll_env`` ($SLABSCOPE_CUDA_UNROLL, which ``unroll_for`` reads) is part of the key, so a tuning run that
-    sets it never gets another unroll's binary. A binary never changes once built; a build error is not cached."""
-    geometry = kernel_geometry(dtype, head_dim, n_q, n_kv, block_size)
+    variants and looking up their binaries cost ~10 us of host time each. ``unroll`` (already fitted to the block,
+    ``unroll_for``) is part of the key, so a tuning run never gets another unroll's binary. A binary never changes
+    once built; a build error is not cached."""
+    geometry = kernel_geometry(dtype, head_dim, n_q, n_kv, block_size, unroll)
     direct_variant, split_variant, merge_variant = geometry.variants(bucket)
     first = builds.binary(direct_variant if direct else split_variant)
     return first, None if direct else builds.binary(merge_variant)
 
 
-def kernel_geometry(dtype: str, head_dim: int, n_q_heads: int, n_kv_heads: int, block_size: int):
-    """The ``cuda_variants.KernelGeometry`` of a layer (UNROLL as ``unroll_for`` picks it)."""
+def kernel_geometry(dtype: str, head_dim: int, n_q_heads: int, n_kv_heads: int, block_size: int,
+                    unroll: int = DEFAULT_TUNING.unroll):
+    """The ``cuda_variants.KernelGeometry`` of a layer (``unroll`` fitted to the block by ``unroll_for``)."""
     from pool.kernels.cuda_variants import KernelGeometry
 
     return KernelGeometry(dtype=dtype, head_dim=head_dim, group=n_q_heads // n_kv_heads, n_kv=n_kv_heads,
-                          block_size=block_size, unroll=unroll_for(block_size, head_dim))
+                          block_size=block_size, unroll=unroll_for(block_size, head_dim, unroll))

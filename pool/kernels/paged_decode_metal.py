@@ -19,7 +19,6 @@ from pool.kernels.plan import DecodePlan, KernelUnsupported
 
 MAX_SLABS = 12
 THREADS = 128
-UNROLL = 4
 
 HEADER = r"""
 #define SSP_NEG_BIG (-1.0e30f)
@@ -256,7 +255,8 @@ def paged_decode_metal(queries, k_slabs: Sequence, v_slabs: Sequence, plan: Deco
     q3 = queries.reshape(plan.batch, n_q, head_dim)
     meta_array = mx.array(plan.meta) if meta is None else meta
     template = [("T", queries.dtype), ("HEAD_DIM", head_dim), ("GROUP", n_q // n_kv), ("N_KV", n_kv),
-                ("BLOCK_SIZE", block_size), ("UNROLL", unroll_for(block_size, head_dim)), ("THREADS", THREADS)]
+                ("BLOCK_SIZE", block_size), ("UNROLL", unroll_for(block_size, head_dim, plan.tuning.unroll)),
+                ("THREADS", THREADS)]
     inputs = [q3, meta_array, *k_slabs, *pad_k, *v_slabs, *pad_v]
     grid = (THREADS * plan.num_splits, n_kv, plan.batch)
     if plan.num_splits == 1:

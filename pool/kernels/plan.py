@@ -12,22 +12,19 @@ GPU (flash-decoding: each chunk yields a partial softmax state; a second pass me
 from __future__ import annotations
 
 import itertools
-import os
 import struct
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from pool.kernels.tuning import DEFAULT_TUNING, KernelTuning
 from pool.limits import INDEX_LIMIT, index_range_problem
 
 SUPPORTED_DTYPES = frozenset({"float16", "bfloat16"})
 SUPPORTED_HEAD_DIMS = frozenset({64, 128})
 MAX_GROUP = 8                 # query heads per KV head held in registers (q and acc: 2 * 8 * 8 floats per lane)
 META_HEADER = 4               # slab_blocks, table_stride, chunk_tokens, scale_bits
-TARGET_BLOCKS = 8192          # blocks wanted per launch: many waves on a 132-SM H200 (tuned, docs/gpu.md)
-MIN_CHUNK_TOKENS = 256        # never split a sequence finer than this (the merge pass costs more than it saves)
-TARGET_BLOCKS_ENV = "SLABSCOPE_DECODE_TARGET_BLOCKS"  # tuning knob for `bench decode` variant runs
 # Largest K/V tensor (elements) a launch accepts: the decision rule's limit (pool/fused_decision.py rule 6), checked
 # again at the entry so no caller reaches the kernel past it. The kernels' own offsets are 64-bit (docs/sizing.md);
 # the limit stands until a GPU test past it (tests/gpu/test_index_range_gpu.py) has passed on every backend.
@@ -51,6 +48,7 @@ class DecodePlan:
     num_slabs: int
     slab_blocks: int
     block_size: int
+    tuning: KernelTuning = DEFAULT_TUNING  # the knobs it was planned with; the launch takes its unroll from here
 
 
 def tokens_per_warp_step(head_dim: int) -> int:
@@ -99,16 +97,14 @@ def slab_bucket(num_slabs: int) -> int:
 
 
 def choose_splits(max_end: int, batch: int, n_kv_heads: int, block_size: int,
-                  target_blocks: int | None = None, min_chunk: int = MIN_CHUNK_TOKENS) -> tuple[int, int]:
-    """(num_splits, chunk_tokens): enough (batch x kv-head x split) blocks to fill the GPU in several waves (a
-    last partial wave idles SMs), chunks a multiple of block_size and at least ``min_chunk`` tokens (unless the
-    whole context is shorter). ``target_blocks`` defaults to TARGET_BLOCKS ($SLABSCOPE_DECODE_TARGET_BLOCKS)."""
-    if target_blocks is None:
-        target_blocks = int(os.environ.get(TARGET_BLOCKS_ENV, TARGET_BLOCKS))
+                  tuning: KernelTuning = DEFAULT_TUNING) -> tuple[int, int]:
+    """(num_splits, chunk_tokens): about ``tuning.target_blocks`` (batch x kv-head x split) blocks, to fill the GPU
+    in several waves (a last partial wave idles SMs), in chunks a multiple of block_size and at least
+    ``tuning.min_chunk_tokens`` tokens (unless the whole context is shorter)."""
     if max_end <= 0:
         return 1, block_size
-    wanted = -(-target_blocks // max(1, batch * n_kv_heads))
-    most = max(1, -(-max_end // min_chunk))
+    wanted = -(-tuning.target_blocks // max(1, batch * n_kv_heads))
+    most = max(1, -(-max_end // tuning.min_chunk_tokens))
     splits = max(1, min(wanted, most))
     chunk = -(-max_end // splits)
     chunk = -(-chunk // block_size) * block_size
@@ -122,9 +118,10 @@ def scale_bits(scale: float) -> int:
 
 def plan_decode(block_tables: Sequence[Sequence[int]], seq_ends: Sequence[int], seq_starts: Sequence[int] | None,
                 *, block_size: int, slab_blocks: int, num_slabs: int, n_kv_heads: int, scale: float,
-                num_splits: int | None = None) -> DecodePlan:
+                num_splits: int | None = None, tuning: KernelTuning = DEFAULT_TUNING) -> DecodePlan:
     """Plan one launch over ``len(block_tables)`` sequences. Sequence i attends to positions
     ``[seq_starts[i], seq_ends[i])`` whose blocks are ``block_tables[i][p // block_size]`` (physical rows).
+    ``tuning`` sets the splits (unless ``num_splits`` forces them) and, carried by the plan, the launch's unroll.
     Raises KernelUnsupported for tables that do not cover their ends or hold rows outside the slabs."""
     batch = len(block_tables)
     if batch == 0 or len(seq_ends) != batch or (seq_starts is not None and len(seq_starts) != batch):
@@ -146,7 +143,7 @@ def plan_decode(block_tables: Sequence[Sequence[int]], seq_ends: Sequence[int], 
         raise KernelUnsupported(f"a block-table row is outside the {capacity} rows of the slabs")
     max_blocks = max(1, max(counts))
     if num_splits is None:
-        splits, chunk = choose_splits(max(ends), batch, n_kv_heads, block_size)
+        splits, chunk = choose_splits(max(ends), batch, n_kv_heads, block_size, tuning)
     else:
         chunk = -(-max(ends) // max(1, num_splits))
         chunk = -(-chunk // block_size) * block_size
@@ -160,4 +157,4 @@ def plan_decode(block_tables: Sequence[Sequence[int]], seq_ends: Sequence[int], 
         columns = np.arange(max_blocks)
         table_view[columns[None, :] < np.array(counts)[:, None]] = flat
     return DecodePlan(meta=meta, batch=batch, num_splits=splits, chunk_tokens=chunk, max_blocks=max_blocks,
-                      num_slabs=num_slabs, slab_blocks=slab_blocks, block_size=block_size)
+                      num_slabs=num_slabs, slab_blocks=slab_blocks, block_size=block_size, tuning=tuning)

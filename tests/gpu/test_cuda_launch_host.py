@@ -31,7 +31,6 @@ def test_launch_arguments_and_one_variant_derivation_for_every_layer(tmp_path, m
     derived = []
     geometry_of = cu.kernel_geometry
     monkeypatch.setattr(cu, "kernel_geometry", lambda *args: derived.append(args) or geometry_of(*args))
-    monkeypatch.delenv(cu.UNROLL_ENV, raising=False)
     cu.launch_binaries.cache_clear()
 
     # bf16, head_dim 64, 4 query heads on 2 KV heads, 16-token blocks, 3 slabs of 4 rows (bucket 4: slab 0 pads)
@@ -115,3 +114,43 @@ def test_a_prepared_launch_serves_every_layer_it_fits_and_a_layer_that_does_not_
     assert len(checks) == 3 and len(calls[-1]["inputs"]) == 2 + 2 * 4
     fused_decode(Layers(), 0, [0, 1], queries, scale=0.125, backend="cuda", plan=plan_for(3), launches=launches)
     assert len(checks) == 4  # another plan object: never another plan's launch
+
+
+def test_the_plan_carries_the_tuning_that_picks_the_launched_variant(tmp_path, monkeypatch):
+    """Kernel knobs are arguments: a plan made with ``KernelTuning(unroll=4)`` launches the unroll-4 variant and the
+    default plan the default's, whatever the environment says (the variables that set them once are read no more)."""
+    import mlx.core as mx
+
+    import pool.kernels.cuda_builds as cb
+    from pool.kernels import paged_decode_cuda as cu
+    from pool.kernels.kernel_cache import KernelCache
+    from pool.kernels.nvrtc import CompileResult
+    from pool.kernels.plan import plan_decode
+    from pool.kernels.tuning import DEFAULT_TUNING, KernelTuning
+
+    compile_fn = lambda source, sm: CompileResult(source[-40:].encode(), "cubin", "sm_90", 0.0)  # noqa: E731
+    builds = cb.KernelBuilds(90, cache=KernelCache(str(tmp_path)), compiler=compile_fn)
+    monkeypatch.setattr(cb, "process_builds", lambda environ=None: builds)
+    names = []
+
+    def recorder(**kwargs):
+        names.append(kwargs["name"])
+        return [mx.zeros(shape, dtype=dtype) for shape, dtype in zip(kwargs["output_shapes"], kwargs["output_dtypes"])]
+
+    monkeypatch.setattr(mx.fast, "precompiled_cuda_kernel", recorder, raising=False)
+    monkeypatch.setenv("SLABSCOPE_CUDA_UNROLL", "2")
+    cu.launch_binaries.cache_clear()
+    slabs = [[mx.zeros((4, 32, 2, 128), dtype=mx.bfloat16) for _ in range(3)] for _ in range(2)]
+    queries = mx.zeros((2, 4, 1, 128), dtype=mx.bfloat16)
+    expected = {}
+    for tuning in (KernelTuning(unroll=4), DEFAULT_TUNING):
+        plan = plan_decode([[0, 5], [9, 10, 11]], [40, 80], None, block_size=32, slab_blocks=4, num_slabs=3,
+                           n_kv_heads=2, scale=0.125, num_splits=1, tuning=tuning)
+        assert plan.tuning is tuning
+        cu.paged_decode_cuda(queries, slabs[0], slabs[1], plan)
+        direct = cu.kernel_geometry("bfloat16", 128, 4, 2, 32, tuning.unroll).variants(4)[0]
+        assert direct.unroll == tuning.unroll
+        expected[tuning.unroll] = builds.binary(direct)[0]
+    assert names == [expected[4], expected[8]] and expected[4] != expected[8]
+    with pytest.raises(ValueError, match="unroll 3"):
+        KernelTuning(unroll=3)

@@ -30,8 +30,8 @@ def test_gpu_recordings_are_small_complete_h200_sessions():
         steps = session.events_of(Step)
         assert sum(e.num_tokens for e in steps if e.type == "decode") == 8 * 32
         peaks[backend] = session.peak().value
-    # the shape docs/gpu.md reports (recorded at 1158daa): slab below both baselines (5,338 MiB against monolithic's
-    # 8,826 and dense's 9,890: the baselines' buffer caches hold their prefill transients and, for monolithic, the
+    # the shape the README's figures report (recorded at 1158daa): slab below both baselines (5,338 MiB against
+    # monolithic's 8,826 and dense's 9,890: the baselines' buffer caches hold their prefill transients and, for monolithic, the
     # grow-by-copy ladder)
     assert peaks["slab"] < min(peaks["dense"], peaks["monolithic"])
     assert peaks["slab"] < 0.6 * peaks["dense"]
@@ -64,7 +64,7 @@ def test_gpu_recordings_open_in_the_tui(tmp_path):
 def test_two_h200_nccl_rank_recordings_open_as_one_run_with_the_imbalance_row():
     """The 2-rank NCCL recordings of docs/distributed.md (commit 1158daa): every rank complete, merged into one run
     per backend, and the imbalance the docs report (rank 0 above rank 1 by 1.37x dense, 1.57x slab)."""
-    from app.commands.compare import open_sessions
+    from app.commands.session_files import open_sessions
     from app.commands.compare_ranks import merged
 
     paths = sorted(str(p) for p in (GPU_DIR / "nccl2").glob("*.slabrec"))

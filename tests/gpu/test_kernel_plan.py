@@ -18,7 +18,6 @@ sys.path.insert(0, os.path.dirname(__file__))
 from emulate import emulate  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-DEVICE_SCRIPTS = os.path.join(REPO, "app", "bench", "device")
 
 
 def test_plan_meta_layout_is_exact():
@@ -31,17 +30,19 @@ def test_plan_meta_layout_is_exact():
 
 
 def test_choose_splits_fills_gpu_and_respects_min_chunk(monkeypatch):
-    from pool.kernels import plan
+    from pool.kernels.tuning import DEFAULT_TUNING, KernelTuning
 
-    monkeypatch.delenv(plan.TARGET_BLOCKS_ENV, raising=False)
-    assert plan.TARGET_BLOCKS == 8192
+    assert (DEFAULT_TUNING.target_blocks, DEFAULT_TUNING.min_chunk_tokens) == (8192, 256)
     assert choose_splits(16384, 1, 8, 32) == (64, 256)       # 1024 splits wanted, chunks >= 256 tokens
     assert choose_splits(16384, 16, 8, 32) == (64, 256)
     assert choose_splits(16384, 32, 8, 32) == (32, 512)      # 8192 / (32 * 8) splits
     assert choose_splits(100, 1, 8, 32) == (1, 128)          # shorter than one min chunk: one split
-    assert choose_splits(4096, 64, 8, 32, target_blocks=2048) == (4, 1024)
-    monkeypatch.setenv(plan.TARGET_BLOCKS_ENV, "2048")
-    assert choose_splits(16384, 16, 8, 32) == (16, 1024)
+    assert choose_splits(4096, 64, 8, 32, KernelTuning(target_blocks=2048)) == (4, 1024)
+    assert choose_splits(16384, 16, 8, 32, KernelTuning(target_blocks=2048)) == (16, 1024)
+    assert choose_splits(16384, 1, 8, 32, KernelTuning(min_chunk_tokens=1024)) == (16, 1024)
+    # the environment variable that used to set the target is read no more (knobs are arguments)
+    monkeypatch.setenv("SLABSCOPE_DECODE_TARGET_BLOCKS", "2048")
+    assert choose_splits(16384, 16, 8, 32) == (64, 256)
     splits, chunk = choose_splits(1000, 2, 8, 32)
     assert chunk % 32 == 0 and splits * chunk >= 1000 and (splits - 1) * chunk < 1000
 
@@ -180,11 +181,11 @@ def test_kernel_algorithm_skips_tokens_before_logical_start():
     assert np.abs(emulate(q, k, v, plan, step=4)[0, 0] - expected).max() < 1e-9
 
 
-def test_cuda_source_generation(monkeypatch):
+def test_cuda_source_generation():
     from pool.kernels import paged_decode_cuda as cu
     from pool.kernels.kernel_build import slab_input_names
+    from pool.kernels.tuning import DEFAULT_TUNING
 
-    monkeypatch.delenv(cu.UNROLL_ENV, raising=False)
     setup = cu.slab_setup_source(300)
     for s in range(300):
         assert setup.count(f"k_ptrs[{s}] = k{s};") == 1 and setup.count(f"v_ptrs[{s}] = v{s};") == 1
@@ -192,7 +193,9 @@ def test_cuda_source_generation(monkeypatch):
         source = cu.pass1_source(8, direct)
         assert "{" + "slab_setup}" not in source and "{" + "epilogue}" not in source
         assert ("out + head" in source) == direct and ("part_ml[2 * slot]" in source) == (not direct)
-    assert cu.unroll_for(32, 128) == min(cu.UNROLL, 16) and cu.unroll_for(4, 128) == 2 and cu.unroll_for(8, 64) == 2
+    assert cu.unroll_for(32, 128) == DEFAULT_TUNING.unroll == 8
+    assert cu.unroll_for(4, 128) == 2 and cu.unroll_for(8, 64) == 2
+    assert cu.unroll_for(32, 128, 4) == 4 and cu.unroll_for(8, 64, 16) == 2  # fitted to the block: 4 tokens a step
     assert slab_input_names(2) == ["k0", "k1", "v0", "v1"]
 
 
@@ -267,14 +270,34 @@ def test_bench_decode_refuses_cpu_with_reason(capsys):
     assert "needs a GPU backend" in capsys.readouterr().err
 
 
+def test_bench_decode_flags_are_the_kernel_tuning_and_bad_ones_fail_first(capsys):
+    """``--unroll/--target-blocks/--min-chunk-tokens`` become the run's ``KernelTuning`` (defaults for the rest); a
+    value no kernel runs is a one-line usage error before the GPU check or any measurement."""
+    import argparse
+
+    from app.cli import main
+    from app.commands import bench_decode
+    from pool.kernels.tuning import DEFAULT_TUNING, KernelTuning
+
+    parser = argparse.ArgumentParser()
+    bench_decode.add_arguments(parser)
+    assert bench_decode.kernel_tuning(parser.parse_args([])) == DEFAULT_TUNING
+    assert bench_decode.kernel_tuning(parser.parse_args(["--unroll", "4", "--target-blocks", "2048"])) == \
+        KernelTuning(unroll=4, target_blocks=2048, min_chunk_tokens=DEFAULT_TUNING.min_chunk_tokens)
+    assert KernelTuning(unroll=4).as_dict() == {"unroll": 4, "target_blocks": 8192, "min_chunk_tokens": 256}
+    for argv, said in ((["--unroll", "3"], "unroll 3 is not one of"), (["--min-chunk-tokens", "0"],
+                                                                         "min_chunk_tokens must be at least 1")):
+        assert main(["bench", "decode", *argv]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "GPU" not in err and len(err.strip().splitlines()) == 1
+
+
 def test_result_tools_render_and_pick(tmp_path):
-    """The device scripts' helpers: variant pick (geometric mean over B >= 4) and the docs' table rendering."""
+    """The kernel-tuning lab's helpers (lab/kernel_tuning): variant pick (geometric mean over B >= 4) and the docs'
+    table rendering."""
     import json
 
-    sys.path.insert(0, DEVICE_SCRIPTS)
-
-    import pick_variant
-    import render_tables
+    from lab.kernel_tuning import pick_variant, render_tables
 
     def run(unroll, fused_scale):
         rows = [{"batch": b, "context": c, "slabs": 1, "splits": 1, "gather_us": 100.0, "sdpa_us": 50.0,

@@ -46,20 +46,25 @@ def _errors(out, ref) -> float:
     return float(mx.max(mx.abs(out32 - ref32)).item() / max(mx.max(mx.abs(ref32)).item(), 1e-30))
 
 
-def _report(record: dict) -> None:
+def _report(record: dict, tuning=None) -> None:
+    """Append ``record`` and the kernel knobs it ran with to $SLABSCOPE_GPU_REPORT (a JSON-lines file), if set."""
+    from pool.kernels.tuning import DEFAULT_TUNING
+
     path = os.environ.get("SLABSCOPE_GPU_REPORT")
     if path:
-        record = {**record, "unroll": os.environ.get("SLABSCOPE_CUDA_UNROLL", "default"),
-                  "target_blocks": os.environ.get("SLABSCOPE_DECODE_TARGET_BLOCKS", "default")}
+        record = {**record, **(tuning or DEFAULT_TUNING).as_dict()}
         with open(path, "a") as f:
             f.write(json.dumps(record) + "\n")
 
 
 def _check(lengths, *, layout, dtype="bfloat16", n_q=16, n_kv=8, head_dim=128, slab_blocks=32, case="",
-           design="slab", poison=False):
+           design="slab", poison=False, unroll=None):
     from pool.kernels.paged_decode import fused_decode, gather_decode, plan_for_pool
     from pool.kernels.plan import KernelUnsupported
+    from pool.kernels.tuning import DEFAULT_TUNING, KernelTuning
     from pool.kernels.workbench import fill_pool, poison_unused, random_queries
+
+    tuning = DEFAULT_TUNING if unroll is None else KernelTuning(unroll=unroll)
 
     pool, seq_ids = fill_pool(lengths, n_kv_heads=n_kv, head_dim=head_dim, dtype=dtype, layout=layout,
                               slab_blocks=slab_blocks, seed=len(lengths) * 7 + max(lengths), design=design)
@@ -69,10 +74,11 @@ def _check(lengths, *, layout, dtype="bfloat16", n_q=16, n_kv=8, head_dim=128, s
     scale = head_dim ** -0.5
     num_slabs = len(pool.storage.keys[0])
     try:
-        plan = plan_for_pool(pool, 0, seq_ids, scale=scale)
+        plan = plan_for_pool(pool, 0, seq_ids, scale=scale, tuning=tuning)
         fused = fused_decode(pool, 0, seq_ids, queries, scale=scale, backend=BACKEND, plan=plan)
     except KernelUnsupported as exc:  # e.g. Metal's 12-slab limit: the decision rule falls back to gather
-        _report({"case": case, "backend": BACKEND, "layout": layout, "slabs": num_slabs, "skipped": str(exc)})
+        _report({"case": case, "backend": BACKEND, "layout": layout, "slabs": num_slabs, "skipped": str(exc)},
+                tuning)
         pytest.skip(f"{BACKEND} kernel declines: {exc}")
     ref = gather_decode(pool, 0, seq_ids, queries, scale=scale)
     ref32 = gather_decode(pool, 0, seq_ids, queries, scale=scale, upcast=True)
@@ -84,7 +90,7 @@ def _check(lengths, *, layout, dtype="bfloat16", n_q=16, n_kv=8, head_dim=128, s
     _report({"case": case, "backend": BACKEND, "dtype": dtype, "head_dim": head_dim, "gqa": f"{n_q}/{n_kv}",
              "batch": len(lengths), "max_len": max(lengths), "layout": layout, "slabs": num_slabs,
              "splits": plan.num_splits, "rel_err_vs_gather": err, "rel_err_vs_fp32": err32,
-             "gather_rel_err_vs_fp32": gather_err32, "tolerance": TOLERANCE[dtype]})
+             "gather_rel_err_vs_fp32": gather_err32, "tolerance": TOLERANCE[dtype]}, tuning)
     assert err32 <= TOLERANCE[dtype], f"fused vs float32: {err32:.3g} > {TOLERANCE[dtype]:.3g}"
     assert err <= gather_err32 + TOLERANCE[dtype], f"fused vs gather: {err:.3g} > {gather_err32:.3g} + tolerance"
 
@@ -96,16 +102,19 @@ def test_fused_matches_gather_grid(batch, context, layout):
     _check([context] * batch, layout=layout, case="grid")
 
 
+@pytest.mark.parametrize("unroll", [4, 8])  # the kernel-tuning variants (pool/kernels/tuning.py), each checked
 @pytest.mark.parametrize("layout", ["multi", "fragmented"])
-def test_fused_fp16_head_dim_64_gqa4(layout):
-    _check([1000, 4096, 77, 2500], layout=layout, dtype="float16", n_q=8, n_kv=2, head_dim=64, case="fp16-d64")
+def test_fused_fp16_head_dim_64_gqa4(layout, unroll):
+    _check([1000, 4096, 77, 2500], layout=layout, dtype="float16", n_q=8, n_kv=2, head_dim=64, case="fp16-d64",
+           unroll=unroll)
 
 
+@pytest.mark.parametrize("unroll", [4, 8])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_fused_ragged_lengths_small_slabs(dtype):
+def test_fused_ragged_lengths_small_slabs(dtype, unroll):
     """Unequal lengths, partial last blocks, many small slabs (8 blocks each); every invisible position is NaN."""
     _check([1, 31, 33, 1000, 5000, 129], layout="fragmented", dtype=dtype, slab_blocks=8, case="ragged",
-           poison=True)
+           poison=True, unroll=unroll)
 
 
 def test_fused_reads_the_monolithic_design_too():

@@ -71,12 +71,13 @@ def test_trim_and_cache_limit_change_no_logit_and_are_reported(tiny_llama, tmp_p
 
 def test_record_applies_one_cache_limit_to_every_backend(tmp_path):
     from app.commands import record
+    from app.commands.record_specs import run_specs
 
     parser = argparse.ArgumentParser()
     record.add_parser(parser.add_subparsers())
     args = parser.parse_args(["record", "--out", str(tmp_path), "--backends", "slab,dense,monolithic",
                               "--cache-limit", "512M", "--prefill-trim", "off", "--model", "synthetic:tiny-llama"])
-    specs = record._specs(args, ["slab", "dense", "monolithic"])
+    specs = run_specs(args, ["slab", "dense", "monolithic"])
     assert {s.cache_limit for s in specs} == {512 * 2**20} and {s.prefill_trim for s in specs} == {None}
 
 

@@ -1,5 +1,6 @@
-"""The decode-step diagnostics of issue 13, item 5: ``app/bench/device/engine_anatomy.py``'s clock (build and encode
-apart) and ``slabscope bench bookkeeping`` (the pool's per-step bookkeeping, timed without a model)."""
+"""The decode-step diagnostics: the lab's engine clock (``lab/engine_rounds.py``, used by
+``lab/decode_step/engine_anatomy.py`` and ``lab/open_blocks/warm_rounds.py``: build and encode apart) and
+``slabscope bench bookkeeping`` (the pool's per-step bookkeeping, timed without a model)."""
 
 import json
 import time
@@ -29,7 +30,7 @@ class _FakeEngine:
 
 
 def test_the_clock_splits_build_from_encode_and_leaves_out_the_first_dispatch():
-    from app.bench.device.engine_anatomy import DecodeClock
+    from lab.engine_rounds import DecodeClock
 
     mx = _FakeMx()
     clock = DecodeClock(_FakeEngine, mx)

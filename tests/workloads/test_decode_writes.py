@@ -1,7 +1,8 @@
 """Where a decode step's token writes land: with the pool's open blocks at the top of the reservation (``--open-blocks``
 auto/high: pool/config.py), a burst's first decode step (the last prompt token of every sequence) and the steps after
 it write one slab per layer; with "low", the first step writes one slab per sequence (each prompt's last block sat in
-the slab that prompt filled): the B scatters per layer that made the H200's first decode step slow (docs/gpu.md).
+the slab that prompt filled): the B scatters per layer that made the H200's first decode step slow
+(docs/measurements-log.md).
 Logits are byte-identical either way."""
 
 from __future__ import annotations

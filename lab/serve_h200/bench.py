@@ -10,8 +10,8 @@ server's whole process tree (sampled here at 20 Hz), on a GPU also the device me
 processes, and ``load``'s verdict (a server that ran out of memory is a result, not an error of this script).
 Reported per scenario and server: the median and the range over rounds. ``$OUT/serve_h200.json`` holds every run.
 
-    OUT=/tmp/out python3 lab/serve_h200/bench.py             # the H200 run (about 6 minutes)
-    OUT=/tmp/out python3 lab/serve_h200/bench.py --small     # a CPU dry run on a tiny model (about 3 minutes)
+    OUT=/tmp/out python3 -m lab.serve_h200.bench             # the H200 run (about 6 minutes)
+    OUT=/tmp/out python3 -m lab.serve_h200.bench --small     # a CPU dry run on a tiny model (about 4 minutes)
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def start_server(name: str, model_dir: Path, setup: dict, port: int, work: Path,
     url = f"http://127.0.0.1:{port}"
     if name == "mlx_lm.server":
         probe = work / f"mlx_lm-{port}.json"
-        argv = [PY, str(ROOT / "lab/serve_h200/mlx_lm_probed.py"), "--probe-out", str(probe), "--", "--model",
+        argv = [PY, "-m", "lab.serve_h200.mlx_lm_probed", "--probe-out", str(probe), "--", "--model",
                 str(model_dir), "--host", "127.0.0.1", "--port", str(port)]
     else:
         probe = work / f"rec-{name}-{port}"
@@ -266,7 +266,7 @@ def table(summary: dict) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(prog="python3 -m lab.serve_h200.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--small", action="store_true", help="a CPU dry run on a tiny model")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--deadline-s", type=float, default=500.0, help="start no run after this (default 500)")

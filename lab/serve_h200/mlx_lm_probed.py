@@ -2,7 +2,7 @@
 and cache memory and the process RSS (``SAMPLE_HZ``) and keeps the maxima in a JSON file (written by temp + rename),
 so its peak footprint, max(active + cache), is measured the way ``slabscope serve``'s probes measure theirs.
 
-    python3 lab/serve_h200/mlx_lm_probed.py --probe-out PEAK.json -- --model DIR --host 127.0.0.1 --port 8080
+    python3 -m lab.serve_h200.mlx_lm_probed --probe-out PEAK.json -- --model DIR --host 127.0.0.1 --port 8080
 
 Everything after ``--`` is mlx_lm.server's own command line. On Linux the OpenBLAS loader slabscope uses is applied
 first (CPU runs: the same BLAS as slabscope's engine).
@@ -44,6 +44,9 @@ def probe(path: str, stop: threading.Event) -> None:
 
 def main() -> None:
     argv = sys.argv[1:]
+    if "--" not in argv or "--probe-out" not in argv[:argv.index("--")]:
+        print(__doc__)
+        sys.exit(0 if {"-h", "--help"} & set(argv) else 2)
     split = argv.index("--")
     own, server = argv[:split], argv[split + 1:]
     out = own[own.index("--probe-out") + 1]

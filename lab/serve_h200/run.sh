@@ -7,7 +7,7 @@
 # median and range. From the repository root, on the GPU machine, with the wheels of fetch_wheels.sh in .whl/:
 #
 #   bash lab/serve_h200/run.sh            # writes $OUT/serve_h200.json and prints the table; about 6-8 minutes
-#   SMALL=1 OUT=/tmp/s bash lab/serve_h200/run.sh   # the same on a tiny model on a CPU (about 3 minutes)
+#   SMALL=1 OUT=/tmp/s bash lab/serve_h200/run.sh   # the same on a tiny model on a CPU (about 4 minutes)
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 py=${PY:-python3}
@@ -19,4 +19,4 @@ if ! $py -c "import aiohttp" 2>/dev/null; then  # not on the GPU image: the pure
 fi
 $py -c "import msgspec" 2>/dev/null || $py -m pip install -q --no-index --no-deps "$wheels"/msgspec-*.whl
 mkdir -p "${OUT:=/tmp/serve_h200}"
-timeout 560 $py lab/serve_h200/bench.py --out "$OUT" ${SMALL:+--small} --deadline-s "${DEADLINE_S:-480}"
+timeout 560 $py -m lab.serve_h200.bench --out "$OUT" ${SMALL:+--small} --deadline-s "${DEADLINE_S:-480}"

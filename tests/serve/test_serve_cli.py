@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import build_parser
-from app.serve.with_tui import child_argv
+from app.commands.serve_tui import child_argv
 
 HERE = Path(__file__).resolve().parent
 

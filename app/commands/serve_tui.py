@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from app.commands.errors import RunError, output_dir
+from app.commands.serve_args import add_serve_arguments
 
 STOP_WAIT_S = 15.0
 POLL_S = 0.1
@@ -28,11 +29,8 @@ SKIPPED = {"help", "tui", "record", "log"}
 def child_argv(args: argparse.Namespace, record: Path, log: Path) -> list[str]:
     """``slabscope serve`` with every option of ``args`` that differs from its default, without ``--tui``, and
     recording into ``record``."""
-    from app.commands import serve as serve_command
-
-    parser = argparse.ArgumentParser()
-    serve_command.add_parser(parser.add_subparsers())
-    serve_parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["serve"]
+    serve_parser = argparse.ArgumentParser()
+    add_serve_arguments(serve_parser)
     argv = [sys.executable, "-m", "app", "serve", "--record", str(record), "--log", str(log)]
     for action in serve_parser._actions:
         if not action.option_strings or action.dest in SKIPPED:

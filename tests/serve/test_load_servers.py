@@ -15,7 +15,9 @@ import threading
 
 import pytest
 
-from .server_proc import Server, free_port, post_raw, serve, start_serve, wait_state
+from probes.events import RequestArrived
+
+from .server_proc import Server, free_port, post_raw, serve, start_serve, wait_recorded, wait_state
 
 pytestmark = pytest.mark.slow
 SCENARIO = ["--scenario", "churn", "--set", "n=8", "concurrency=4", "prompt_min=24", "prompt_max=96", "gen_min=6",
@@ -107,8 +109,8 @@ def test_prefix_reuse_on_the_slab_server_changes_no_answer(servers, model_dir):
     assert answers["slab", " first question"] == answers["dense", " first question"]
 
 
-def test_a_server_whose_engine_dies_mid_run_is_reported_not_a_crash_of_load(model_dir, cli):
-    server = serve("--model", model_dir, "--backend", "slab")
+def test_a_server_whose_engine_dies_mid_run_is_reported_not_a_crash_of_load(model_dir, cli, tmp_path):
+    server = serve("--model", model_dir, "--backend", "slab", "--record", str(tmp_path))
     try:
         outcome: dict = {}
         longer = ["--scenario", "churn", "--set", "n=40", "concurrency=4", "prompt_min=24", "prompt_max=64",
@@ -116,6 +118,7 @@ def test_a_server_whose_engine_dies_mid_run_is_reported_not_a_crash_of_load(mode
         worker = threading.Thread(target=_run_cli, args=(cli, outcome, server.url, longer))
         worker.start()
         wait_state(server, lambda s: s["running"])
+        wait_recorded(tmp_path, lambda session: session.events_of(RequestArrived))  # on disk before the kill
         os.kill(server.engine_pid, signal.SIGKILL)  # what the out-of-memory killer does
         worker.join(120)
         assert not worker.is_alive()
@@ -125,6 +128,12 @@ def test_a_server_whose_engine_dies_mid_run_is_reported_not_a_crash_of_load(mode
         assert report["completed"] < report["requests"] and report["errors"]
         assert "killed by signal 9" in report["server_health_after"]
         assert report["verdict"].startswith("server failed: the server") and "killed" in report["verdict"]
+        # the engine's recording survives the SIGKILL: readable up to its last write, without an END record
+        from probes.replay import Session
+
+        (path,) = tmp_path.glob("*.slabrec")
+        session = Session.open(path)
+        assert not session.complete and session.events_of(RequestArrived) and len(session.samples) > 0
     finally:
         assert server.stop() == 0
 

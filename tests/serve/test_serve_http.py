@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 QUESTIONS = ["What is the capital of France?", "Name three primary colours.", "What is 2 + 2?",
              "Write one sentence about the sea."]
-MAX_TOKENS = 12
+MAX_TOKENS = 8
 
 
 @pytest.fixture(scope="module")

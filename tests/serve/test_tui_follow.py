@@ -53,7 +53,7 @@ def test_the_dashboard_follows_a_live_server_while_load_drives_it(tmp_path):
     def drive() -> None:
         proc = subprocess.run([sys.executable, "-m", "app", "load", "--url", server.url, "--json", "--scenario",
                                "churn", "--set", "n=12", "concurrency=2", "prompt_min=16", "prompt_max=64",
-                               "gen_min=300", "gen_max=400", "--chars-per-token", "1"],
+                               "gen_min=150", "gen_max=250", "--chars-per-token", "1"],
                               capture_output=True, text=True, timeout=300)
         outcome["load"] = proc
         load_done.set()

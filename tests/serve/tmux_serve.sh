@@ -19,7 +19,7 @@ tmux new-session -d -s "$SESSION" -x 150 -y 40 \
 wait_for "LIVE " 90
 wait_for "slab ●" 30
 PYTHONPATH=$ROOT $PY -m app load --url "http://127.0.0.1:$PORT" --scenario churn --set n=12 concurrency=2 \
-  prompt_min=16 prompt_max=64 gen_min=300 gen_max=400 --chars-per-token 1 --json > "$WORK/load.json" 2>&1 &
+  prompt_min=16 prompt_max=64 gen_min=150 gen_max=250 --chars-per-token 1 --json > "$WORK/load.json" 2>&1 &
 LOAD=$!
 wait_for "in flight" 60
 wait_for "→ slab" 10

@@ -29,8 +29,7 @@ def add_parser(sub) -> None:
 def build_config(args):
     """The engine worker's configuration from the arguments (names and paths checked; nothing loaded)."""
     from app.models.registry import resolve_model_name
-    from app.serve.serving import ServeLimits
-    from app.serve.worker import WorkerConfig
+    from app.serve.config import ServeLimits, WorkerConfig
     from app.workloads.spec import RunSpec, resolved_pool_params
 
     try:

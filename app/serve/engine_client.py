@@ -24,7 +24,8 @@ import time
 import msgspec
 
 from app.serve import protocol as proto
-from app.serve.worker import WorkerConfig, worker_main
+from app.serve.config import WorkerConfig
+from app.serve.worker import worker_main
 
 POLL_S = 0.2
 PROBE_QUEUE_BATCHES = 1024

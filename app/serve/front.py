@@ -15,7 +15,9 @@ the request in the engine, which frees its K/V at once.
 from __future__ import annotations
 
 import json
+import os
 import random
+import sys
 import time
 
 from aiohttp import web
@@ -82,7 +84,8 @@ class Front:
             state = await self.engine.inspect(check=request.query.get("check", "1") != "0")
         except EngineDead as exc:
             return _error(503, str(exc), "server_error", code="engine_unavailable")
-        state["front"] = {"open_streams": len(self.engine.streams), "finished": dict(self.finished)}
+        state["front"] = {"open_streams": len(self.engine.streams), "finished": dict(self.finished),
+                          "pid": os.getpid(), "mlx_imported": "mlx.core" in sys.modules}
         return web.json_response(state)
 
     # ---- completions -------------------------------------------------------------------------------------------

@@ -15,11 +15,11 @@ reason; ``tick`` after each step and on idle points. Finished sequences are not 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 import msgspec
 
+from app.serve.config import ServeLimits
 from app.serve.protocol import Accepted, Cancel, Progress, Rejected, Submit, Tokens
 from app.workloads.limits import MAX_REQUEST_TOKENS
 from app.workloads.sampling import Sampling
@@ -30,16 +30,6 @@ from probes.events import Event, RequestArrived, RequestDone, Step
 
 SERVE_SCENARIO = Scenario("serve", "requests from HTTP clients (slabscope serve)", {}, {}, ())
 PHASE = "serve"
-
-
-@dataclass(frozen=True)
-class ServeLimits:
-    """What the server admits: ``max_running`` sequences in the batch, ``max_waiting`` queued (more: 429),
-    ``default_max_tokens`` for a request that names none (capped by the model's positions)."""
-
-    max_running: int = 64
-    max_waiting: int = 1024
-    default_max_tokens: int = 512
 
 
 def chat_ids(tokenizer, messages: list[dict]) -> list[int]:

@@ -25,30 +25,12 @@ import socket
 import threading
 import time
 import traceback
-import uuid
-from dataclasses import dataclass, field
 
 from app.serve import protocol as proto
-from app.serve.serving import ServeLimits
-from app.workloads.spec import RunSpec
+from app.serve.config import WorkerConfig
 
 IDLE_S = 0.05            # longest wait for a message while nothing runs (also the idle points' period)
 MAX_DRAIN = 256          # messages handled between two steps at most (a flood cannot starve the batch)
-
-
-@dataclass
-class WorkerConfig:
-    """Everything the worker needs (picklable): the run's spec, the server's limits, the recording's place."""
-
-    spec: RunSpec
-    limits: ServeLimits = field(default_factory=ServeLimits)
-    prefix_cache_blocks: int | None = 256
-    record_dir: str | None = None
-    segment_bytes: int = 256 * 1024 * 1024
-    keep_segments: int = 8
-    log_path: str = os.devnull
-    server_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    front_url: str = ""
 
 
 def worker_main(config: WorkerConfig, to_engine, to_front, probe_queue, parent_pid: int) -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from app.serve import protocol as proto
-from app.serve.serving import ServeLimits
-from app.serve.worker import EngineLoop, WorkerConfig
+from app.serve.config import ServeLimits, WorkerConfig
+from app.serve.worker import EngineLoop
 from app.workloads.spec import RunSpec
 from probes.events import RequestArrived, RequestDone
 from probes.replay import Session

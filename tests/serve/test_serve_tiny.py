@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 import time
 import urllib.request
@@ -232,6 +233,18 @@ def test_the_metrics_endpoint_serves_the_probes_and_the_request_counts(server):
     assert values['slabscope_serve_requests_finished_total{backend="slab",reason="length"}'] >= 1
     assert values['slabscope_footprint_bytes{backend="slab"}'] > 0
     assert values['slabscope_tokens_total{backend="slab",type="decode"}'] >= 4
+
+
+def test_the_front_never_imports_mlx_and_the_engine_runs_on_openblas(server):
+    """The HTTP front holds no MLX (nor a device context); the engine worker loaded OpenBLAS before mlx (an import of
+    mlx first leaves MLX on its reference BLAS, ~30x slower matmuls on a CPU: app/models/blas.py)."""
+    from app.models.blas import OPENBLAS_PATH
+
+    state = server.state()
+    assert state["front"]["mlx_imported"] is False and state["front"]["pid"] == server.pid
+    blas = session_of(server).meta["blas"]
+    if os.path.exists(OPENBLAS_PATH):
+        assert "OpenBLAS" in blas and "reference" not in blas, blas
 
 
 def test_sigterm_with_a_stream_open_stops_cleanly_and_leaves_no_process(server):

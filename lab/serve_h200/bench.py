@@ -166,7 +166,8 @@ def footprint_of(name: str, probe: Path) -> dict:
             peak = json.loads(probe.read_text())
         except (OSError, ValueError):
             return {}
-        return {"footprint_mib": round(peak["footprint_max"] / MIB, 1), "model_rss_mib": round(peak["rss_max"] / MIB, 1)}
+        return {"footprint_mib": round(peak["footprint_max"] / MIB, 1), "model_rss_mib": round(peak["rss_max"] / MIB, 1),
+                "blas": peak.get("blas")}
     from probes.replay import Session
 
     files = sorted(probe.glob("*.slabrec"))
@@ -175,7 +176,7 @@ def footprint_of(name: str, probe: Path) -> dict:
     session = Session.open(files[-1])
     samples = session.samples.window()
     return {"footprint_mib": round(session.peak("footprint").value / MIB, 1),
-            "model_rss_mib": round(max(samples.rss, default=0) / MIB, 1)}
+            "model_rss_mib": round(max(samples.rss, default=0) / MIB, 1), "blas": session.meta.get("blas")}
 
 
 def run_load(url: str, model_dir: Path, scenario: list[str], out: Path, timeout: float) -> dict:

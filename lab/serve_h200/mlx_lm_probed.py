@@ -20,12 +20,13 @@ import time
 SAMPLE_HZ = 50.0
 
 
-def probe(path: str, stop: threading.Event) -> None:
+def probe(path: str, stop: threading.Event, blas: str) -> None:
     import mlx.core as mx
     import psutil
 
     process = psutil.Process()
-    peak = {"footprint_max": 0, "active_max": 0, "cache_max": 0, "rss_max": 0, "samples": 0, "pid": os.getpid()}
+    peak = {"footprint_max": 0, "active_max": 0, "cache_max": 0, "rss_max": 0, "samples": 0, "pid": os.getpid(),
+            "blas": blas}
     next_write = 0.0
     while not stop.wait(1.0 / SAMPLE_HZ):
         active, cache, rss = mx.get_active_memory(), mx.get_cache_memory(), process.memory_info().rss
@@ -53,12 +54,12 @@ def main() -> None:
     try:
         from app.models.blas import enable_openblas  # PYTHONPATH=. from the repository root
 
-        enable_openblas()
+        blas = enable_openblas()
     except ImportError:
-        pass
+        blas = "unknown (app.models.blas not importable)"
     import mlx.core  # noqa: F401 - the probe thread reads its counters
 
-    threading.Thread(target=probe, args=(out, threading.Event()), daemon=True).start()
+    threading.Thread(target=probe, args=(out, threading.Event(), blas), daemon=True).start()
     sys.argv = ["mlx_lm.server", *server]
     runpy.run_module("mlx_lm.server", run_name="__main__")
 

@@ -15,7 +15,7 @@ import json
 import sys
 from urllib.parse import urlsplit
 
-from app.commands.arg_types import finite_float, positive_int
+from app.commands.arg_types import finite_float
 from app.commands.errors import RunError, UsageError, output_file
 from app.workloads.scenarios import DEFAULT_SCENARIO, ScenarioError, load_scenario, parse_overrides
 

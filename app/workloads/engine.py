@@ -43,10 +43,11 @@ class Engine:
 
     ``logits_hook(seq_ids, logits)`` (tests/parity) receives every decode step's [B, vocab] logits.
 
-    Decode steps are pipelined like mlx-lm's ``generate_step``: when the step just dispatched cannot change the
-    batch (no sequence reaches its fixed length, none has stop tokens, nothing can be admitted), the next step's
-    graph is built from the still-lazy sampled tokens and handed to ``mx.async_eval`` *before* this step's tokens
-    are materialised for bookkeeping, so host-side Python overlaps device work. Each ``step()`` call still
+    Decode steps are pipelined like mlx-lm's ``generate_step``: when the step just dispatched is not expected to
+    change the batch (no sequence reaches its fixed length, nothing can be admitted; a stop token drops its row of
+    the step after it), the next step's graph is built from the still-lazy sampled tokens and handed to
+    ``mx.async_eval`` *before* this step's tokens are materialised for bookkeeping, so host-side Python overlaps
+    device work. Each ``step()`` call still
     completes exactly one forward pass; the next one may already be in flight (``_inflight``), in which case the
     backend already holds K/V room (and, on the pool, blocks) for one token more than ``seq.num_cached``.
     Prefill chunks overlap the same way: each is dispatched with ``mx.async_eval`` and the previous one is
@@ -194,26 +195,30 @@ class Engine:
             starts = [n + 1 for n in step.starts]
             self._inflight = self._dispatch(step.plan, starts, step.sampled[:, None])
         tokens = step.sampled.tolist()  # waits for this step only
+        live = [i for i, s in enumerate(step.plan.seqs) if not s.finished]  # a row past a stop token is dropped
         if self.logits_hook is not None:
-            self.logits_hook([s.seq_id for s in step.plan.seqs], step.logits)
+            rows = step.logits if len(live) == len(tokens) else step.logits[mx.array(live)]
+            self.logits_hook([step.plan.seqs[i].seq_id for i in live], rows)
         finished = self.scheduler.complete_decode(step.plan, tokens)
         now = time.perf_counter()
         self._chain_t0 = now
-        batch = len(step.plan.seqs)
-        return StepResult("decode", batch, batch, now - t0, finished, step.events)
+        return StepResult("decode", len(live), len(live), now - t0, finished, step.events)
 
     def _batch_unchanged_after(self, plan: DecodeBatch) -> bool:
-        """True when completing ``plan`` cannot change the next plan: no sequence ends at this token (fixed
-        lengths; stop tokens and stop conditions are unknown until sampled), and nothing waits that admission
-        could take."""
+        """True when completing ``plan`` is expected to leave the next plan as it is: no sequence reaches its fixed
+        length at this token, and nothing waits that admission could take. A stop token or stop condition is
+        unknown until sampled: the successor is dispatched anyway (stops are rare) and, when one hits, the stopped
+        sequence's row of the successor is dropped (``_complete``; the scheduler skips finished sequences) and the
+        pipeline restarts from the new batch. A conversation turn that keeps its K/V is never run past its end."""
         scheduler = self.scheduler
         if scheduler.may_admit():
             return False
         running = scheduler.running
         if len(plan.seqs) != len(running) or any(a is not b for a, b in zip(plan.seqs, running)):
             return False
-        return all(not s.request.stop_tokens and s.request.stop_when is None
-                   and len(s.generated) + 1 < s.request.max_new_tokens for s in plan.seqs)
+        return all(len(s.generated) + 1 < s.request.max_new_tokens
+                   and not (s.request.keep_kv and (s.request.stop_tokens or s.request.stop_when is not None))
+                   for s in plan.seqs)
 
 
 @dataclass

@@ -178,11 +178,15 @@ class Scheduler:
         plan.seq.num_cached = plan.start + plan.num_tokens
 
     def complete_decode(self, plan: DecodeBatch, sampled: list[int]) -> list[Sequence]:
-        """Record one sampled token per sequence; finished sequences are released and returned."""
+        """Record one sampled token per sequence; finished sequences are released and returned. A sequence that
+        finished before this step completed (a stop token in the step before, whose successor was already
+        dispatched) gets nothing: its token is past its end."""
         if len(sampled) != len(plan.seqs):
             raise ValueError("one sampled token per decoding sequence")
         done = []
         for seq, token in zip(plan.seqs, sampled):
+            if seq.finished:
+                continue
             seq.num_cached += 1
             seq.generated.append(int(token))
             seq.tokens.append(int(token))

@@ -122,11 +122,7 @@ def test_cancel_completes_a_pipelined_step_in_flight_first(backend, tiny_llama):
         session.close()
 
 
-def test_a_stop_condition_ends_the_request_at_its_token_and_turns_pipelining_off(tiny_llama, monkeypatch):
-    ahead = []
-    original = Engine._batch_unchanged_after
-    monkeypatch.setattr(Engine, "_batch_unchanged_after", lambda self, plan: ahead.append(original(self, plan))
-                        or ahead[-1])
+def test_a_stop_condition_ends_the_request_at_its_token(tiny_llama):
     session = session_for(tiny_llama, "slab")
     try:
         stop = Request(0, PROMPT_A, 20, stop_when=lambda seq: len(seq.generated) == 3)
@@ -134,9 +130,44 @@ def test_a_stop_condition_ends_the_request_at_its_token_and_turns_pipelining_off
         drive(session)
         seq = session.scheduler.finished[0]
         assert len(seq.generated) == 3 and seq.finish_reason == "stop"
-        assert ahead and not any(ahead)
+        assert session.backend.live_sequences() == []
     finally:
         session.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_requests_with_stop_tokens_pipeline_and_stop_where_synchronous_decoding_stops(backend, tiny_llama,
+                                                                                        monkeypatch):
+    """Stop tokens no longer turn pipelining off: the step after a stop is dispatched ahead, the stopped row of it
+    dropped. Each request stops at the same token, with the same tokens, as with pipelining off."""
+    free = {r: solo(tiny_llama, backend, Request(r, p, 24)) for r, p in enumerate((PROMPT_A, PROMPT_B, PROMPT_C))}
+    stops = {0: free[0][5], 1: free[1][11], 2: -1}  # request 2 never stops early: it runs to its length
+    ahead = []
+    original = Engine._batch_unchanged_after
+
+    def run(pipelined: bool) -> dict:
+        with monkeypatch.context() as patch:
+            patch.setattr(Engine, "_batch_unchanged_after",
+                          lambda self, plan: ahead.append(original(self, plan) and pipelined) or ahead[-1])
+            session = session_for(tiny_llama, backend)
+            try:
+                session.scheduler.set_concurrency(3)
+                session.scheduler.submit([Request(r, p, 24, stop_tokens=frozenset({stops[r]}))
+                                          for r, p in enumerate((PROMPT_A, PROMPT_B, PROMPT_C))])
+                results = drive(session)
+                done = finished_by_id(session)
+                assert all(r.batch == r.num_tokens for r in results if r.kind == "decode")
+                return {r: (done[r].generated, done[r].finish_reason) for r in done}
+            finally:
+                session.close()
+
+    synchronous = run(False)
+    ahead.clear()
+    pipelined = run(True)
+    assert pipelined == synchronous
+    assert synchronous[0][1] == "stop" and synchronous[0][0][-1] == stops[0]
+    assert synchronous[1][1] == "stop" and synchronous[2] == (free[2], "length")
+    assert any(ahead)  # the pipeline ran with stop tokens set
 
 
 def sampled(loaded, requests: list[Request], backend: str = "slab") -> dict[int, list[int]]:

@@ -150,6 +150,8 @@ def test_requests_with_stop_tokens_pipeline_and_stop_where_synchronous_decoding_
             patch.setattr(Engine, "_batch_unchanged_after",
                           lambda self, plan: ahead.append(original(self, plan) and pipelined) or ahead[-1])
             session = session_for(tiny_llama, backend)
+            hooked = []  # the sequences each decode step's logits hook saw: the live ones only
+            session.engine.logits_hook = lambda seq_ids, logits: hooked.append((list(seq_ids), logits.shape[0]))
             try:
                 session.scheduler.set_concurrency(3)
                 session.scheduler.submit([Request(r, p, 24, stop_tokens=frozenset({stops[r]}))
@@ -157,14 +159,15 @@ def test_requests_with_stop_tokens_pipeline_and_stop_where_synchronous_decoding_
                 results = drive(session)
                 done = finished_by_id(session)
                 assert all(r.batch == r.num_tokens for r in results if r.kind == "decode")
-                return {r: (done[r].generated, done[r].finish_reason) for r in done}
+                assert all(len(ids) == rows for ids, rows in hooked)
+                return {r: (done[r].generated, done[r].finish_reason) for r in done}, [ids for ids, _ in hooked]
             finally:
                 session.close()
 
-    synchronous = run(False)
+    synchronous, sync_hooked = run(False)
     ahead.clear()
-    pipelined = run(True)
-    assert pipelined == synchronous
+    pipelined, hooked = run(True)
+    assert pipelined == synchronous and [ids for ids in hooked if ids] == sync_hooked
     assert synchronous[0][1] == "stop" and synchronous[0][0][-1] == stops[0]
     assert synchronous[1][1] == "stop" and synchronous[2] == (free[2], "length")
     assert any(ahead)  # the pipeline ran with stop tokens set

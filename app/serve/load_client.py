@@ -178,15 +178,22 @@ async def run_phases(target: Target, phases: list[PlannedPhase], *, rate: float 
     return results
 
 
+def arrival_times(count: int, rate: float | None, rng: random.Random) -> list[float]:
+    """When each of ``count`` requests may be sent, in seconds from the phase's start: a Poisson process of
+    ``rate`` per second (exponential gaps drawn from ``rng``; the first at 0), or all at once without a rate."""
+    times, t = [], 0.0
+    for _ in range(count):
+        times.append(t)
+        t += rng.expovariate(rate) if rate else 0.0
+    return times
+
+
 async def _requests(session, target: Target, phase: PlannedPhase, results: list, on_result, rate, rng) -> None:
     """``phase.concurrency`` workers take the phase's requests in order; with ``rate``, a request is not sent
     before its Poisson arrival time."""
     pending = list(phase.requests)
     start = time.monotonic()
-    arrivals, t = [], 0.0
-    for _ in pending:
-        arrivals.append(t)
-        t += rng.expovariate(rate) if rate else 0.0
+    arrivals = arrival_times(len(pending), rate, rng)
     lock = asyncio.Lock()
 
     async def worker() -> None:

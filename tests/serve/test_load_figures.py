@@ -98,3 +98,14 @@ def test_the_verdict_names_how_the_server_failed(error, message, health, words):
 def test_a_clean_run_is_ok():
     report = summarize([result(0, 0.0, 0.1, 0.2, 2)], health="HTTP 200")
     assert report["verdict"] == "ok: 1 of 1 requests answered" and not report["errors"]
+
+
+def test_arrivals_are_a_seeded_poisson_process_or_all_at_once():
+    from app.serve.load_client import arrival_times
+
+    times = arrival_times(4000, 20.0, random.Random(3))
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert times[0] == 0.0 and all(g >= 0 for g in gaps)
+    assert sum(gaps) / len(gaps) == pytest.approx(1 / 20.0, rel=0.06)  # mean gap 1/rate
+    assert arrival_times(5, 20.0, random.Random(3)) == times[:5]
+    assert arrival_times(3, None, random.Random(3)) == [0.0, 0.0, 0.0]

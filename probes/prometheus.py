@@ -43,6 +43,8 @@ class RunMetrics:
     def __init__(self, registry) -> None:
         from prometheus_client import Counter, Gauge, Histogram
 
+        self.registry = registry  # more families may share it (slabscope serve's request gauges)
+
         def gauge(name, doc, labels=("backend",)):
             return Gauge(f"slabscope_{name}", doc, labels, registry=registry)
 

@@ -422,9 +422,14 @@ class SlabscopeApp(App):
     def open_recordings(self, paths: list[Path], as_run: bool = False) -> None:
         """Load session files (or directories of them) into the store (stops any live run) and enter replay at the
         peak moment. The rank recordings of a distributed run open as one run (``sources.open_recordings``). Many
-        files open off the UI thread (``app/tui/opening.py``), so keys (q) keep working meanwhile."""
+        files open off the UI thread (``app/tui/opening.py``), so keys (q) keep working meanwhile. Recordings still
+        being written (a running ``slabscope serve --record DIR``) are followed live instead."""
+        from app.tui.live_follow import live_paths
         from app.tui.opening import BackgroundOpen, in_background
 
+        if not as_run and live_paths(paths):
+            self.follow_recordings(paths)
+            return
         files = sources.expand_paths(paths)
         if self.opening is not None:
             self.opening.cancel()
@@ -459,6 +464,16 @@ class SlabscopeApp(App):
             if session.damage is not None:
                 self.notify(f"{session.path}: {session.damage}; showing the {session.duration:.1f} s before it",
                             severity="warning", timeout=30)
+        self.refresh_views()
+
+    def follow_recordings(self, paths: list[Path]) -> None:
+        """Follow the recordings being written in ``paths`` (a live server's): views follow them live, requests
+        show as they arrive and finish."""
+        follower = self.controller.follow(paths)
+        self.mode, self.cursor, self.playing, self.pool_name = "LIVE", None, False, None
+        urls = sorted({str(s.meta.get("serve", {}).get("url", "")) for s in follower.shown.values()} - {""})
+        self.notify(f"following {', '.join(Path(p).name for p in paths)} live" + (f" ({', '.join(urls)})"
+                                                                                    if urls else ""))
         self.refresh_views()
 
     async def action_quit(self) -> None:

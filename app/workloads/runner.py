@@ -142,7 +142,8 @@ class _Runner:
         for seq in result.finished:
             self.emit(self.stamped(RequestDone(req_id=seq.request.req_id, seq_id=seq.seq_id,
                                                prompt_tokens=len(seq.request.prompt),
-                                               generated_tokens=len(seq.generated), shared_tokens=seq.num_shared)))
+                                               generated_tokens=len(seq.generated), shared_tokens=seq.num_shared,
+                                               finish_reason=seq.finish_reason)))
         if self.check:
             self.session.check_integrity()
         self.tick(self.step, self.tokens)

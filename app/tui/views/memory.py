@@ -1,6 +1,6 @@
-"""Memory view: footprint and RSS per backend, phase lines and names, peak markers, when requests finished and when
-shrink points gave memory back (with the bytes reclaimed), the slab/dense ratio against the gate, tok/s per
-backend, and the accounting stack at the cursor."""
+"""Memory view: footprint and RSS per backend, phase lines and names, peak markers, when a server's requests arrived,
+when requests finished and when shrink points gave memory back (with the bytes reclaimed), the slab/dense ratio
+against the gate, tok/s per backend, and the accounting stack at the cursor."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from app.tui.widgets.accounting_bar import AccountingBar
 from app.tui.widgets.lane import Lane
 from app.tui.widgets.memory_chart import ChartData, MemoryChart, Series
 from app.tui.widgets.palette import OK_STYLE, WARN_STYLE, backend_colour, human_bytes
-from probes.events import RequestDone, Shrunk
+from probes.events import RequestArrived, RequestDone, Shrunk
 from probes.store import SessionModel
 
 X_LABELS = {"time": "time (s)", "step": "step", "tokens": "tokens"}
@@ -150,6 +150,9 @@ class MemoryView(Vertical):
             if peak is not None:
                 marks.append((shared(tr, peak), "▲", WARN_STYLE))
             lanes[tr.label] = marks
+            arrived = tr.events_of(RequestArrived)
+            if arrived:  # a server's requests as they arrive (slabscope serve)
+                lanes[f"→ {tr.label}"] = [(shared(tr, e.t), "│", colour) for e in arrived]
             finished = tr.events_of(RequestDone)
             if finished:  # when requests finished: memory falls when their rows are freed
                 lanes[f"✓ {tr.label}"] = [(shared(tr, e.t), "│", colour) for e in finished]

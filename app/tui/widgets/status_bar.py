@@ -1,5 +1,6 @@
-"""StatusBar: mode (LIVE / PAUSED / REPLAY), cursor, each backend's state (running, done, or its error), the
-recording indicator, and the probes' own overhead and dropped batches as reported by the sessions."""
+"""StatusBar: mode (LIVE / PAUSED / REPLAY), cursor, each backend's state (running, done, or its error; a server's
+requests in flight and done), the recording indicator, and the probes' own overhead and dropped batches as reported
+by the sessions."""
 
 from __future__ import annotations
 
@@ -8,9 +9,24 @@ from textual.widget import Widget
 
 from app.tui.data import SessionSet
 from app.tui.widgets.palette import OK_STYLE, WARN_STYLE, backend_colour
+from probes.events import RequestArrived, RequestDone
 
 STATE_MARK = {"running": ("●", OK_STYLE), "done": ("✓", OK_STYLE), "error": ("✗", WARN_STYLE),
               "waiting": ("…", "dim"), "damaged": ("⚠ damaged file", WARN_STYLE)}
+
+
+RECENT_REQUESTS = 10_000  # arrivals and finishes looked at for the in-flight count (a refresh stays cheap)
+
+
+def request_counts(model) -> tuple[int, int] | None:
+    """(requests in flight, requests finished) of a server's session (``slabscope serve``: RequestArrived events);
+    None for a scenario run. In flight: the recent arrivals not finished yet (by request id)."""
+    arrived = model.events_of(RequestArrived)
+    if not arrived:
+        return None
+    done = model.events_of(RequestDone)
+    finished = {e.req_id for e in done[-RECENT_REQUESTS:]}
+    return sum(e.req_id not in finished for e in arrived[-RECENT_REQUESTS:]), len(done)
 
 
 class StatusBar(Widget):
@@ -33,6 +49,9 @@ class StatusBar(Widget):
             text.append("  ")
             text.append(model.label, style=f"bold {backend_colour(model.label, index)}")
             text.append(f" {mark}", style=style)
+            requests = request_counts(model)
+            if requests is not None:  # a server's session: its requests as they arrive and finish
+                text.append(f" ⇢{requests[0]} in flight, {requests[1]} done", style="bold")
             if model.error is not None:
                 text.append(f" {model.error.text[:60]}", style=WARN_STYLE)
         if recording:

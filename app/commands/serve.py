@@ -69,7 +69,10 @@ def main(args) -> int:
         from app.commands.serve_tui import run_with_tui
 
         return run_with_tui(args)
-    metrics = start_metrics(args)  # before any work: a port in use is one line and nothing runs
+    from app.commands.ports import check_listenable
+
+    check_listenable(args.host, args.port, "--port")  # a port in use: one line, exit 1, nothing loads
+    metrics = start_metrics(args)  # likewise for --metrics-port
     try:
         return asyncio.run(_serve(args, config, metrics))
     finally:
@@ -92,7 +95,7 @@ async def _serve(args, config, metrics) -> int:
         runner, port = await start_site(front.app(), args.host, args.port)
     except OSError as exc:
         print(f"slabscope serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return 1  # taken between the check and the bind: a runtime failure, like every port in use
     url = f"http://{_url_host(args.host)}:{port}"
     config.front_url = url
     stop = asyncio.Event()

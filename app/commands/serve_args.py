@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from app.commands.arg_types import (add_mlx_cache_arguments, add_open_blocks_argument, add_shrink_arguments,
                                     finite_float, positive_int)
-from app.commands.metrics_args import add_metrics_arguments, port_number
+from app.commands.metrics_args import add_metrics_arguments
+from app.commands.ports import tcp_port_or_any
 from app.models.registry import DTYPE_NAMES
 from app.workloads.spec import BACKENDS
 
@@ -18,7 +19,7 @@ def add_serve_arguments(p) -> None:
     p.add_argument("--model", default="smollm2-135m", help="model name, synthetic:NAME or mlx-lm directory")
     p.add_argument("--backend", choices=BACKENDS, default="slab", help="KV storage (default slab)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=port_number, default=8080, help="port (default 8080; 0: a free one, printed)")
+    p.add_argument("--port", type=tcp_port_or_any, default=8080, help="port (default 8080; 0: a free one, printed)")
     p.add_argument("--dtype", default=None, choices=DTYPE_NAMES)
     p.add_argument("--device", choices=("cpu", "gpu"), default=None)
     p.add_argument("--seed", type=int, default=0, help="synthetic models' weights")

@@ -40,7 +40,7 @@ def test_a_port_in_use_is_one_line_before_the_model_loads(tmp_path):
         port = busy.getsockname()[1]
         proc = subprocess.run([sys.executable, "-m", "app", "serve", "--port", str(port), "--model",
                                "synthetic:tiny-llama"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "cannot listen on 127.0.0.1:" in proc.stderr
+    assert proc.returncode == 1 and f"--port {port}: the port is in use on 127.0.0.1" in proc.stderr
     assert "loading" not in proc.stderr
 
 

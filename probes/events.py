@@ -102,7 +102,8 @@ class Dropped(TimelineEvent, tag="dropped"):
 class RequestDone(TimelineEvent, tag="request_done"):
     """A request finished: ``prompt_tokens`` of prompt (``shared_tokens`` of them taken from kept or cached K/V
     instead of computed) and ``generated_tokens`` sampled; ``finish_reason`` why (a server's requests: "length",
-    "stop", "disconnected", ...; None in recordings of scenario runs made before it was recorded)."""
+    "stop", "disconnected", ...; None in recordings of scenario runs made before it was recorded). ``seq_id`` is -1
+    for a request that ended before it got a sequence (a server's request cancelled while it waited)."""
 
     req_id: int
     seq_id: int

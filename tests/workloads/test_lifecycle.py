@@ -85,17 +85,19 @@ def test_sigkill_of_the_record_parent_leaves_no_process_within_5_s(tmp_path):
 
 def test_the_parent_watch_reports_once_the_parent_id_changes(monkeypatch):
     calls: list[str] = []
-    watch = ParentWatch(os.getppid() + 10**6, calls.append, poll_s=0.01, grace_s=5.0).start()
-    assert _wait(lambda: calls, 2.0) and "is gone" in calls[0] and watch.orphaned
+    watch = ParentWatch(os.getppid() + 10**6, calls.append, poll_s=0.01, grace_s=60.0).start()
+    assert _wait(lambda: calls, 60.0) and "is gone" in calls[0] and watch.orphaned and watch.checks == 0
     watch.stop()  # the run ended within the grace: no hard exit
 
 
 def test_the_parent_watch_stays_quiet_while_the_parent_lives():
+    """Five reads of a living parent's id (the watch did look), then stop: nothing was reported."""
     calls: list[str] = []
     watch = ParentWatch(os.getppid(), calls.append, poll_s=0.01).start()
-    time.sleep(0.1)
+    assert _wait(lambda: watch.checks >= 5, 60.0), "the watch thread never read the parent id"
     watch.stop()
-    assert calls == [] and not watch.orphaned
+    watch._thread.join(60.0)
+    assert calls == [] and not watch.orphaned and not watch._thread.is_alive()
 
 
 def _sample(t: float, rss: int, available: int) -> Sample:

@@ -33,9 +33,10 @@ def replay_app(tmp_path, monkeypatch):
 
 
 async def settle(pilot) -> None:
+    """Clear the notifications and redraw (the app's own event loop only: a replay has no other thread)."""
     pilot.app.clear_notifications()
     pilot.app.refresh_views()
-    await pilot.pause(0.2)
+    await pilot.pause()
 
 
 @pytest.mark.parametrize("key,name", [("1", "memory"), ("2", "slabs"), ("3", "fragmentation"), ("4", "gather"),

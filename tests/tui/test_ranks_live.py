@@ -88,6 +88,13 @@ def test_form_starts_a_distributed_run_followed_live_a_killed_rank_shown_and_qui
         time.sleep(0.05)
     assert _gone(tree), f"left behind: {live_pids(tree)}"
     assert len(tree) == 4 and "mlx.launch" in names  # record, the launcher, two dense ranks
+    ranks = app.controller.ranks  # the TUI stopped record with SIGTERM; record stopped its ranks and said so
+    assert ranks.process.returncode == 128 + signal.SIGTERM
+    said = "slabscope record: stopped by SIGTERM: every rank was stopped, no further backend started"
+    deadline = time.monotonic() + 60  # the output reader thread reads record's last lines
+    while said not in ranks.output and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert said in ranks.output, list(ranks.output)[-10:]
     assert app.mode == "LIVE" and "LIVE" in live_text and "slab r0" in live_text
     assert set(app.store.sessions) == {"slab r0", "slab r1", "dense r0", "dense r1"}
     assert [r.label for r in app.store.runs] == ["slab", "dense"]

@@ -52,8 +52,8 @@ def _gone(processes: list) -> bool:
 def test_form_starts_a_distributed_run_followed_live_a_killed_rank_shown_and_quitting_stops_every_rank(tmp_path):
     """One real 2-rank launch, driven as a person does. The run form starts ``record --ranks 2`` (slab, then
     dense): the rank sessions show while their files grow. Rank 1 of slab is SIGKILLed: the TUI marks it at once
-    (its pid is gone, its file has no end) and never waits on it; rank 0 stops with the ring's error and record
-    goes on to dense. Quitting mid-dense stops record, mlx.launch and both dense ranks (none is left), and every
+    (its pid is gone, its file has no end) and never waits on it; rank 0 stops with the ring's error (or the
+    launcher's SIGTERM) and record goes on to dense. Quitting mid-dense stops record, mlx.launch and both dense ranks (none is left), and every
     followed session holds what its file holds."""
     async def go():
         app = make_app(tmp_path, LONG, autostart=False, backends=["slab", "dense"])
@@ -100,7 +100,10 @@ def test_form_starts_a_distributed_run_followed_live_a_killed_rank_shown_and_qui
     assert [r.label for r in app.store.runs] == ["slab", "dense"]
     r0, r1 = app.store.sessions["slab r0"], app.store.sessions["slab r1"]
     assert "ended without closing its recording" in r1.error.text and not r1.complete
-    assert r0.complete and "peer" in (r0.summary.summary.get("error") or "")
+    # rank 0 stopped and recorded why: the ring's error on its lost peer, or mlx.launch's SIGTERM when it saw rank 1
+    # die first (which arrives first is a race between the socket and the launcher; either is right)
+    error = r0.summary.summary.get("error") or ""
+    assert r0.complete and ("peer" in error or "mlx.launch stopped every rank when one failed" in error), error
     assert "slab: 2 ranks via mlx.launch (ring)" in ranks_text and "slab r1 ✗ rank process" in ranks_text
     row = imbalance_rows(app.store.runs[0])[0]
     assert f"{row.imbalance:.3f}" in ranks_text  # the merged row, from the followed sessions

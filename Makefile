@@ -1,4 +1,6 @@
-# The README's two commands: `make run` (the TUI) and `make test` (the test suite).
+# The README's two commands: `make run` (the TUI) and `make test` (the test suite: two pytest-xdist workers, each
+# module's tests on one worker so a module's fixtures are built once; no test bounds time, so a loaded machine only
+# makes it slower).
 # Both create/refresh .venv first via .ci/bootstrap. `make fuzz`: the fuzz suites at SLABSCOPE_FUZZ_SCALE (default 20)
 # times their CI size, printing the outcome counts by class. `make mutate`: mutation testing (docs/testing.md).
 .PHONY: run test venv fuzz mutate
@@ -7,7 +9,7 @@ venv:
 run: venv
 	@.venv/bin/slabscope
 test: venv
-	@.venv/bin/python -m pytest -q -p no:cacheprovider
+	@.venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadscope
 fuzz: venv
 	@SLABSCOPE_FUZZ_SCALE=$${SLABSCOPE_FUZZ_SCALE:-20} .venv/bin/python -m pytest -q -s -p no:cacheprovider \
 		tests/pool/test_pool_fuzz.py tests/probes/test_recording_fuzz.py \

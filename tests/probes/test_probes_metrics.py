@@ -31,7 +31,8 @@ def test_reserved_gauge_is_live_plus_free_rows_and_differs_from_live_bytes():
     metrics.observe(_sample(pool_live=300, pool_free=200), "slab")
     assert _value(registry, "slabscope_pool_live_bytes") == 300
     assert _value(registry, "slabscope_pool_reserved_bytes") == 500  # capacity > live: the two gauges differ
-    assert _value(registry, "slabscope_footprint_bytes") == 5700 and _value(registry, "slabscope_mlx_cache_bytes") == 700
+    assert _value(registry, "slabscope_footprint_bytes") == 5700
+    assert _value(registry, "slabscope_mlx_cache_bytes") == 700
     assert _value(registry, "slabscope_pool_slabs") == 3
     metrics.observe(_sample(pool_live=300, pool_free=0), "slab")  # every reserved row live
     assert _value(registry, "slabscope_pool_reserved_bytes") == 300

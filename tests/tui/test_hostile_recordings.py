@@ -13,7 +13,6 @@ import sys
 import warnings
 from pathlib import Path
 
-import pytest
 from rich.console import Console
 from tui_paths import SAMPLE_DENSE, SAMPLE_SLAB
 from textual.widgets import DataTable

@@ -53,8 +53,8 @@ def test_form_starts_a_distributed_run_followed_live_a_killed_rank_shown_and_qui
     """One real 2-rank launch, driven as a person does. The run form starts ``record --ranks 2`` (slab, then
     dense): the rank sessions show while their files grow. Rank 1 of slab is SIGKILLed: the TUI marks it at once
     (its pid is gone, its file has no end) and never waits on it; rank 0 stops with the ring's error (or the
-    launcher's SIGTERM) and record goes on to dense. Quitting mid-dense stops record, mlx.launch and both dense ranks (none is left), and every
-    followed session holds what its file holds."""
+    launcher's SIGTERM) and record goes on to dense. Quitting mid-dense stops record, mlx.launch and both dense
+    ranks (none is left), and every followed session holds what its file holds."""
     async def go():
         app = make_app(tmp_path, LONG, autostart=False, backends=["slab", "dense"])
         async with app.run_test(size=(130, 44)) as pilot:

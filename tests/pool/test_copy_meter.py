@@ -92,6 +92,26 @@ def test_each_lazy_replacement_is_measured_not_only_the_largest():
     assert window.checkpoint() == 4 * 8 * 64 * 4 and window.copied == 4 * 8 * 64 * 4
 
 
+def test_replacements_of_different_sizes_in_k_and_v_lists_are_each_measured():
+    """The case the checkpoint's rule is for, as a storage meets it: a lazy rewrite replaces tensors of different
+    sizes in a layer's K list and V list, each copy freeing its source, beside an appended tensor (new capacity,
+    not charged). Evaluated together the peak would show about the largest copy; one tensor measured and
+    multiplied, or one list measured, would miss others. Measured one at a time they sum to every copy's bytes."""
+    row = 64 * 4
+    keys = [mx.zeros((8, 64)), mx.zeros((16, 64))]
+    values = [mx.zeros((4, 64)), mx.zeros((32, 64))]
+    fill = mx.ones((1, 64))
+    mx.eval(keys, values, fill)
+    window = CopyWindow(lambda: [keys, values])
+    keys[1] = mx.concatenate([keys[1], keys[1][:0]])
+    values[0] = mx.concatenate([values[0], values[0][:0]])
+    values[1] = mx.concatenate([values[1], values[1][:0]])
+    keys.append(mx.full((8, 64), fill[0, 0]))  # grown capacity (filled from an evaluated array: no transient)
+    assert window.checkpoint() == (16 + 4 + 32) * row
+    keys[0] = mx.concatenate([keys[0], keys[0][:0]])  # the next checkpoint charges only what changed since
+    assert window.checkpoint() == 8 * row and window.copied == (16 + 4 + 32 + 8) * row
+
+
 def test_growth_in_place_or_by_appending_charges_nothing():
     tensors = [mx.zeros((8, 64))]
     update = mx.ones((2, 64))

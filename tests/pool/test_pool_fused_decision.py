@@ -86,21 +86,20 @@ def test_monolithic_layer_is_one_buffer_for_the_multi_slab_rule(tiny_pool, monke
 
 # ---- rule 6: a K/V tensor past the kernel's 32-bit index range (emulated sizes: nothing that large is allocated) --
 def test_tensor_past_32_bit_index_range_declines_at_the_boundary():
-    from pool.limits import INDEX_LIMIT
-
-    assert ask(buffer_elements=INDEX_LIMIT - 1).use_fused
-    decision = ask(buffer_elements=INDEX_LIMIT)
+    """Literal element counts (2^32 - 1 runs, 2^32 declines), not relative to INDEX_LIMIT: a limit moved to 2^31
+    must fail here."""
+    assert ask(buffer_elements=2**32 - 1).use_fused
+    assert ask(buffer_elements=2**31).use_fused  # past a signed 32-bit index: the kernel's index is unsigned
+    decision = ask(buffer_elements=2**32)
     assert not decision.use_fused
-    assert "exceeds the cuda kernel's index range" in decision.reason and f"{INDEX_LIMIT:,} elements" in decision.reason
+    assert "exceeds the cuda kernel's index range" in decision.reason and "4,294,967,296 elements" in decision.reason
     assert ask(buffer_elements=None).use_fused  # unknown size (no storage yet): not checked
 
 
 def test_index_range_rule_comes_before_the_soft_thresholds():
     """A hard limit: the reason is the index range even where a threshold would also send the layer to gather."""
-    from pool.limits import INDEX_LIMIT
-
-    assert "index range" in ask(buffer_elements=INDEX_LIMIT, context_len=1, num_slabs=3).reason
-    assert "index range" in ask(buffer_elements=INDEX_LIMIT, readiness=lambda n: "kernel compiling").reason
+    assert "index range" in ask(buffer_elements=2**32, context_len=1, num_slabs=3).reason
+    assert "index range" in ask(buffer_elements=2**32, readiness=lambda n: "kernel compiling").reason
 
 
 @pytest.mark.parametrize("design", ["slab", "monolithic"])

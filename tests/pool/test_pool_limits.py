@@ -30,9 +30,13 @@ def test_slab_arithmetic():
 
 
 def test_index_range_stops_at_2_pow_32():
-    check_index_range(INDEX_LIMIT - 1, "slab")
-    with pytest.raises(SizeLimitError, match="32-bit index"):
-        check_index_range(INDEX_LIMIT, "slab")
+    """Literal element counts, not INDEX_LIMIT: a limit moved to 2^31 (or 2^33) must fail here."""
+    assert INDEX_LIMIT == 4_294_967_296
+    check_index_range(4_294_967_295, "slab")  # 2^32 - 1: the largest index a 32-bit unsigned int holds
+    check_index_range(2**31, "slab")  # past a signed 32-bit index: still addressable
+    with pytest.raises(SizeLimitError, match="slab: 4,294,967,296 elements; a 32-bit index addresses at most "
+                                             "4,294,967,295"):
+        check_index_range(2**32, "slab")
 
 
 def test_capacity_check_names_buffer_and_total():

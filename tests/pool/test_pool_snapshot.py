@@ -101,3 +101,23 @@ def test_op_listener_emits_contract_ops(tiny_pool):
     assert encoded.startswith(b'[{"op":"add_sequence","seq":0}')  # the op log's wire shape (docs/contracts.md)
     assert b'{"op":"copied","bytes":0,"cow_bytes":512}' in encoded
     assert msgspec.json.decode(encoded, type=list[AnyOp]) == ops
+
+
+def test_snapshot_free_figures_count_the_unminted_tail_of_the_reserved_capacity(tiny_pool):
+    """Two 4-row slabs, rows 0-4 minted, rows 5-7 reserved but never minted: free too. Freed rows apart from the
+    tail are a hole of their own; freed rows that touch it join it into one run."""
+    pool = tiny_pool("slab", num_layers=2, block_size=4, slab_blocks=4)
+    for seq, tokens in enumerate((8, 4, 8)):  # rows [0, 1], [2], [3, 4]
+        pool.add_sequence(seq)
+        fill(pool, seq, tokens, seed=seq)
+    layer = pool.snapshot().layers[0]
+    assert layer.capacity_rows == 8 and layer.row_owner == [0, 0, 1, 2, 2, -1, -1, -1]
+    assert (layer.free_rows, layer.holes, layer.largest_free_run, layer.fragmentation) == (3, 1, 3, 0.0)
+    pool.release(0)  # rows 0-1 free: a hole apart from the tail
+    layer = pool.snapshot().layers[1]
+    assert (layer.free_rows, layer.holes, layer.largest_free_run) == (5, 2, 3)
+    assert layer.fragmentation == 1 - 3 / 5
+    pool.release(2)  # rows 3-4 free: they join the tail, one run of 5
+    layer = pool.snapshot().layers[0]
+    assert (layer.free_rows, layer.holes, layer.largest_free_run) == (7, 2, 5)
+    assert layer.fragmentation == 1 - 5 / 7

@@ -19,7 +19,11 @@ def record_scripted(path, design: str = "slab", slab_blocks: int = 4, block_size
                     seed: int = 0, num_layers: int = 2, shrink: ShrinkPolicy | None = None, open_blocks: str = "low"):
     """Run ``steps`` scripted steps, each ending with a shrink point (``shrink``: the pool's policy, default off);
     returns (probes, pool, live) where live = [(t_relative, snapshot, where)] taken right after ticks
-    (where="tick") and between ops (where="mid": during a step, after some writes)."""
+    (where="tick") and between ops (where="mid": during a step, after some writes). Starts from an empty MLX
+    buffer cache (as every pool test does, tests/pool/conftest.py): the copy meter charges the slack of a transient
+    served from a larger cached buffer, so a cache left by whatever ran before in this process would show up as
+    bytes copied."""
+    mx.clear_cache()
     pool = PagedKVPool(PoolConfig(num_layers=num_layers, block_size=block_size, slab_blocks=slab_blocks,
                                   design=design, shrink=shrink or ShrinkPolicy(), open_blocks=open_blocks))
     probes = WorkerProbes(None, sample_hz=100.0, snapshot_hz=1e6, record_path=path, keyframe_interval_s=1e9,

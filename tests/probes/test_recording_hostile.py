@@ -237,13 +237,32 @@ def test_an_op_asking_for_1e12_tokens_is_refused_before_acting(churn, tmp_path):
         run_whatif(_open(path))
 
 
-def test_a_keyframe_book_of_1e6_layers_is_refused(churn, tmp_path):
+@pytest.mark.parametrize("num_layers", [4097, 10**6])
+def test_a_keyframe_book_past_the_layer_bound_is_refused(churn, tmp_path, num_layers):
+    """The bound is MAX_LAYERS = 4096 layers: one more is refused by its count, before anything is built. (A
+    million layers once made a replay build them all; its count is enough to refuse it, so the layer list here
+    stays the recording's own and the file small.)"""
+    assert limits.MAX_LAYERS == 4096
     v, recs = parse(churn["v3"][0].read_bytes())
     i = first(recs, fmt.KEYFRAME)
     payload = copy.deepcopy(recs[i].payload)
-    payload["book_state"]["config"]["num_layers"] = 10**6
+    payload["book_state"]["config"]["num_layers"] = num_layers
     path = _write(tmp_path, "layers.slabrec", build(v, recs[:i] + [edited(recs[i], payload)] + recs[i + 1:]))
-    with pytest.raises(RecordingError, match="book num_layers 1000000 is outside"):
+    with pytest.raises(RecordingError, match=f"book num_layers {num_layers} is outside \\[0, 4096\\]"):
+        _open(path).snapshot_at(recs[i].t)
+
+
+def test_a_keyframe_book_at_the_layer_bound_passes_the_count_check(churn, tmp_path):
+    """4,096 layers pass the count (the keyframe is then refused because its snapshot lists fewer layers than the
+    book says: a check after the count, which a million-layer book never reaches)."""
+    v, recs = parse(churn["v3"][0].read_bytes())
+    i = first(recs, fmt.KEYFRAME)
+    payload = copy.deepcopy(recs[i].payload)
+    payload["book_state"]["config"]["num_layers"] = 4096
+    path = _write(tmp_path, "layers.slabrec", build(v, recs[:i] + [edited(recs[i], payload)] + recs[i + 1:]))
+    layers = len(payload["snapshot"]["layers"])
+    assert layers < 4096
+    with pytest.raises(RecordingError, match="the book and the snapshot disagree on the number of layers"):
         _open(path).snapshot_at(recs[i].t)
 
 

@@ -20,3 +20,11 @@ wait_gone() {  # wait_gone SECONDS: the app left the pane (the pane's command fa
   done
   echo "FAIL: app still on screen $1 s after q"; screen; exit 1
 }
+
+wait_no_process() {  # wait_no_process PATTERN SECONDS: poll until no process matches PATTERN (exit 1 if one still does)
+  for _ in $(seq 1 $(($2 * 10))); do
+    pgrep -f -- "$1" >/dev/null || return 0
+    sleep 0.1
+  done
+  ! pgrep -f -- "$1" >/dev/null
+}

@@ -148,3 +148,15 @@ def assert_close_logits(a: list, b: list, label: str) -> float:
             f"{label}: greedy tokens differ at decode step {step}"
         worst = max(worst, assert_within_reorder_tolerance(la, lb, f"{label}, decode step {step}"))
     return worst
+
+
+def stubborn_worker(spec, out_queue, stop_event, log_path, parent_pid=None) -> None:
+    """A worker process stuck in a step (never looks at its stop event): says it started, then blocks. What
+    ``WorkerHandle.cancel``'s terminate fallback is for; same signature as ``app.workloads.worker._worker_main``."""
+    import threading
+
+    from probes.events import LogLine
+    from probes.transport import BatchSender
+
+    BatchSender(out_queue).send([LogLine(t=1.0, text="stuck")])
+    threading.Event().wait()

@@ -59,9 +59,17 @@ def test_generate_on_a_synthetic_model_prints_text(capsys):
 
 
 @pytest.mark.slow
-def test_generate_answers_paris(capsys):
+def test_generate_answers_paris(capsys, monkeypatch, smollm2):
+    """The default model through the generate command: its chat template, the slab engine's greedy decode and the
+    printed answer. The session's SmolLM2 (fp32 on CPU, what the command's defaults load) stands in for the load,
+    which tests/models checks."""
+    import app.models
+
+    asked = []
+    monkeypatch.setattr(app.models, "load_model", lambda name, **kw: asked.append((name, kw)) or smollm2)
     assert main(["generate", "--prompt", "What is the capital of France?", "--max-tokens", "24"]) == 0
     assert "Paris" in capsys.readouterr().out
+    assert asked == [("smollm2-135m", {"dtype": None, "device": None, "seed": 0})]
 
 
 @pytest.mark.slow

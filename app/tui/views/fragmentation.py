@@ -33,6 +33,20 @@ def layer_trends(model: SessionModel, cursor: float | None, num_layers: int) -> 
     return trends
 
 
+def fragmentation_figures(layers, need: int) -> tuple[list[tuple[float, int, bool]], int, float]:
+    """Per layer (its fragmentation index, its largest free run, whether that run holds the next request's
+    ``need`` blocks), how many layers it does not fit, and the worst (largest) index: what the table and the
+    summary line show."""
+    per_layer, short, worst = [], 0, 0.0
+    for layer in layers:
+        frag, largest = layer.fragmentation, layer.largest_free_run
+        fits = largest >= need
+        short += not fits
+        worst = max(worst, frag)
+        per_layer.append((frag, largest, fits))
+    return per_layer, short, worst
+
+
 class FragmentationView(Vertical):
     """The Fragmentation tab."""
 
@@ -57,12 +71,9 @@ class FragmentationView(Vertical):
         layers = snap.layers
         need = next_request_need(snap, track)
         trends = layer_trends(track, frame.cursor_in(track), len(layers))
-        rows, short, worst = [], 0, 0.0
-        for i, layer in enumerate(layers):
-            frag, largest = layer.fragmentation, layer.largest_free_run
-            fits = largest >= need
-            short += not fits
-            worst = max(worst, frag)
+        figures, short, worst = fragmentation_figures(layers, need)
+        rows = []
+        for i, (layer, (frag, largest, fits)) in enumerate(zip(layers, figures)):
             rows.append((f"L{i}", str(layer.num_chunks), str(layer.free_rows), str(layer.holes),
                          Text(str(largest), style=OK_STYLE if fits else WARN_STYLE), str(need),
                          Text(f"{frag:.2f}", style=WARN_STYLE if frag >= 0.5 else ""), sparkline(trends[i])))

@@ -47,6 +47,16 @@ def worst_runs_over_time(model: SessionModel, cursor: float | None) -> list[tupl
     return out
 
 
+def worst_cases(hist: dict[int, int], per_seq: dict[int, int], history: list[tuple[float, int, int]]):
+    """The worst of each figure the view highlights: the largest runs-per-gather bucket, the sequence whose rows
+    take the most runs, and the lane's point (t, step, runs) with the most runs (the earliest on a tie); None
+    where there is nothing."""
+    bucket = max(hist) if hist else None
+    seq = max(per_seq, key=per_seq.get) if per_seq else None
+    peak = max(history, key=lambda h: h[2], default=None)
+    return bucket, seq, peak
+
+
 class GatherView(Vertical):
     """The Gather runs tab."""
 
@@ -69,18 +79,16 @@ class GatherView(Vertical):
             summary.update(Text("no pool snapshot yet", style="dim"))
             return
         snap = found[1]
-        hist = merged_gather_hist(snap)
-        worst_bucket = str(max(hist)) if hist else None
+        hist, per_seq = merged_gather_hist(snap), runs_per_sequence(snap)
+        cursor = frame.cursor_in(track)  # the lane is in the session's own seconds
+        history = worst_runs_over_time(track, cursor)
+        worst_bucket, worst_seq, peak = worst_cases(hist, per_seq, history)
         self.query_one("#gather-hist", HBars).show(
-            "runs per gather (count, all layers)", [(str(k), v) for k, v in sorted(hist.items())], worst_bucket)
-        per_seq = runs_per_sequence(snap)
-        worst_seq = max(per_seq, key=per_seq.get) if per_seq else None
+            "runs per gather (count, all layers)", [(str(k), v) for k, v in sorted(hist.items())],
+            str(worst_bucket) if worst_bucket is not None else None)
         self.query_one("#gather-seqs", HBars).show(
             "runs per sequence now", [(f"seq {s}", r) for s, r in sorted(per_seq.items())],
             f"seq {worst_seq}" if worst_seq is not None else None, colour=seq_colour(worst_seq or 0))
-        cursor = frame.cursor_in(track)  # the lane is in the session's own seconds
-        history = worst_runs_over_time(track, cursor)
-        peak = max(history, key=lambda h: h[2], default=None)
         marks = [(t, str(min(9, r)), WARN_STYLE if peak and r == peak[2] else "") for t, _s, r in history]
         self.query_one(Lane).show(track.duration or 1.0, {"max run": marks}, cursor)
         total = sum(hist.values())

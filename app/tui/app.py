@@ -438,7 +438,7 @@ class SlabscopeApp(App):
             return
         self.opening = BackgroundOpen(self, paths, files, as_run, lambda opened: self._install_opened(opened, paths),
                                       self._opening_step).start()
-        self.notify(f"opening {len(files):,} recordings; q quits at any time")
+        self.notify(f"opening {len(files):,} recording{'s' if len(files) != 1 else ''}; q quits at any time")
         self.refresh_views()
 
     def _opening_step(self, count: int, total: int) -> None:

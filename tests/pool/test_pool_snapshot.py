@@ -110,8 +110,9 @@ def test_snapshot_free_figures_count_the_unminted_tail_of_the_reserved_capacity(
     for seq, tokens in enumerate((8, 4, 8)):  # rows [0, 1], [2], [3, 4]
         pool.add_sequence(seq)
         fill(pool, seq, tokens, seed=seq)
-    layer = pool.snapshot().layers[0]
-    assert layer.capacity_rows == 8 and layer.row_owner == [0, 0, 1, 2, 2, -1, -1, -1]
+    snap = pool.snapshot()
+    layer = snap.layers[0]
+    assert layer.capacity_rows == 8 and snap.row_owner == [0, 0, 1, 2, 2, -1, -1, -1]
     assert (layer.free_rows, layer.holes, layer.largest_free_run, layer.fragmentation) == (3, 1, 3, 0.0)
     pool.release(0)  # rows 0-1 free: a hole apart from the tail
     layer = pool.snapshot().layers[1]

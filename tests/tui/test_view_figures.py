@@ -19,8 +19,7 @@ from probes.events import MetaUpdate, PhaseEdge
 def _layer(free_rows: int, holes: int, largest: int) -> LayerSnapshot:
     frag = 1 - largest / free_rows if free_rows else 0.0
     return LayerSnapshot(num_chunks=4, capacity_rows=64, free_rows=free_rows, holes=holes, largest_free_run=largest,
-                         fragmentation=frag, gather_runs_hist={}, fused=FusedDecision(False, "-"), row_owner=None,
-                         row_refcount=None)
+                         fragmentation=frag, gather_runs_hist={}, fused=FusedDecision(False, "-"))
 
 
 def test_fragmentation_index_fit_and_worst_per_layer():

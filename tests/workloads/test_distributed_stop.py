@@ -74,5 +74,8 @@ def test_record_stops_with_its_parent_and_stops_every_rank(tmp_path):
     assert "stopped by SIGTERM: every rank was stopped, no further backend started" in text, text
     for rank in (0, 1):
         session = Session.open(tmp_path / f"churn-slab-rank{rank}.slabrec")
-        assert session.complete and "SIGTERM received" in session.summary.summary["error"]
+        error = session.summary.summary["error"]
+        # mlx.launch forwards the SIGTERM to its ranks and exits: a rank sees whichever comes first, the signal or
+        # its watchdog finding the launcher gone; either way it closed its recording with why it stopped
+        assert session.complete and ("SIGTERM received" in error or "the launcher (pid" in error), error
     assert not (tmp_path / "churn-dense-rank0.slabrec").exists()  # no further backend started

@@ -16,7 +16,8 @@ from app.tui.data import ViewState
 from app.tui.views import frame_key, unchanged
 from app.tui.widgets.hbars import HBars
 from app.tui.widgets.lane import Lane
-from app.tui.widgets.palette import WARN_STYLE, seq_colour
+from app.tui.widgets.glossary_link import glossary_link
+from app.tui.widgets.palette import HIGHLIGHT_STYLE, seq_colour
 from pool.gather_runs import mean_runs
 from probes.events import GatherRuns
 from probes.store import SessionModel
@@ -81,11 +82,12 @@ class GatherView(Vertical):
         cursor = frame.cursor_in(track)  # the lane is in the session's own seconds
         history = worst_runs_over_time(track, cursor)
         peak = max(history, key=lambda h: h[2], default=None)
-        marks = [(t, str(min(9, r)), WARN_STYLE if peak and r == peak[2] else "") for t, _s, r in history]
+        marks = [(t, str(min(9, r)), HIGHLIGHT_STYLE if peak and r == peak[2] else "dim") for t, _s, r in history]
         self.query_one(Lane).show(track.duration or 1.0, {"max run": marks}, cursor)
         total = sum(hist.values())
         mean = mean_runs(hist) or 0.0
         text = Text(f"{track.label} @ {found[0]:.1f}s  gathers {total}  mean runs {mean:.2f}  ", style="bold")
         if peak:
-            text.append(f"worst: {peak[2]} runs at step {peak[1]} ({peak[0]:.1f}s)", style=WARN_STYLE)
+            text.append(f"worst: {peak[2]} runs at step {peak[1]} ({peak[0]:.1f}s)  ", style=HIGHLIGHT_STYLE)
+        text.append_text(glossary_link("gather"))
         summary.update(text)

@@ -1,5 +1,7 @@
-"""StatusBar: mode (LIVE / PAUSED / REPLAY), cursor, each backend's state (running, done, or its error), the
-recording indicator, and the probes' own overhead and dropped batches as reported by the sessions."""
+"""StatusBar: mode (LIVE / PAUSED / REPLAY), cursor, each backend's state (running, done, stopped, or its error) and,
+while a live run goes on, where it is (``probes.progress``: starting, loading model, rehearsal, phase, requests
+k/N, tokens, estimated time left), the recording indicator, and the probes' own overhead and dropped batches as
+reported by the sessions."""
 
 from __future__ import annotations
 
@@ -7,10 +9,17 @@ from rich.text import Text
 from textual.widget import Widget
 
 from app.tui.data import SessionSet
-from app.tui.widgets.palette import OK_STYLE, WARN_STYLE, backend_colour
+from app.tui.widgets.palette import ERROR_STYLE, NEUTRAL_STYLE, OK_STYLE, WARN_STYLE, backend_colour
 
-STATE_MARK = {"running": ("●", OK_STYLE), "done": ("✓", OK_STYLE), "error": ("✗", WARN_STYLE),
-              "waiting": ("…", "dim"), "damaged": ("⚠ damaged file", WARN_STYLE)}
+STATE_MARK = {"running": ("●", OK_STYLE), "done": ("✓", OK_STYLE), "error": ("✗", ERROR_STYLE),
+              "waiting": ("○", "dim"), "damaged": ("⚠ damaged file", ERROR_STYLE), "stopped": ("■ stopped", NEUTRAL_STYLE)}
+
+
+def live_progress(model) -> str | None:
+    """Where a live session is, for the status bar (None for a recording, or once it has ended)."""
+    if model.source != "live" or model.status not in ("waiting", "running"):
+        return None
+    return "starting worker…" if model.status == "waiting" else model.progress.short_text()
 
 
 class StatusBar(Widget):
@@ -33,10 +42,13 @@ class StatusBar(Widget):
             text.append("  ")
             text.append(model.label, style=f"bold {backend_colour(model.label, index)}")
             text.append(f" {mark}", style=style)
-            if model.error is not None:
+            progress = live_progress(model)
+            if progress:
+                text.append(f" {progress}")
+            if model.status == "error":
                 text.append(f" {model.error.text[:60]}", style=WARN_STYLE)
         if recording:
-            text.append("  ⏺ REC", style=WARN_STYLE)
+            text.append("  ⏺ REC", style="bold reverse")
         overheads = [f"{m.label} {100 * m.overhead.cost_fraction:.2f}%" for m in sessions.sessions.values()
                      if m.overhead is not None]
         text.append("  probes: " + (", ".join(overheads) if overheads else "overhead n/a"), style="dim")

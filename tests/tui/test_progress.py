@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import threading
 
 from tui_fixtures import event_stream
 from tui_helpers import wait_for
@@ -41,10 +42,14 @@ def test_progress_folds_stages_phases_requests_and_an_estimate():
     assert p.eta_s() == 2.0 * 5  # 2 s of request phases per finished request, 5 left; no idle phase left
     assert p.text() == "phase churn 2/3 · requests done 1/6 · 340 tokens · ETA ~10 s (estimate)"
     assert p.short_text() == "churn 1/6 req · 340 tok · ETA ~10 s"
-    p.fold(PhaseEdge(t=20.0, name="talk", edge="end"))
-    assert not p.finished and p.stage == "churn"
+    p.fold(RequestDone(t=13.0, tokens=700, req_id=1, seq_id=1, prompt_tokens=300, generated_tokens=40))
+    assert p.eta_s() == 6.0 / 2 * 4  # 6 s for 2 requests, 4 left
+    p.fold(PhaseEdge(t=14.0, name="churn", edge="end"))
+    p.fold(PhaseEdge(t=14.0, name="talk", edge="start"))
+    p.fold(PhaseEdge(t=20.0, name="talk", edge="end"))  # the last phase's end is not the run's end
+    assert not p.finished and p.stage == "talk"
     p.fold(Done(t=20.0, tokens=900, summary={"steps": 9}))
-    assert p.text() == "done · 1/6 requests · 900 tokens" and p.eta_s() is None
+    assert p.text() == "done · 2/6 requests · 900 tokens" and p.eta_s() is None
     stopped = RunProgress()
     stopped.fold(Done(t=1.0, summary={"cancelled": True}))
     assert stopped.stage == "stopped"
@@ -65,15 +70,18 @@ def test_the_sink_says_the_stage_at_once_and_holds_the_rest_for_the_probes():
 
 
 class GatedWorker:
-    """A worker that has spawned but says nothing until ``release(events)``; ``cancel`` ends it from outside,
-    as ``WorkerHandle.cancel`` does to a worker busy loading (the parent reports the signal)."""
+    """A worker whose start takes until ``spawned`` is set (a spawn on a loaded machine: the ingest thread waits in
+    ``start`` and the handle is not alive yet), then says nothing until ``release(events)``; ``cancel`` ends it from
+    outside, as ``WorkerHandle.cancel`` does to a worker busy loading (the parent reports the signal)."""
 
-    def __init__(self) -> None:
+    def __init__(self, spawned: threading.Event) -> None:
         self.started = self.cancelled = False
+        self.spawned = spawned
         self.pending: list = []
         self.error = None
 
     def start(self) -> "GatedWorker":
+        self.spawned.wait(30)
         self.started = True
         return self
 
@@ -94,11 +102,14 @@ class GatedWorker:
                                         text="killed by signal 15 (SIGTERM) after cancel"))
 
 
-def _gated_app(tmp_path):
+def _gated_app(tmp_path, spawned: threading.Event | None = None):
     made: dict[str, GatedWorker] = {}
+    if spawned is None:
+        spawned = threading.Event()
+        spawned.set()
 
     def factory(name: str, **params) -> GatedWorker:
-        made[name] = GatedWorker()
+        made[name] = GatedWorker(spawned)
         return made[name]
 
     app = SlabscopeApp(AppOptions(worker_factory=factory, recordings_dir=tmp_path / "recs"))
@@ -110,16 +121,18 @@ def _status(app) -> str:
 
 
 def test_the_status_bar_shows_progress_from_launch_and_finished_only_at_the_end(tmp_path):
-    """Before a worker says anything the status reads LIVE with 'starting worker…' (the old bar read 'LIVE
-    (finished)' here); then the worker's stage; then the phase with requests k/N; 'finished' only once every session
-    ended."""
-    app, made = _gated_app(tmp_path)
+    """While the workers spawn (not alive yet) and before one says anything, the status reads LIVE with 'starting
+    worker…' (the old bar read 'LIVE (finished)' here); then the worker's stage; then the phase with requests k/N;
+    'finished' only once every session ended."""
+    spawned = threading.Event()
+    app, made = _gated_app(tmp_path, spawned)
 
     async def go():
         seen = {}
         async with app.run_test(size=(160, 40)) as pilot:
             await wait_for(pilot, lambda: len(made) == 2 and "starting worker…" in _status(app), timeout=10)
             seen["launch"] = _status(app)
+            spawned.set()
             made["slab"].release([RunStage(t=999.0, stage="loading model", detail="importing MLX")])
             await wait_for(pilot, lambda: "loading model" in _status(app), timeout=10)
             seen["loading"] = _status(app)

@@ -19,6 +19,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from app.bench.progress import RunClock, as_clock
 from app.bench.stats import spread_by_field
 from app.bench.workload import BenchWorkload, check_engines
 
@@ -115,19 +116,22 @@ def load(config: BenchConfig):
 
 def warm_runs(config: BenchConfig, progress=None) -> tuple[dict, dict]:
     """(warm-up round {engine: figures}, rounds {engine: [figures per round]}) in this process."""
+    clock = as_clock(progress, len(config.engines) * (1 + config.rounds))
+    clock.note(f"loading model {config.model}…")
     loaded, requests = load(config)
-    say = progress or (lambda text: None)
     warmup = {}
     for engine in config.engines:
+        clock.start(f"warm-up {engine}")
         warmup[engine] = run_engine(engine, config, loaded, requests)
-        say(f"warm-up {engine}: {_line(warmup[engine])}")
+        clock.done(f"warm-up {engine}", _line(warmup[engine]))
     rounds: dict = {engine: [] for engine in config.engines}
     engines = list(config.engines)
     for index in range(config.rounds):
         shift = index % len(engines)
         for engine in engines[shift:] + engines[:shift]:
+            clock.start(f"round {index + 1} {engine}")
             rounds[engine].append(run_engine(engine, config, loaded, requests))
-            say(f"round {index + 1} {engine}: {_line(rounds[engine][-1])}")
+            clock.done(f"round {index + 1} {engine}", _line(rounds[engine][-1]))
     return warmup, rounds
 
 
@@ -146,13 +150,14 @@ def _fresh_child(engine: str, config: BenchConfig, queue) -> None:
 
 def fresh_runs(config: BenchConfig, progress=None, timeout_s: float = 900.0) -> dict:
     """{engine: [figures per fresh process]}: each run in a newly spawned process (nothing cached in memory)."""
-    say = progress or (lambda text: None)
+    clock = as_clock(progress, len(config.engines) * config.fresh_rounds)
     ctx = mp.get_context("spawn")
     out: dict = {engine: [] for engine in config.engines}
     for index in range(config.fresh_rounds):
         for engine in config.engines:
             queue = ctx.Queue()
             child = ctx.Process(target=_fresh_child, args=(engine, config, queue), daemon=True)
+            clock.start(f"fresh {index + 1} {engine}: a new process loads the model and runs")
             child.start()
             try:
                 result = queue.get(timeout=timeout_s)
@@ -164,7 +169,7 @@ def fresh_runs(config: BenchConfig, progress=None, timeout_s: float = 900.0) -> 
             if "error" in result:
                 raise RuntimeError(f"fresh {engine} run failed: {result['error']}")
             out[engine].append(result["ok"])
-            say(f"fresh {index + 1} {engine}: {_line(result['ok'])}")
+            clock.done(f"fresh {index + 1} {engine}", _line(result["ok"]))
     return out
 
 
@@ -215,8 +220,9 @@ def run_bench(config: BenchConfig, progress=None) -> dict:
     import mlx.core as mx
 
     started = time.strftime("%Y-%m-%d %H:%M:%S")
-    warmup, rounds = warm_runs(config, progress)
-    fresh = fresh_runs(config, progress) if config.fresh_rounds else {}
+    clock = RunClock(len(config.engines) * (1 + config.rounds + config.fresh_rounds), progress)
+    warmup, rounds = warm_runs(config, clock)
+    fresh = fresh_runs(config, clock) if config.fresh_rounds else {}
     warm_stats = {engine: summarize(runs) for engine, runs in rounds.items()}
     fresh_stats = {engine: summarize(runs) for engine, runs in fresh.items()}
     return {"started": started, "device": str(mx.default_device()), "mlx": mx.__version__,

@@ -218,3 +218,27 @@ def test_the_run_summary_says_what_mlxs_peak_counter_means_beside_the_sampled_fo
     assert "reached at least 744.0 MiB" in counter
     below = footprint_lines({**fp, "mlx_peak_bytes": 500 * mib})[1]
     assert "at least" not in below and "misses the buffer cache" in below
+
+
+def test_bench_runs_say_k_of_n_and_an_estimate(monkeypatch):
+    """``bench throughput``'s warm part says it loads the model, then '[k/N] label…' before each run and the run's
+    figures with the time so far and an estimate of the time left after it (the old lines had no total and no
+    estimate). The runs are stubbed: this is about what a user waiting on the bench reads."""
+    from app.bench import throughput
+    from app.bench.progress import RunClock
+
+    now = [100.0]
+
+    def run_engine(engine, config, loaded, requests):
+        now[0] += 10.0
+        return {"tok_s": 1.0}
+
+    monkeypatch.setattr(throughput, "load", lambda config: (None, []))
+    monkeypatch.setattr(throughput, "run_engine", run_engine)
+    monkeypatch.setattr(throughput, "_line", lambda figures: f"{figures['tok_s']:.1f} tok/s")
+    said: list[str] = []
+    config = throughput.BenchConfig(engines=("dense", "slab"), rounds=1, fresh_rounds=0, model="tiny")
+    throughput.warm_runs(config, RunClock(4, said.append, clock=lambda: now[0]))
+    assert said[:3] == ["loading model tiny…", "[1/4] warm-up dense…",
+                        "[1/4] warm-up dense: 1.0 tok/s (10 s so far, ETA ~30 s (estimate))"]
+    assert said[-1] == "[4/4] round 1 slab: 1.0 tok/s (40 s so far)" and len(said) == 9

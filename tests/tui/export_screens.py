@@ -1,5 +1,5 @@
-"""Export SVG screenshots of every view, replaying the sample sessions shipped in assets/recordings/ (paused at the
-peak-footprint moment), plus the memory view at 80x24 and in the light theme. With ``--live SECONDS`` it instead
+"""Export SVG screenshots of every view, replaying the sample sessions shipped in assets/recordings/ (the Memory and
+Sessions views at the end, where a replay opens; the pool views at the peak-footprint moment, P), plus the memory view at 80x24 and in the light theme. With ``--live SECONDS`` it instead
 starts the default live run (embedded SmolLM2, default scenario, slab and dense workers), pauses the view after
 that many seconds and exports every view of the live data (``live-*`` files). With ``--ranks`` it exports the
 rank recordings of a 2-rank CPU run (tests/tui/rank_recordings/) opened as one run (``ranks-*`` files). With
@@ -26,17 +26,17 @@ from app.tui.app import AppOptions, SlabscopeApp  # noqa: E402
 
 SHOTS = [  # (file stem, keys, terminal size, theme)
     ("1-memory", "1", (120, 36), None),
-    ("2-slabs", "2", (120, 36), None),
-    ("3-fragmentation", "3", (120, 36), None),
-    ("4-gather", "4", (120, 36), None),
-    ("5-fused", "5", (120, 36), None),
-    ("6-inspector", "6>jjeeu", (120, 36), None),
+    ("2-slabs", "P2", (120, 36), None),
+    ("3-fragmentation", "P3", (120, 36), None),
+    ("4-gather", "P4", (120, 36), None),
+    ("5-fused", "P5", (120, 36), None),
+    ("6-inspector", "P6>jjeeu", (120, 36), None),
     ("7-sessions", "7", (120, 36), None),
     ("8-help", "?", (120, 40), None),
     ("9-run-form", "n", (100, 30), None),
     ("10-memory-80x24", "1", (80, 24), None),
-    ("11-slabs-light", "2", (120, 36), "textual-light"),
-    ("12-inspector-light-80x24", "6jjeu", (80, 24), "textual-light"),
+    ("11-slabs-light", "P2", (120, 36), "textual-light"),
+    ("12-inspector-light-80x24", "P6jjeu", (80, 24), "textual-light"),
 ]
 KEY_NAMES = {">": "greater_than_sign", "?": "question_mark"}
 README_GPU = [Path("assets/recordings/gpu") / f"distinct_burst-{b}.slabrec" for b in ("slab", "dense", "monolithic")]
@@ -122,7 +122,7 @@ def main() -> int:
         return 0
     if "--gpu" in sys.argv:  # the H200 footprint-gate recordings (distinct_burst, slab/dense/monolithic)
         gpu = [GPU_DIR / f"distinct_burst-{b}.slabrec" for b in ("slab", "dense", "monolithic")]
-        for stem, keys in (("1-memory", "1"), ("2-slabs", "2"), ("4-gather", "4"), ("5-fused", "5")):
+        for stem, keys in (("1-memory", "1"), ("2-slabs", "P2"), ("4-gather", "P4"), ("5-fused", "5")):
             print(asyncio.run(shoot(out, f"gpu-{stem}", keys, (120, 36), None, gpu)))
         return 0
     if "--ranks" in sys.argv:  # a distributed run's rank recordings, merged

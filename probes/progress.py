@@ -56,10 +56,14 @@ class RunProgress:
     def finished(self) -> bool:
         return self.stage in FINAL_STAGES
 
+    def advance(self, t: float, tokens: int) -> None:
+        """Move the clock and the token count (an event that says nothing else about progress: a sample)."""
+        self.last_t = t if self.last_t is None else max(self.last_t, t)
+        self.tokens = max(self.tokens, tokens)
+
     def fold(self, event: Event) -> None:
         """Update from one event (any kind; those that say nothing about progress only move the clock)."""
-        self.last_t = event.t if self.last_t is None else max(self.last_t, event.t)
-        self.tokens = max(self.tokens, event.tokens)
+        self.advance(event.t, event.tokens)
         match event:
             case RunStage(stage=stage, detail=detail) if not self.finished and self.phase_index < 0:
                 self.stage, self.detail = stage, detail

@@ -108,7 +108,7 @@ class SessionModel:
         self.skipped_events: dict[str, int] = {}
         self.damage = None  # probes.damage.Damage: a recording read up to damage in its file (probes.replay.Session)
         self.received = 0  # items appended (live)
-        self.progress = RunProgress()  # where a live run is (stage, phase, requests, ETA), folded in ``append``
+        self.progress = RunProgress()  # where the run is (stage, phase, requests, ETA): fed as the model fills
         self.stop_requested = False  # someone asked this run to stop (the TUI's x): its end reads "stopped"
         self._meta = Meta()
         self._t_start: float | None = None
@@ -127,7 +127,6 @@ class SessionModel:
     def append(self, item: Event) -> None:
         """Fold one worker event (absolute ``time.monotonic()`` stamps) into the model."""
         self.received += 1
-        self.progress.fold(item)
         if isinstance(item, MetaUpdate):
             self._add_meta(item)
             return
@@ -145,8 +144,11 @@ class SessionModel:
                 self._add_snapshot(item, item.t - t0)
             case Done():
                 self.summary = rebased(item, t0)
+                self.progress.fold(self.summary)
             case _:
                 self.add_event(rebased(item, t0))
+                return
+        self.progress.advance(item.t - t0, item.tokens)
 
     def _clock(self, t: float) -> float:
         if self._t_start is None:
@@ -161,6 +163,7 @@ class SessionModel:
     def set_meta(self, meta: dict) -> None:
         self._meta = meta_of(meta)
         self.meta = meta
+        self.progress.fold(MetaUpdate(t=self.progress.last_t or 0.0, meta=meta))
 
     def add_event(self, event: TimelineEvent) -> None:
         """A timeline event with a relative ``t`` (late metadata merges into ``meta``)."""
@@ -169,6 +172,7 @@ class SessionModel:
             return
         self.events.append(event)
         self._by_type.setdefault(type(event), []).append(event)
+        self.progress.fold(event)
 
     def _add_snapshot(self, item: SnapshotTaken, t: float) -> None:
         snap = item.snapshot

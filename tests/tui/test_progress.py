@@ -242,3 +242,21 @@ def test_bench_runs_say_k_of_n_and_an_estimate(monkeypatch):
     assert said[:3] == ["loading model tiny…", "[1/4] warm-up dense…",
                         "[1/4] warm-up dense: 1.0 tok/s (10 s so far, ETA ~30 s (estimate))"]
     assert said[-1] == "[4/4] round 1 slab: 1.0 tok/s (40 s so far)" and len(said) == 9
+
+
+def test_a_recording_still_being_written_shows_where_its_run_is(tmp_path):
+    """A recording followed while its writer runs (a rank of a live distributed run) shows its phase and requests on
+    the status bar like a live worker; once its END record is in (or for a finished recording) it shows none."""
+    from app.tui.widgets.status_bar import live_progress
+    from probes.follow import GrowingSession
+    from probes.recording import SessionRecorder
+
+    stream = event_stream("slab")
+    meta = {**stream[0].meta, "scenario": {"phases": [{"name": "burst", "kind": "requests", "count": 3}]}}
+    recorder = SessionRecorder(tmp_path / "rank.slabrec", meta, stream[0].t)
+    recorder.write([e for e in stream[1:12] if not isinstance(e, (MetaUpdate, Done))])
+    growing = GrowingSession.open(tmp_path / "rank.slabrec")
+    assert growing.growing and live_progress(growing) == f"burst 0/3 req · {stream[11].tokens} tok"
+    recorder.close({"steps": 5}, t=stream[11].t)
+    growing.refresh()
+    assert not growing.growing and live_progress(growing) is None

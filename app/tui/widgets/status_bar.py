@@ -16,10 +16,13 @@ STATE_MARK = {"running": ("●", OK_STYLE), "done": ("✓", OK_STYLE), "error": 
 
 
 def live_progress(model) -> str | None:
-    """Where a live session is, for the status bar (None for a recording, or once it has ended)."""
-    if model.source != "live" or model.status not in ("waiting", "running"):
+    """Where a session still running is (a live run's worker, a recording still being written: a rank of a live
+    distributed run), for the status bar; None once it has ended."""
+    if model.status == "waiting":
+        return "starting worker…"
+    if model.status != "running" or not getattr(model, "growing", model.source == "live"):
         return None
-    return "starting worker…" if model.status == "waiting" else model.progress.short_text()
+    return model.progress.short_text()
 
 
 class StatusBar(Widget):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import re
 
+import pytest
+
 from textual.widgets import Static
 from tui_paths import SAMPLE_DENSE, SAMPLE_SLAB, SAMPLE_DIR
 from tui_screen_text import screen_text
@@ -74,6 +76,7 @@ def test_the_readme_replay_opens_at_the_end_on_compares_verdict():
     assert "weights + pool count 132 MiB more than MLX holds active" in out["bars"]
 
 
+@pytest.mark.slow
 def test_healthy_runs_are_never_drawn_in_the_error_colour():
     """Every view of healthy recordings (the H200 burst at its end and at slab's peak; the CPU churn sample, whose
     slabs fill and whose RSS MLX does not explain) is rendered and searched for the error colour. A full slab drawn

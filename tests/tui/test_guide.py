@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import re
 
+import pytest
+
 from tui_helpers import wait_for
 from tui_paths import ROOT, SAMPLE_DENSE, SAMPLE_SLAB
 from tui_screen_text import screen_text
@@ -37,6 +39,7 @@ async def _opened(pilot, app) -> str:
     return topic
 
 
+@pytest.mark.slow
 def test_the_glossary_opens_from_help_the_key_and_every_views_legend(tmp_path):
     """For every view a click on its legend's "g glossary" link opens the glossary at that view's terms, scrolled
     there; the key g does the same (tried on two views); from the help screen g opens it too. A view without the

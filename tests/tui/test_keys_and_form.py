@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from textual.widgets import Input, Select
 from tui_helpers import wait_for
 from tui_paths import SAMPLE_DENSE, SAMPLE_SLAB
@@ -49,6 +51,7 @@ def test_replay_hides_live_only_keys_and_says_why_when_pressed(tmp_path):
                     ["L returns to following a live run; this is a replay (n starts a live run)"]]
 
 
+@pytest.mark.slow
 def test_the_footer_fits_to_its_last_key_at_80x24_and_160x48(tmp_path, fake_factory):
     """Live (the most keys: x stop and R record too) and replay, at both sizes: the footer ends with 'q quit' (the
     old footer lost its end behind the plot's zoom keys at 160 columns and was cut at 80)."""

@@ -12,8 +12,9 @@ import sys
 import warnings
 
 from app.commands.arg_types import OneLineParser
-from app.commands.errors import RunError, UsageError
+from app.commands.errors import Interrupted, RunError, UsageError
 from probes.errors import RecordingDamage, RecordingError, ReplayError
+from probes.outfile import OutputError
 
 # name -> module under app.commands; order is the order shown in --help.
 COMMANDS: dict[str, str] = {
@@ -72,8 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"slabscope {args.command}: {exc}", file=sys.stderr)
         return 2
-    except RunError as exc:
+    except (RunError, OutputError) as exc:  # OutputError: a file refused or not written (probes.outfile)
         print(f"slabscope {args.command}: {exc}", file=sys.stderr)
         return 1
+    except Interrupted as exc:
+        print(f"slabscope {args.command}: {exc}", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
+        print(f"slabscope {args.command}: interrupted", file=sys.stderr)
         return 130

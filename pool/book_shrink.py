@@ -10,7 +10,9 @@ Per layer, top down, over the layer's chunks (slabs; monolithic: 32-block grow c
 1. a chunk whose minted rows are all free is released (its rows are dropped: capacity stays "minted rows rounded
    up to whole chunks", so the free rows below it stay the ones reused next, lowest first);
 2. ``compact`` only: a chunk still holding live rows, no more than ``max_fill`` of it, all fitting into free rows
-   below it, has them moved into the lowest free rows (a moved block keeps its id and refcount), then is released;
+   below it, has them moved into the lowest free rows (a moved block keeps its id and refcount), then is released.
+   Parked rows (pool/free_rows.py, ``open_blocks="high"``) are free rows here like any other: the plan picks them
+   and the execution takes exactly the rows it picked;
 3. anything else stops the walk: a release never leaves a hole in the chunk list.
 
 Budget: ``policy.budget_bytes`` over all layers, split evenly (layers move in lockstep), counting each row move as
@@ -165,10 +167,11 @@ def _move_rows(book, layer: int, moves: list[tuple[int, int]]) -> None:
         for index, row in enumerate(table_rows):
             if row in sources:
                 refs.setdefault(row, []).append((table_rows, index))
-    for src, dst in moves:
-        taken = rows.free.pop_lowest()
-        if taken != dst or rows.row_block[src] == -1:
-            raise PoolError(f"shrink plan out of date: layer {layer} move {src} -> {dst} (lowest free row {taken})")
+    for src, dst in moves:  # each destination as planned: the lowest free rows, parked ones included (plan_shrink)
+        if dst not in rows.free or rows.row_block[src] == -1:
+            raise PoolError(f"shrink plan out of date: layer {layer} move {src} -> {dst} (the source is free or "
+                            "the destination taken)")
+        rows.free.take(dst)
         block = rows.row_block[src]
         rows.row_block[dst], rows.row_refcount[dst] = block, rows.row_refcount[src]
         rows.row_block[src], rows.row_refcount[src] = -1, 0

@@ -22,7 +22,7 @@ import heapq
 
 class FreeRows:
     """Owns the free rows of one layer. Mutated only by :meth:`push`, :meth:`park`, :meth:`pop_lowest`,
-    :meth:`pop_highest` and :meth:`drop_from`."""
+    :meth:`pop_highest`, :meth:`take` and :meth:`drop_from`."""
 
     __slots__ = ("_heap", "_high", "_members", "_parked", "_parked_heap")
 
@@ -121,6 +121,13 @@ class FreeRows:
                 row = -heapq.heappop(self._high)
         self._take(row)
         return row
+
+    def take(self, row: int) -> None:
+        """Take the free ``row`` itself, parked or not (a shrink moves a block into the row its plan chose: the
+        lowest free rows, parked ones included). ValueError when it is not free (a stale plan)."""
+        if row not in self._members:
+            raise ValueError(f"row {row} is not free")
+        self._take(row)
 
     def _take(self, row: int) -> None:
         """Drop ``row`` from the free (and parked) rows; rebuild the heaps when stale entries outnumber the rows

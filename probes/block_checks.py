@@ -16,6 +16,7 @@ import msgspec
 
 from pool.config import DESIGNS, MAX_DIMENSION
 from probes import limits
+from probes.bounds import check_counts, check_meta_figures, check_probe_overhead
 from probes.checks import check_count, check_finite, check_time
 from probes.events import ProbeOverhead
 
@@ -67,6 +68,7 @@ def check_meta(meta: dict, typed) -> None:
         if value is not None and not math.isfinite(value):
             raise ValueError(f"metadata {name} {value} is not finite")
     check_meta_geometry(typed.geometry)
+    check_meta_figures(meta)  # the memory figures the session's bounds come from (an ImpossibleValue)
     if isinstance(meta.get("distributed"), dict):
         block = msgspec.convert(meta["distributed"], DistributedBlock)
         if block.rank is not None and not (block.world_size is not None and 0 <= block.rank < block.world_size
@@ -83,8 +85,10 @@ def check_end(record) -> None:
     if "probe_overhead" in summary:
         overhead = msgspec.convert(summary["probe_overhead"], ProbeOverhead)
         check_finite([getattr(overhead, f) for f in overhead.__struct_fields__], "the probe cost")
+        check_probe_overhead(overhead)
     if summary.get("outputs") is not None:
         outputs = msgspec.convert(summary["outputs"], OutputsBlock)
+        check_counts((outputs.requests, outputs.generated_tokens), "the outputs' count")
         for req in outputs.generated or {}:
             int(req)  # ValueError: request ids are integers (outputs are compared in request order)
 

@@ -19,9 +19,10 @@ import msgspec
 
 from pool import BookState, PoolSnapshot
 from pool.config import DESIGNS, MAX_DIMENSION
+from probes import bounds
 from probes import format as fmt
 from probes import limits
-from probes.events import GatherRuns, Sample, Step
+from probes.events import GatherRuns, Sample
 
 SAMPLE_FIELDS = Sample.__struct_fields__
 SAMPLE_DEFAULTS = {f.name: f.default for f in msgspec.structs.fields(Sample)}  # read once: fields() is slow
@@ -30,7 +31,6 @@ REQUIRED_SAMPLE_FIELDS = {f.name for f in msgspec.structs.fields(Sample) if f.re
 _NOT_NONE_SAMPLE_FIELDS = [name for name in SAMPLE_FIELDS if SAMPLE_DEFAULTS[name] is not None]
 _NOT_NONE = frozenset(_NOT_NONE_SAMPLE_FIELDS)
 _FLOAT_FIELDS: dict[type, tuple[str, ...]] = {}  # event type -> its float fields besides t
-MAX_FIGURE = 2.0**64  # no byte count, time or count a probe measures comes near it
 
 
 def check_time(t, what: str) -> None:
@@ -50,8 +50,9 @@ def check_finite(values: list, what: str) -> None:
         raise ValueError(f"{what} is not finite")
 
 
-def _plausible_column(values: list) -> bool:
-    return all(abs(x) <= MAX_FIGURE for x in values if x is not None)
+def _finite_column(values: list) -> bool:
+    return all(not isinstance(x, float) or math.isfinite(x) for x in values if x is not None) and \
+        all(abs(x) < 1e308 for x in values if x is not None)
 
 
 def check_times(times: list, what: str) -> None:
@@ -95,9 +96,9 @@ def complete_columns(columns: dict[str, list]) -> dict[str, list]:
         total = sum(map(abs, figures))
     except OverflowError:
         total = math.inf
-    if not total <= MAX_FIGURE * len(figures):
-        bad = next(name for name in present if not _plausible_column(columns[name]))
-        raise ValueError(f"a sample's {bad} is not finite or beyond {MAX_FIGURE:.3g}")
+    if not math.isfinite(total):
+        bad = next(name for name in present if not _finite_column(columns[name]))
+        raise ValueError(f"a sample's {bad} is not finite")
     check_times(columns["t"], "sample")
     return {name: columns[name] if name in columns else [SAMPLE_DEFAULTS[name]] * rows for name in SAMPLE_FIELDS}
 
@@ -113,10 +114,6 @@ def check_events(events: list) -> None:
     check_time(min(times), "an event")
     check_time(max(times), "an event")
     check_finite([getattr(e, name) for e in events for name in _float_fields(type(e))], "an event's figure")
-    steps = [e for e in events if type(e) is Step]
-    if steps and not (0 <= min(min(e.wall_s, e.num_tokens, e.batch) for e in steps) and
-                      max(max(e.wall_s, e.num_tokens, e.batch) for e in steps) <= MAX_FIGURE):
-        raise ValueError("a step event with a negative or impossible wall time, token count or batch")
     if any(not len(e.seq_ids) == len(e.runs_layer0) == len(e.runs_max) for e in events if type(e) is GatherRuns):
         raise ValueError("a gather event's sequence and run lists differ in length")
 
@@ -158,8 +155,6 @@ def check_snapshot(snap: PoolSnapshot, full: bool) -> None:
     for layer in snap.layers:
         if not math.isfinite(layer.fragmentation):
             raise ValueError("a layer's fragmentation is not finite")
-        if min(layer.capacity_rows, layer.free_rows, layer.num_chunks) < 0:
-            raise ValueError("a layer with a negative row or chunk count")
     if full:
         _check_rows(snap)
 
@@ -198,29 +193,35 @@ def check_book_state(state: BookState) -> None:
 
 
 # ---- per record kind -------------------------------------------------------------------------------------------
-def check_record(kind: int, payload, header_t: float):
+def check_record(kind: int, payload, header_t: float, figure_bounds: bounds.FigureBounds = bounds.DEFAULT_BOUNDS):
     """``payload`` (a decoded SAMPLES, EVENTS, OPS, SNAPSHOTS or KEYFRAME record) checked; returns it (sample
     columns completed). The header time of the kinds readers order and index by time must equal the first item's.
-    META and END: ``probes.block_checks``."""
+    Malformed content raises ``ValueError``; then every figure is held to its physical bound (``probes.bounds``,
+    ``figure_bounds``: the session's), an ``ImpossibleValue`` otherwise. META and END: ``probes.block_checks``."""
     first_t = None
     if kind == fmt.SAMPLES:
         payload = type(payload)(complete_columns(payload.columns))
+        bounds.check_sample_columns(payload.columns, figure_bounds)
         first_t = payload.columns["t"][0] if payload.columns["t"] else None
     elif kind == fmt.EVENTS:  # not indexed by time (all read at open), and a newer kind may come first
         check_events(payload.events)
+        bounds.check_event_figures(payload.events, figure_bounds)
     elif kind == fmt.OPS:
         check_ops(payload)
+        bounds.check_op_figures(payload.ops, figure_bounds)
         first_t = payload.t[0] if payload.t else None
     elif kind == fmt.SNAPSHOTS:
         for record in payload:
             check_snapshot_record(record, full=False)
         if any(b.t < a.t or b.op_index < a.op_index for a, b in zip(payload, payload[1:])):
             raise ValueError("snapshots out of time or op order")
+        bounds.check_snapshot_figures([record.snapshot for record in payload], figure_bounds)
         first_t = payload[0].t if payload else None
     elif kind == fmt.KEYFRAME:
         check_snapshot_record(payload, full=True)
         if payload.book_state is not None:
             check_book_state(payload.book_state)
+        bounds.check_snapshot_figures([payload.snapshot], figure_bounds)
         first_t = payload.t
     if first_t is not None:
         check_header_time(header_t, first_t)

@@ -5,7 +5,8 @@ v1's JSON dicts going through ``probes.v1``. Every way a payload can be malforme
 type, a missing field, an unknown op or event kind, an inconsistent book state, and what ``probes.checks`` and
 ``probes.block_checks`` find:
 a time that is not a session time, a NaN, a size past ``probes.limits``) ends here as one ``RecordingError`` line
-naming the file, the record kind and its byte offset: readers never see another exception.
+naming the file, the record kind and its byte offset: readers never see another exception. A figure outside its
+physical bound (``probes.bounds``) is an ``ImpossibleRecord``, the reader's damage.
 
 Payloads per record kind (times are seconds since the session start):
 
@@ -29,7 +30,8 @@ import msgspec
 from pool import AnyOp, BookState, PoolError, PoolGeometry, PoolSnapshot
 from probes import block_checks, checks
 from probes import format as fmt
-from probes.errors import RecordingError
+from probes.bounds import DEFAULT_BOUNDS, FigureBounds, ImpossibleValue
+from probes.errors import ImpossibleRecord, RecordingError
 from probes.events import MetaUpdate, Sample, timeline_types
 from probes.v1 import adapted_snapshot, book_state_from_v1, events_from_v1, ops_from_v1, snapshot_from_v1
 
@@ -104,8 +106,10 @@ def _v2_type(kind: int):
             fmt.SNAPSHOTS: list[SnapshotRecord], fmt.KEYFRAME: KeyframeRecord, fmt.END: EndRecord}[kind]
 
 
-def decode(image: fmt.FileImage, ref: fmt.RecordRef):
-    """The typed payload of one record (see the module docstring); ``RecordingError`` if it is malformed."""
+def decode(image: fmt.FileImage, ref: fmt.RecordRef, bounds: FigureBounds = DEFAULT_BOUNDS):
+    """The typed payload of one record (see the module docstring); ``RecordingError`` if it is malformed,
+    ``ImpossibleRecord`` (a ``RecordingError``: damage at the record's start) if a figure in it is outside its
+    physical bound (``probes.bounds``; ``bounds``: the session's, from its metadata)."""
     raw = image.payload(ref)
     try:
         if image.version >= 2 and ref.kind == fmt.EVENTS:
@@ -124,7 +128,11 @@ def decode(image: fmt.FileImage, ref: fmt.RecordRef):
             for event in payload.events:
                 if isinstance(event, MetaUpdate):
                     meta_of(event.meta)
-        return checks.check_record(ref.kind, payload, ref.t)
+        return checks.check_record(ref.kind, payload, ref.t, bounds)
+    except ImpossibleValue as exc:
+        start = ref.offset - (fmt.RECORD_HEADER if image.version >= 2 else fmt.RECORD_HEADER_V1).size
+        raise ImpossibleRecord(image.path, start, f"{fmt.KIND_NAMES[ref.kind]} record at byte {start} holds an "
+                                                  f"impossible value ({exc})") from None
     except (msgspec.ValidationError, msgspec.DecodeError, PoolError, ValueError, TypeError, KeyError, IndexError,
             AttributeError, RecursionError, OverflowError) as exc:
         problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

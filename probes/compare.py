@@ -100,26 +100,47 @@ def _pool_figures(view, t0: float, t1: float) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class PhaseFigures:
+    """One session's figures for one phase (or "all"), before any ratio to a baseline: what ``compare`` keeps of a
+    session once it is read, so a folder of recordings is compared one file at a time (``app.commands.compare``)."""
+
+    phase: str
+    footprint_max: float | None
+    rss_max: float | None
+    tokens_per_s: float | None
+    pool: dict
+
+
+def phase_figures(view) -> list[PhaseFigures]:
+    """Every phase's figures of ``view`` (the phases in order, then "all")."""
+    return [PhaseFigures(name, _peak(view, "footprint", t0, t1), _peak(view, "rss", t0, t1),
+                         _throughput(view, t0, t1), _pool_figures(view, t0, t1))
+            for name, t0, t1 in _windows(view)]
+
+
+def rows_from_figures(figures: list[list[PhaseFigures]], labels: list[str], backends: list[str],
+                      baseline: int = 0) -> list[PhaseRow]:
+    """Rows for every session x phase from ``phase_figures`` of each; ratios against ``figures[baseline]``'s
+    same-named phase."""
+    base = {f.phase: (f.footprint_max, f.tokens_per_s) for f in figures[baseline]}
+    rows = []
+    for label, backend, per_phase in zip(labels, backends, figures):
+        for f in per_phase:
+            base_foot, base_tps = base.get(f.phase, (None, None))
+            foot, tps = f.footprint_max, f.tokens_per_s
+            rows.append(PhaseRow(
+                session=label, backend=backend, phase=f.phase, footprint_max=foot, rss_max=f.rss_max,
+                footprint_ratio=foot / base_foot if foot is not None and base_foot else None,
+                tokens_per_s=tps, throughput_ratio=tps / base_tps if tps and base_tps else None, **f.pool))
+    return rows
+
+
 def compare_sessions(views: list, baseline: int = 0, labels: list[str] | None = None) -> list[PhaseRow]:
     """Rows for every session x phase; ratios are against ``views[baseline]``'s same-named phase."""
-    base = views[baseline]
-    base_rows = {}
-    for name, t0, t1 in _windows(base):
-        base_rows[name] = (_peak(base, "footprint", t0, t1), _throughput(base, t0, t1))
-    rows = []
-    for index, view in enumerate(views):
-        label = labels[index] if labels else _label(view, index)
-        for name, t0, t1 in _windows(view):
-            foot = _peak(view, "footprint", t0, t1)
-            tps = _throughput(view, t0, t1)
-            base_foot, base_tps = base_rows.get(name, (None, None))
-            rows.append(PhaseRow(
-                session=label, backend=str(view.meta.get("backend", "?")), phase=name,
-                footprint_max=foot, rss_max=_peak(view, "rss", t0, t1),
-                footprint_ratio=foot / base_foot if foot is not None and base_foot else None,
-                tokens_per_s=tps, throughput_ratio=tps / base_tps if tps and base_tps else None,
-                **_pool_figures(view, t0, t1)))
-    return rows
+    return rows_from_figures([phase_figures(view) for view in views],
+                             [labels[i] if labels else _label(view, i) for i, view in enumerate(views)],
+                             [str(view.meta.get("backend", "?")) for view in views], baseline)
 
 
 @dataclass

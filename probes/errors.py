@@ -16,6 +16,16 @@ class RecordingError(Exception):
         super().__init__(f"{self.path}: {problem}")
 
 
+class ImpossibleRecord(RecordingError):
+    """A CRC-valid record holding a figure no machine or run could produce (``probes.bounds``): damage from byte
+    ``offset`` (the record's start). ``probes.replay.Session`` keeps the records before it, like those before a
+    bad checksum; where the record is decoded after opening (ops, keyframes) it is this one-line error."""
+
+    def __init__(self, path: object, offset: int, problem: str) -> None:
+        self.offset = offset
+        super().__init__(path, problem)
+
+
 class ReplayError(Exception):
     """A replay/what-if request cannot be served (for example a session without an op log)."""
 

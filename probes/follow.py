@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 
 from probes import format as fmt
-from probes.errors import RecordingError
+from probes.errors import ImpossibleRecord, RecordingError
 from probes.events import Done
 from probes.replay import Session
 from probes.store import Keyframe
@@ -95,22 +95,14 @@ class GrowingSession(Session):
         """New records, in file order, into the read model (the same routing and order checks as opening a
         recording: ``Session._load``); every record is decoded and checked before anything is folded in."""
         columns, events, summaries, keyframes = [], [], [], []
-        for ref in refs:
-            if ref.kind == fmt.META:
-                raise RecordingError(self.path, f"second metadata record at byte {ref.offset}")
-            if ref.kind == fmt.SAMPLES:
-                columns.append(self._decode(ref).columns)
-            elif ref.kind == fmt.EVENTS:
-                decoded = self._decode(ref)
-                events += decoded.events
-                for kind, count in decoded.skipped.items():
-                    self.skipped_events[kind] = self.skipped_events.get(kind, 0) + count
-            elif ref.kind == fmt.SNAPSHOTS:
-                summaries += self._decode(ref)
-            elif ref.kind == fmt.KEYFRAME:
-                keyframes.append(Keyframe(ref.t, self._keyframe_loader(ref)))
-            elif ref.kind == fmt.OPS:
-                self._all_ops = None  # the op log grew: decode it again when all of it is asked for
+        for position, ref in enumerate(refs):
+            try:
+                self._route(ref, columns, events, summaries, keyframes)
+            except ImpossibleRecord as exc:  # damage: the records before it are folded in, nothing after it
+                self._image.cut(len(self._image.refs) - len(refs) + position, exc.offset, exc.problem)
+                self.damage, self.records_read = self._image.damage, len(self._image.refs)
+                self._taken, refs = len(self._image.refs), refs[:position]
+                break
         self._check_order(columns, summaries)
         for block in columns:
             self.samples.extend(block)
@@ -124,6 +116,26 @@ class GrowingSession(Session):
         if ends:
             end = self._decode(ends[-1])
             self.summary = Done(t=end.t, summary=end.summary)
+
+    def _route(self, ref: fmt.RecordRef, columns: list, events: list, summaries: list, keyframes: list) -> None:
+        """One new record decoded into the list its kind goes to (ops stay byte ranges)."""
+        if ref.kind == fmt.META:
+            raise RecordingError(self.path, f"second metadata record at byte {ref.offset}")
+        if ref.kind == fmt.SAMPLES:
+            columns.append(self._decode(ref).columns)
+        elif ref.kind == fmt.EVENTS:
+            decoded = self._decode(ref)
+            events += decoded.events
+            for kind, count in decoded.skipped.items():
+                self.skipped_events[kind] = self.skipped_events.get(kind, 0) + count
+        elif ref.kind == fmt.SNAPSHOTS:
+            summaries += self._decode(ref)
+        elif ref.kind == fmt.KEYFRAME:
+            keyframes.append(Keyframe(ref.t, self._keyframe_loader(ref)))
+        elif ref.kind == fmt.OPS:
+            self._all_ops = None  # the op log grew: decode it again when all of it is asked for
+        elif ref.kind == fmt.END:
+            self._decode(ref)  # checked here, in file order (read again below)
 
     def _check_order(self, columns: list[dict], summaries: list) -> None:
         """New sample times and snapshot summaries continue the known ones in order (what opening checks)."""

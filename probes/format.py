@@ -75,15 +75,21 @@ class RecordRef(NamedTuple):
 
 
 class RecordWriter:
-    """Appends v2 records of one session to a new file. Owns the file descriptor and the record numbering; every
-    ``append`` is one ``os.write``."""
+    """Appends v2 records of one session to a new file: the one writer of its path (``probes.outfile``). Owns the
+    file descriptor and the record numbering; every ``append`` is one ``os.write``.
 
-    def __init__(self, path: str | os.PathLike, session_id: str) -> None:
+    The file is created exclusively (an existing file is refused, unless ``force``: then replaced when no live
+    writer holds it) and locked until ``close``; or, with ``claim_token``, the empty file another process claimed
+    for this run is adopted (``probes.outfile.adopt``). ``OutputError`` (one line) when neither is possible."""
+
+    def __init__(self, path: str | os.PathLike, session_id: str, *, claim_token=None, force: bool = False) -> None:
+        from probes import outfile
+
         self.path = os.fspath(path)
-        try:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        except OSError as exc:
-            raise RecordingError(self.path, f"cannot create recording: {exc.strerror}") from None
+        if claim_token is not None:
+            self._fd = outfile.adopt(self.path, claim_token)
+        else:
+            self._fd = outfile.claim(self.path, force=force).fd  # the lock lives as long as this descriptor
         self.tag = session_tag(session_id)
         self.bytes_written = 0
         self.records_written = 0
@@ -107,13 +113,27 @@ class RecordWriter:
             self.bytes_written += n
 
     def close(self, fsync: bool = True) -> None:
-        """Close the file (fsync first so a machine crash after a clean stop loses nothing). Idempotent."""
+        """Close the file (fsync it and its directory first, so a machine crash after a clean stop loses nothing;
+        closing drops the writer lock). Idempotent."""
         if self._fd is None:
             return
-        if fsync:
-            os.fsync(self._fd)
-        os.close(self._fd)
-        self._fd = None
+        fd, self._fd = self._fd, None
+        try:
+            if fsync:
+                from probes.outfile import fsync_directory
+
+                os.fsync(fd)
+                fsync_directory(os.path.dirname(self.path))
+        finally:
+            os.close(fd)
+
+
+def encode_file(records: list[tuple[int, float, bytes]], session_id: str) -> bytes:
+    """A whole v2 file of ``(kind, t, payload bytes)`` records, as ``RecordWriter`` would write it (for a file
+    written whole, then published: ``probes.outfile.write_atomically``)."""
+    tag = session_tag(session_id)
+    return FILE_HEADER.pack(MAGIC, FORMAT_VERSION, 0) + b"".join(
+        encode_record(kind, t, payload, seq, tag) for seq, (kind, t, payload) in enumerate(records))
 
 
 class FileImage:
@@ -209,6 +229,14 @@ class FileImage:
             refs.append(make((kind, t, start, length, flags, seq)))
             pos = stop
         return 0
+
+    def cut(self, index: int, start: int, problem: str) -> None:
+        """End the valid prefix before record ``index`` (which starts at byte ``start``): a CRC-valid record that
+        does not check out once decoded (an impossible figure, ``probes.bounds``) is damage like a bad checksum."""
+        self.damage = Damage(start, len(self.data) - start, problem)
+        self.incomplete_tail = 0
+        del self.refs[index:]
+        self.by_kind = {kind: [ref for ref in self.refs if ref.kind == kind] for kind in KIND_NAMES}
 
     def _stop(self, pos: int, problem: str, torn: bool) -> int:
         """End the prefix at ``pos``: a torn tail (returns its size) or damage (sets ``damage``, returns 0)."""

@@ -39,11 +39,13 @@ class WorkerProbes:
     def __init__(self, out_queue: Any = None, sample_hz: float = 10.0, snapshot_hz: float = 2.0,
                  record_path: str | os.PathLike | None = None, meta: dict | None = None, weight_bytes: int = 0,
                  flush_s: float = FLUSH_S, stats_every_s: float = 5.0, keyframe_interval_s: float = 10.0,
-                 file_flush_s: float = FILE_FLUSH_S) -> None:
+                 file_flush_s: float = FILE_FLUSH_S, record_claim=None, record_force: bool = False) -> None:
         self.sender = BatchSender(out_queue)
         self.sample_hz = float(sample_hz)
         self.snapshot_hz = float(snapshot_hz)
         self.record_path = os.fspath(record_path) if record_path else None
+        self.record_claim = record_claim  # (device, inode) of the file the parent claimed (probes.outfile.adopt)
+        self.record_force = record_force  # no claim: replace an existing (finished) file at record_path
         self.meta = dict(meta or {})
         self.weight_bytes = int(weight_bytes)
         self.flush_s = flush_s
@@ -97,7 +99,8 @@ class WorkerProbes:
         full_meta.setdefault("session_id", new_session_id())
         self.meta = full_meta
         if self.record_path:
-            self.recorder = SessionRecorder(self.record_path, full_meta, self._t_start)
+            self.recorder = SessionRecorder(self.record_path, full_meta, self._t_start,
+                                            claim_token=self.record_claim, force=self.record_force)
         self.sender.send([MetaUpdate(t=self._t_start, meta=full_meta)])
         self.sampler = sampler
         if self._pool is not None:
@@ -164,7 +167,8 @@ class WorkerProbes:
     def stop(self, summary: dict | None = None) -> dict:
         """Final snapshot, stop the probe thread, flush, close the recording (END) and emit "done".
 
-        Returns the summary as recorded (with ``probe_overhead`` added). Idempotent."""
+        Returns the summary as recorded (with ``probe_overhead`` added, and ``recording``: its path and the error
+        that stopped it, None when it holds the whole run). Idempotent."""
         if self.stopped:
             return dict(summary or {})
         self.stopped = True
@@ -178,11 +182,7 @@ class WorkerProbes:
             self._push(self.sampler.sample(self.step, self.tokens))
         summary = dict(summary or {}, probe_overhead=msgspec.to_builtins(self.overhead()))
         self._flush(final=True)
-        done = Done(t=time.monotonic(), step=self.step, tokens=self.tokens, summary=summary)
-        self.sender.send([done])
-        if self.recorder is not None and self.record_error is None:
-            self.recorder.close(summary, t=done.t)
-        return summary
+        return self._finish(summary, time.monotonic())
 
     def abort(self, text: str) -> None:
         """End the session from *another* thread while the workload thread may be stuck (a rank whose peer died):
@@ -198,9 +198,35 @@ class WorkerProbes:
             self._thread.join(2.0)
         summary = {"error": text, "probe_overhead": msgspec.to_builtins(self.overhead())}
         self._flush(final=True)
-        self.sender.send([Done(t=now, step=self.step, tokens=self.tokens, summary=summary)])
+        self._finish(summary, now)
+
+    def _finish(self, summary: dict, now: float) -> dict:
+        """Close the recording (its END record holds ``summary``) and send ``Done``; a failure to write the END
+        stops the recording like a failed flush. Returns the summary sent, with its ``recording`` block."""
+        tail: list[Event] = []
         if self.recorder is not None and self.record_error is None:
-            self.recorder.close(summary, t=now)
+            try:
+                self.recorder.close(dict(summary, recording=self._recording_block()), t=now)
+            except OSError as exc:
+                self._record_failed(exc, now, tail)
+        if self.recorder is not None:
+            summary = dict(summary, recording=self._recording_block())
+        self.sender.send([*tail, Done(t=now, step=self.step, tokens=self.tokens, summary=summary)])
+        return summary
+
+    def _recording_block(self) -> dict:
+        """``summary["recording"]``: where the run was recorded and what stopped the recording (None: nothing)."""
+        return {"path": self.record_path, "error": self.record_error}
+
+    def _record_failed(self, exc: OSError, now: float, batch: list) -> None:
+        """The recording cannot be written (disk full, a file-size limit): stop writing it, keep the workload
+        running, say so once (an error event, and ``record_error`` in the summary)."""
+        self.record_error = f"recording stopped: {exc.strerror or exc} ({self.record_path})"
+        try:
+            self.recorder.abandon()  # what was written stays readable (a torn tail at most); the lock is dropped
+        except OSError:
+            pass
+        batch.append(WorkerError(t=now, step=self.step, tokens=self.tokens, text=self.record_error))
 
     # ---- probe thread ----------------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -245,9 +271,8 @@ class WorkerProbes:
                 pending, self._file_pending = self._file_pending, []
                 try:
                     self.recorder.write(pending)
-                except OSError as exc:  # disk full, etc.: keep the workload running, say so once
-                    self.record_error = f"recording stopped: {exc}"
-                    batch.append(WorkerError(t=now, step=self.step, tokens=self.tokens, text=self.record_error))
+                except OSError as exc:  # disk full, etc.
+                    self._record_failed(exc, now, batch)
         if batch:
             self.sender.send(batch)
 

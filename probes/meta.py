@@ -81,6 +81,17 @@ def device_memory_figures() -> dict:
     return figures
 
 
+def host_memory_figures() -> dict:
+    """The machine's RAM and swap in bytes (``ram_bytes``, ``swap_bytes``; psutil): with the device's memory, what
+    a recording's memory figures can reach (``probes.bounds.FigureBounds``). Empty when psutil cannot say."""
+    try:
+        import psutil
+
+        return {"ram_bytes": int(psutil.virtual_memory().total), "swap_bytes": int(psutil.swap_memory().total)}
+    except Exception:  # psutil missing or refused (a sandbox without /proc): the bounds fall back to 1 PiB
+        return {}
+
+
 def memory_model_of(meta: dict) -> str:
     """The memory model a session ran under (mlx-free): its ``memory_model`` field, or, for sessions recorded
     before that field existed, inferred from a Linux GPU device (MLX's GPU backend on Linux is CUDA)."""
@@ -103,6 +114,7 @@ def collect_meta(extra: dict | None = None) -> dict:
         "device": device_description(),
         "memory_model": device_memory_model(),
         "device_limits": device_memory_figures(),
+        "host_memory": host_memory_figures(),
         "commit": git_commit(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "pid": os.getpid(),

@@ -14,20 +14,28 @@ import msgspec
 
 from probes import codec
 from probes import format as fmt
+from probes import outfile
 from probes.errors import RecordingError
 from probes.recording import new_session_id
 from probes.replay import Session
 
 
-def migrate(src: str | os.PathLike, dst: str | os.PathLike) -> tuple[int, int]:
-    """Write ``src`` (format v1) as ``dst`` (format v2); returns (bytes before, bytes after). RecordingError when
-    ``src`` is not a readable v1 recording or the copy does not reproduce it (then ``dst`` is removed)."""
+def migrate(src: str | os.PathLike, dst: str | os.PathLike, force: bool = False) -> tuple[int, int]:
+    """Write ``src`` (format v1) as ``dst`` (format v2); returns (bytes before, bytes after). The copy is written
+    to a temporary file beside ``dst``, checked against the original, synced and only then given ``dst``'s name
+    (``probes.outfile.write_atomically``): ``dst`` is never ``src`` (symlinks and hard links included), an
+    existing ``dst`` is replaced only with ``force``, and a failure leaves ``dst`` as it was. ``RecordingError``
+    when ``src`` is not a readable v1 recording or the copy does not reproduce it; ``OutputError`` when ``dst`` is
+    refused or cannot be written."""
+    outfile.check_target(dst, force, inputs=[src])  # before any work
     image = fmt.FileImage(src)
     if image.version != 1:
         raise RecordingError(src, f"is format v{image.version}: only v1 recordings are migrated")
     if image.damage is not None:
         raise RecordingError(src, f"{image.damage}; only intact recordings are migrated")
     original = Session(image)
+    if original.damage is not None:  # an impossible value found while decoding (probes.bounds)
+        raise RecordingError(src, f"{original.damage}; only intact recordings are migrated")
     meta = dict(original.meta, session_id=new_session_id(), migrated_from_format=1)
     if original.geometry is not None:  # v2 keeps the pool geometry in META (a v1 file named it in its snapshots)
         meta["geometry"] = msgspec.to_builtins(original.geometry)
@@ -35,24 +43,24 @@ def migrate(src: str | os.PathLike, dst: str | os.PathLike) -> tuple[int, int]:
     for ref in image.refs[1:]:
         payload = codec.decode(image, ref)
         records.append((ref.kind, ref.t, codec.encode(payload.events if ref.kind == fmt.EVENTS else payload)))
-    writer = fmt.RecordWriter(dst, meta["session_id"])
-    writer.append(records)
-    writer.close()
-    try:
-        _check_same(original, Session.open(dst))
-    except RecordingError:
-        os.remove(dst)
-        raise
-    return len(image.data), os.path.getsize(dst)
+    blob = fmt.encode_file(records, meta["session_id"])
+
+    def write_and_check(temp: str) -> None:
+        with open(temp, "wb") as out:
+            out.write(blob)
+        _check_same(original, Session.open(temp), os.fspath(dst))
+
+    outfile.write_atomically(dst, write_and_check, force=force, inputs=[src])
+    return len(image.data), len(blob)
 
 
-def _check_same(a: Session, b: Session) -> None:
+def _check_same(a: Session, b: Session, name: str) -> None:
     checks = {"samples": _columns(a) == _columns(b), "events": a.events == b.events, "snapshot summaries": a.snapshots == b.snapshots,
               "op log": a.all_ops() == b.all_ops(), "end": a.summary == b.summary,
               "pool": all(a.snapshot_at(s.t) == b.snapshot_at(s.t) for s in a.snapshots)}
     broken = [name for name, ok in checks.items() if not ok]
     if broken:
-        raise RecordingError(b.path, f"the migrated copy differs from the original in: {', '.join(broken)}")
+        raise RecordingError(name, f"the migrated copy differs from the original in: {', '.join(broken)}")
 
 
 def _columns(session: Session) -> dict:

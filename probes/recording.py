@@ -26,16 +26,19 @@ class SessionRecorder:
     """Writes one session file. Not thread-safe: one thread (the probes' flusher) calls ``write``/``close``.
 
     ``meta`` is the session's metadata (``session_id`` is added when it has none); ``t_start`` the worker's
-    ``time.monotonic()`` at the start."""
+    ``time.monotonic()`` at the start. The file is created by ``probes.format.RecordWriter``: exclusively (an
+    existing one is replaced only with ``force``), or adopted from the process that claimed it (``claim_token``).
+    """
 
-    def __init__(self, path: str | os.PathLike, meta: dict, t_start: float) -> None:
+    def __init__(self, path: str | os.PathLike, meta: dict, t_start: float, *, claim_token=None,
+                 force: bool = False) -> None:
         self.path = os.fspath(path)
         self.t_start = float(t_start)
         self.num_ops = 0
         self.num_keyframes = 0
         self.meta = dict(meta, t_start=self.t_start, format_version=fmt.FORMAT_VERSION)
         self.session_id = str(self.meta.setdefault("session_id", new_session_id()))
-        self._writer = fmt.RecordWriter(self.path, self.session_id)
+        self._writer = fmt.RecordWriter(self.path, self.session_id, claim_token=claim_token, force=force)
         self._writer.append([(fmt.META, 0.0, codec.encode(self.meta))])
         self.closed = False
 

@@ -18,11 +18,12 @@ from __future__ import annotations
 import bisect
 import os
 import warnings
+import weakref
 
 from pool import BlockBook, PoolError
-from probes import codec
+from probes import bounds, codec
 from probes import format as fmt
-from probes.errors import RecordingDamage, RecordingError
+from probes.errors import ImpossibleRecord, RecordingDamage, RecordingError
 from probes.events import Done
 from probes.store import Keyframe, OpEntry, SessionModel
 
@@ -54,65 +55,91 @@ class Session(SessionModel):
             raise RecordingError(image.path, str(image.damage))
         session = cls(image, label)
         if session.damage is not None:
+            if strict:  # damage found while decoding: an impossible figure
+                raise RecordingError(image.path, str(session.damage))
             warnings.warn(f"{session.path}: {session.damage}", RecordingDamage, stacklevel=2)
         return session
 
     def _decode(self, ref: fmt.RecordRef):
-        return codec.decode(self._image, ref)
+        return codec.decode(self._image, ref, self._bounds)
 
     def _load(self) -> None:
         image = self._image
         if not image.refs or image.refs[0].kind != fmt.META:
             why = f": {image.damage}" if image.damage else " (file truncated right after its header)"
             raise RecordingError(self.path, f"no metadata record{why}")
-        if image.damage is not None and not any(ref.kind not in (fmt.META, fmt.END) for ref in image.refs):
-            raise RecordingError(self.path, f"nothing readable after the metadata record: {image.damage}")
+        self._bounds = bounds.DEFAULT_BOUNDS
         meta = self._decode(image.refs[0])
         if image.version >= 2 and fmt.session_tag(str(meta.get("session_id"))) != image.session_tag:
             raise RecordingError(self.path, "metadata names another session than its records")
         self.set_meta(meta)
+        self._bounds = bounds.FigureBounds.of(self.meta)
+        decoded = self._decode_prefix()
+        if image.damage is not None and not any(ref.kind not in (fmt.META, fmt.END) for ref in image.refs):
+            raise RecordingError(self.path, f"nothing readable after the metadata record: {image.damage}")
         ends = image.by_kind[fmt.END]
         if ends:
-            end = self._decode(ends[-1])
+            end = decoded[ends[-1].offset]
             self.summary = Done(t=end.t, summary=end.summary)
         for ref in image.by_kind[fmt.SAMPLES]:
-            self.samples.extend(self._decode(ref).columns)
+            self.samples.extend(decoded[ref.offset].columns)
         window = self.samples.window()
         if any(b < a for a, b in zip(window.t, window.t[1:])):
             raise RecordingError(self.path, "samples out of time order")
-        self._load_events()
-        self.snapshots = [record for ref in image.by_kind[fmt.SNAPSHOTS] for record in self._decode(ref)]
+        self._load_events(decoded)
+        self.snapshots = [record for ref in image.by_kind[fmt.SNAPSHOTS] for record in decoded[ref.offset]]
         if any(b.t < a.t or b.op_index < a.op_index for a, b in zip(self.snapshots, self.snapshots[1:])):
             raise RecordingError(self.path, "snapshot summaries out of time or op order")
         self.keyframes = [Keyframe(ref.t, self._keyframe_loader(ref)) for ref in image.by_kind[fmt.KEYFRAME]]
 
-    def _load_events(self) -> None:
+    def _decode_prefix(self) -> dict[int, object]:
+        """Decode the records read at open (all but the metadata, ops and keyframes), in file order; returns their
+        payloads by payload offset. A record holding an impossible figure ends the valid prefix there, like a bad
+        checksum (``FileImage.cut``; ``damage`` says where and what), so no figure is computed from it."""
+        image, out = self._image, {}
+        for index, ref in enumerate(image.refs):
+            if ref.kind in (fmt.META, fmt.OPS, fmt.KEYFRAME):
+                continue
+            try:
+                out[ref.offset] = self._decode(ref)
+            except ImpossibleRecord as exc:
+                image.cut(index, exc.offset, exc.problem)
+                self.damage, self.records_read, self.incomplete_tail_bytes = image.damage, len(image.refs), 0
+                break
+        return out
+
+    def _load_events(self, decoded: dict[int, object]) -> None:
         events = []
         for ref in self._image.by_kind[fmt.EVENTS]:
-            decoded = self._decode(ref)
-            events += decoded.events
-            for kind, count in decoded.skipped.items():
+            decoded_events = decoded[ref.offset]
+            events += decoded_events.events
+            for kind, count in decoded_events.skipped.items():
                 self.skipped_events[kind] = self.skipped_events.get(kind, 0) + count
         for event in sorted(events, key=lambda e: e.t):  # stable: batches are in emission order already
             self.add_event(event)
 
     def _keyframe_loader(self, ref: fmt.RecordRef):
+        owner, path = weakref.ref(self), self.path  # not the session: no reference cycle (it owns its keyframes)
+
         def load():
-            record = self._decode(ref)
-            summary = self.summary_at(record.t)
+            session = owner()
+            if session is None:
+                raise RecordingError(path, "the session this keyframe belongs to is gone")
+            record = session._decode(ref)
+            summary = session.summary_at(record.t)
             if record.t != ref.t or (summary is not None and summary.t == record.t
                                      and summary.op_index != record.op_index):
-                raise RecordingError(self.path, f"malformed keyframe record at byte {ref.offset}: its time or "
-                                                "op_index disagrees with the record header or its snapshot summary")
+                raise RecordingError(path, f"malformed keyframe record at byte {ref.offset}: its time or "
+                                           "op_index disagrees with the record header or its snapshot summary")
             if record.book_state is not None:
                 try:
                     BlockBook.from_state(record.book_state, check=True)
                 except PoolError as exc:
-                    raise RecordingError(self.path, f"malformed keyframe record at byte {ref.offset}: {exc}") \
+                    raise RecordingError(path, f"malformed keyframe record at byte {ref.offset}: {exc}") \
                         from None
                 if record.book_state.config.num_layers != record.snapshot.num_layers:
-                    raise RecordingError(self.path, f"malformed keyframe record at byte {ref.offset}: the book "
-                                                    "and the snapshot disagree on the number of layers")
+                    raise RecordingError(path, f"malformed keyframe record at byte {ref.offset}: the book "
+                                               "and the snapshot disagree on the number of layers")
             return record
 
         return load

@@ -4,6 +4,11 @@ Plots: memory timeline (max(active+cache) and RSS per backend, phases shaded, "m
 accounting stack per session (weights / pool live / pool reserved-free / other MLX active / MLX cache, with the
 RSS remainder drawn as its own line: never hidden), slab count over time (max over layers) and the gather-run
 histogram (all layers, whole run). Tables: the compare table and each session's metadata and probe cost.
+
+Built from ``probes.digest`` digests, so a folder is read one file at a time (``slabscope report``). Past
+``MANY_SESSIONS`` sessions the plots stay readable: no legend or peak labels (the tables name every session), the
+timeline draws footprints only, the gather-run histogram sums the sessions, the metadata table turns to one row per
+session, and only the first ``ACCOUNTING_PLOTS`` sessions get an accounting plot (the report says so).
 """
 
 from __future__ import annotations
@@ -11,10 +16,13 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from probes.compare import compare_sessions, format_table
+from probes.compare import format_table, rows_from_figures
+from probes.digest import SessionDigest, digest
 from probes.sampler import FOOTPRINT_PARTS, accounting_parts
 
 MIB = 2**20
+MANY_SESSIONS = 16    # more sessions than this: plots without per-session legends and labels
+ACCOUNTING_PLOTS = 16  # accounting plots for at most this many sessions (the first ones)
 
 
 def _plt():
@@ -26,39 +34,40 @@ def _plt():
     return plt
 
 
-def _label(view) -> str:
-    return str(view.meta.get("label") or view.meta.get("backend") or os.path.basename(view.path))
-
-
-def _save(plt, fig, ax, path: str, legend_loc: str = "best") -> None:
-    """Legend, tight layout, write the PNG and free the figure (every plot ends this way)."""
-    ax.legend(fontsize=7, loc=legend_loc)
+def _save(plt, fig, ax, path: str, legend_loc: str = "best", legend: bool = True) -> None:
+    """Legend (unless too many), tight layout, write the PNG and free the figure (every plot ends this way)."""
+    if legend:
+        ax.legend(fontsize=7, loc=legend_loc)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def plot_timeline(views, path: str) -> None:
+def plot_timeline(digests: list[SessionDigest], path: str) -> None:
     plt = _plt()
+    few = len(digests) <= MANY_SESSIONS
     fig, ax = plt.subplots(figsize=(10, 4.5))
-    for index, view in enumerate(views):
-        samples = view.samples.window()
-        line, = ax.plot(samples.t, [v / MIB for v in samples.footprint], label=f"{_label(view)} max(act+cache)")
-        ax.plot(samples.t, [v / MIB for v in samples.rss], color=line.get_color(), alpha=0.4,
-                linestyle="--", label=f"{_label(view)} RSS")
-        peak = view.peak("footprint")
-        if peak.t is not None:
-            ax.plot([peak.t], [peak.value / MIB], marker="v", color=line.get_color())
-            ax.annotate(f"{peak.value / MIB:.0f} MiB ({peak.label})", (peak.t, peak.value / MIB), fontsize=7,
+    for index, d in enumerate(digests):
+        s = d.series
+        line, = ax.plot(s.t, [v / MIB for v in s.footprint], label=f"{d.label} max(act+cache)",
+                        linewidth=1.5 if few else 0.5, alpha=1.0 if few else 0.5)
+        if not few:
+            continue
+        ax.plot(s.t, [v / MIB for v in s.rss], color=line.get_color(), alpha=0.4, linestyle="--",
+                label=f"{d.label} RSS")
+        if s.peak is not None:
+            t, value, label = s.peak
+            ax.plot([t], [value / MIB], marker="v", color=line.get_color())
+            ax.annotate(f"{value / MIB:.0f} MiB ({label})", (t, value / MIB), fontsize=7,
                         textcoords="offset points", xytext=(4, 4 + 11 * index))
-    for i, span in enumerate(views[0].phases() if views else []):
-        end = span.end if span.end is not None else views[0].duration
-        ax.axvspan(span.start, end, color="grey", alpha=0.08 if i % 2 else 0.16)
-        ax.text(span.start, ax.get_ylim()[1] * 0.98, span.name, fontsize=7, va="top")
+    for i, (name, start, end) in enumerate(digests[0].phase_spans if digests else []):
+        ax.axvspan(start, end, color="grey", alpha=0.08 if i % 2 else 0.16)
+        ax.text(start, ax.get_ylim()[1] * 0.98, name, fontsize=7, va="top")
     ax.set_xlabel("seconds since start")
     ax.set_ylabel("MiB")
-    ax.set_title("Memory timeline (phases of the first session shaded)")
-    _save(plt, fig, ax, path, legend_loc="lower right")
+    ax.set_title("Memory timeline (phases of the first session shaded)" if few else
+                 f"Memory timeline: max(act+cache) of {len(digests):,} sessions (phases of the first shaded)")
+    _save(plt, fig, ax, path, legend_loc="lower right", legend=few)
 
 
 def plot_accounting(view, path: str) -> None:
@@ -76,46 +85,45 @@ def plot_accounting(view, path: str) -> None:
     _save(plt, fig, ax, path, legend_loc="upper left")
 
 
-def plot_slabs(views, path: str) -> bool:
-    pooled = [v for v in views if v.snapshots]
+def _label(view) -> str:
+    return str(view.meta.get("label") or view.meta.get("backend") or os.path.basename(view.path))
+
+
+def plot_slabs(digests: list[SessionDigest], path: str) -> bool:
+    pooled = [d for d in digests if d.slabs is not None]
     if not pooled:
         return False
     plt = _plt()
+    few = len(pooled) <= MANY_SESSIONS
     fig, ax = plt.subplots(figsize=(10, 3.5))
-    for view in pooled:
-        ts = [s.t for s in view.snapshots]
-        slabs = [max((layer.num_chunks for layer in s.snapshot.layers), default=0) for s in view.snapshots]
-        ax.step(ts, slabs, where="post", label=f"{_label(view)} ({view.snapshots[-1].snapshot.design})")
+    for d in pooled:
+        ts, slabs, design = d.slabs
+        ax.step(ts, slabs, where="post", label=f"{d.label} ({design})", linewidth=1.5 if few else 0.5)
     ax.set_xlabel("seconds since start")
     ax.set_ylabel("slabs / grow chunks per layer")
-    ax.set_title("Slab count over time (max over layers)")
-    _save(plt, fig, ax, path)
+    ax.set_title("Slab count over time (max over layers)" + ("" if few else f": {len(pooled):,} sessions"))
+    _save(plt, fig, ax, path, legend=few)
     return True
 
 
-def gather_hist(view) -> Counter:
-    """Whole-run gather-run histogram summed over layers (from the last snapshot)."""
-    hist: Counter = Counter()
-    if view.snapshots:
-        for layer in view.snapshots[-1].snapshot.layers:
-            hist.update(layer.gather_runs_hist)
-    return hist
-
-
-def plot_gather_hist(views, path: str) -> bool:
-    hists = [(v, gather_hist(v)) for v in views]
-    hists = [(v, h) for v, h in hists if h]
+def plot_gather_hist(digests: list[SessionDigest], path: str) -> bool:
+    hists = [(d.label, d.gather_hist) for d in digests if d.gather_hist]
     if not hists:
         return False
+    if len(hists) > MANY_SESSIONS:
+        total: Counter = Counter()
+        for _, hist in hists:
+            total.update(hist)
+        hists = [(f"all {len(hists):,} sessions", total)]
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 3.5))
     width = 0.8 / len(hists)
     ticks: set[int] = set()
-    for i, (view, hist) in enumerate(hists):
+    for i, (label, hist) in enumerate(hists):
         xs = sorted(hist)
         ticks.update(xs)
         offset = (i - (len(hists) - 1) / 2) * width  # bars of one run count grouped around the integer tick
-        ax.bar([x + offset for x in xs], [hist[x] for x in xs], width=width, label=_label(view))
+        ax.bar([x + offset for x in xs], [hist[x] for x in xs], width=width, label=label)
     ax.set_xticks(sorted(ticks))
     ax.set_xlabel("same-slab runs per gather")
     ax.set_ylabel("gathers (all layers)")
@@ -135,42 +143,72 @@ def _meta_cell(value) -> str:
     return str(value).replace("|", "/")
 
 
-def _completeness(view) -> str:
-    if view.damage is not None:
-        return f"NO (damaged file: {str(view.damage).replace('|', '/')}; the valid part before it is shown)"
-    return "yes" if view.complete else "NO (writer died)"
+def _completeness(d: SessionDigest) -> str:
+    if d.damage is not None:
+        return f"NO (damaged file: {d.damage.replace('|', '/')}; the valid part before it is shown)"
+    return "yes" if d.complete else "NO (writer died)"
 
 
-def _meta_table(views) -> list[str]:
-    keys = ("backend", "scenario", "model", "device", "mlx_version", "mlx_lm_version", "slabscope_version", "commit",
-            "pool")
-    lines = ["| | " + " | ".join(_label(v) for v in views) + " |", "|---" * (len(views) + 1) + "|"]
-    for key in keys:
-        lines.append(f"| {key} | " + " | ".join(_meta_cell(v.meta.get(key)) for v in views) + " |")
-    lines.append("| duration | " + " | ".join(f"{v.duration:.1f} s" for v in views) + " |")
-    lines.append("| complete | " + " | ".join(_completeness(v) for v in views) + " |")
-    cost = [f"{100 * v.overhead.cost_fraction:.2f}% wall" if v.overhead else "-" for v in views]
-    lines.append("| probe cost | " + " | ".join(cost) + " |")
-    return lines
+META_ROWS = ("backend", "scenario", "model", "device", "mlx_version", "mlx_lm_version", "slabscope_version", "commit",
+             "pool")
+
+
+def _meta_cells(d: SessionDigest) -> list[str]:
+    cost = f"{100 * d.probe_cost:.2f}% wall" if d.probe_cost is not None else "-"
+    return [_meta_cell(d.meta.get(key)) for key in META_ROWS] + [f"{d.duration:.1f} s", _completeness(d), cost]
+
+
+def _meta_table(digests: list[SessionDigest]) -> list[str]:
+    """Keys as rows and sessions as columns; one row per session past MANY_SESSIONS."""
+    names = [*META_ROWS, "duration", "complete", "probe cost"]
+    cells = [_meta_cells(d) for d in digests]
+    if len(digests) > MANY_SESSIONS:
+        lines = ["| session | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+        return lines + [f"| `{d.path}` | " + " | ".join(row) + " |" for d, row in zip(digests, cells)]
+    lines = ["| | " + " | ".join(d.label for d in digests) + " |", "|---" * (len(digests) + 1) + "|"]
+    return lines + [f"| {name} | " + " | ".join(row[k] for row in cells) + " |" for k, name in enumerate(names)]
+
+
+def report_digest(view) -> SessionDigest:
+    """What the report keeps of one session (its compare figures and plot series)."""
+    return digest(view, series=True)
 
 
 def write_report(views, out_dir: str, baseline: int = 0) -> str:
-    """Write ``report.md`` and PNGs into ``out_dir``; returns the Markdown path."""
+    """Write ``report.md`` and PNGs into ``out_dir`` for sessions held in memory; returns the Markdown path."""
+    views = list(views)
     os.makedirs(out_dir, exist_ok=True)
-    md = ["# slabscope report", "", "Sessions: " + ", ".join(f"`{v.path}`" for v in views), "",
-          "## Compare (per phase)", "", "```", format_table(compare_sessions(views, baseline=baseline)), "```", "",
+    accounting = [_accounting_png(view, i, out_dir) for i, view in enumerate(views[:ACCOUNTING_PLOTS])]
+    return write_report_from([report_digest(v) for v in views], out_dir, baseline, accounting)
+
+
+def _accounting_png(view, index: int, out_dir: str) -> str:
+    name = f"accounting-{index}.png"
+    plot_accounting(view, os.path.join(out_dir, name))
+    return name
+
+
+def write_report_from(digests: list[SessionDigest], out_dir: str, baseline: int, accounting: list[str]) -> str:
+    """``report.md`` and the plots from digests; ``accounting``: the accounting PNGs written for the first
+    sessions (``plot_accounting`` needs the whole session, so the caller draws them while it has it)."""
+    labels = [str(d.meta.get("label") or d.meta.get("backend") or f"session{i}") for i, d in enumerate(digests)]
+    rows = rows_from_figures([d.phases for d in digests], labels,
+                             [str(d.meta.get("backend", "?")) for d in digests], baseline)
+    md = ["# slabscope report", "", "Sessions: " + ", ".join(f"`{d.path}`" for d in digests), "",
+          "## Compare (per phase)", "", "```", format_table(rows), "```", "",
           "Footprint = max(active + cache) sampled in-process (MLX's own peak counter misses the buffer cache); "
-          "per-phase figures are \"max in window\" of the phase.", "", "## Sessions", "", *_meta_table(views), ""]
-    plot_timeline(views, os.path.join(out_dir, "timeline.png"))
+          "per-phase figures are \"max in window\" of the phase.", "", "## Sessions", "", *_meta_table(digests), ""]
+    plot_timeline(digests, os.path.join(out_dir, "timeline.png"))
     md += ["## Memory timeline", "", "![memory timeline](timeline.png)", ""]
     md += ["## Accounting", ""]
-    for i, view in enumerate(views):
-        name = f"accounting-{i}.png"
-        plot_accounting(view, os.path.join(out_dir, name))
-        md += [f"![accounting {_label(view)}]({name})", ""]
-    if plot_slabs(views, os.path.join(out_dir, "slabs.png")):
+    if len(accounting) < len(digests):
+        md += [f"Accounting plots for the first {len(accounting)} of {len(digests):,} sessions (every session is in "
+               "the tables above).", ""]
+    for d, name in zip(digests, accounting):
+        md += [f"![accounting {d.label}]({name})", ""]
+    if plot_slabs(digests, os.path.join(out_dir, "slabs.png")):
         md += ["## Slab count", "", "![slab count](slabs.png)", ""]
-    if plot_gather_hist(views, os.path.join(out_dir, "gather_runs.png")):
+    if plot_gather_hist(digests, os.path.join(out_dir, "gather_runs.png")):
         md += ["## Gather runs", "", "![gather runs](gather_runs.png)", ""]
     path = os.path.join(out_dir, "report.md")
     with open(path, "w") as fh:

@@ -121,12 +121,13 @@ def footprint_model(view, timeline: PoolTimeline) -> FootprintModel:
 @dataclass
 class FitRow:
     memory: int
-    fits: bool                     # the recorded workload's modelled peak under the what-if geometry
+    fits: bool                     # the recorded workload's modelled peak under the what-if geometry, allocatable
     headroom: int
     largest_batch: int             # sequences of max_context tokens
     largest_context: int           # tokens per sequence at max_batch sequences
     batch_limit: str               # why one more sequence does not fit
     context_limit: str
+    why_not: str = ""              # why it does not fit ("" when it does): memory, or a buffer past the largest
 
 
 def pool_problem(batch: int, context: int, timeline: PoolTimeline, room: int, max_buffer: int | None) -> str | None:
@@ -159,14 +160,27 @@ def _largest(fits) -> tuple[int, str]:
 
 def fit_table(model: FootprintModel, timeline: PoolTimeline, memories: list[int],
               max_buffer: int | None) -> list[FitRow]:
+    """One row per memory size. The workload fits when its modelled peak fits the memory *and* the pool at the
+    what-if peak can be allocated (no slab or tensor past ``max_buffer``): a "yes" beside a pool that cannot be
+    allocated would contradict the limit flags printed under it."""
+    unallocatable = peak_buffer_problem(timeline, max_buffer)
     rows = []
     for memory in memories:
         room = memory - model.nonpool_peak
         need = model.need_peak
         batch, why_batch = _largest(lambda b: pool_problem(b, timeline.max_context, timeline, room, max_buffer))
         context, why_context = _largest(lambda c: pool_problem(timeline.max_batch, c, timeline, room, max_buffer))
-        rows.append(FitRow(memory, need <= memory, memory - need, batch, context, why_batch, why_context))
+        why_not = (f"the modelled peak {format_bytes(need)} exceeds {format_bytes(memory)}" if need > memory
+                   else unallocatable or "")
+        rows.append(FitRow(memory, not why_not, memory - need, batch, context, why_batch, why_context, why_not))
     return rows
+
+
+def peak_buffer_problem(timeline: PoolTimeline, max_buffer: int | None) -> str | None:
+    """Why the pool at the what-if peak cannot be allocated on a device whose largest buffer is ``max_buffer``
+    (None: it can, or the largest buffer is unknown)."""
+    flags = buffer_flags(timeline, timeline.whatif_peak_capacity, max_buffer, "at the what-if peak")
+    return next((flag for flag in flags if flag.endswith("cannot be allocated")), None)
 
 
 def buffer_flags(timeline: PoolTimeline, capacity_rows: int, max_buffer: int | None, what: str) -> list[str]:

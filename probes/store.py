@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Callable, Iterator, NamedTuple
 
@@ -472,7 +473,8 @@ class SessionModel:
         if self._rebuilder is None:
             from probes.rebuild import SnapshotRebuilder
 
-            self._rebuilder = SnapshotRebuilder(self)
+            # a proxy, not the model: no reference cycle, so a session is freed as soon as its last user lets go
+            self._rebuilder = SnapshotRebuilder(weakref.proxy(self))
         return self._rebuilder.snapshot_at(t)
 
     def history(self, until: float | None, limit: int = 0) -> list[SnapshotRecord]:

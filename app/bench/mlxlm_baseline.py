@@ -65,19 +65,21 @@ def run_batchgenerator(loaded, requests, sample_hz: float = 100.0, seed: int = 0
     gen = BatchGenerator(loaded.model, max_tokens=max(max_tokens), stop_tokens=None,
                          prefill_batch_size=len(prompts), completion_batch_size=len(prompts))
     generated, step_s = 0, []
-    with FootprintSampler(mx, 1.0 / sample_hz) as sampler:
-        start = time.perf_counter()
-        gen.insert(prompts, max_tokens)
-        with gen.stats() as stats:
-            last = time.perf_counter()
-            while responses := gen.next_generated():
-                now = time.perf_counter()
-                step_s.append(now - last)
-                last = now
-                generated += len(responses)
-                sampler.sample()
-        wall = time.perf_counter() - start
-    gen.close()
+    try:  # closed on a failure too (an out-of-memory mid-run): its caches go with it
+        with FootprintSampler(mx, 1.0 / sample_hz) as sampler:
+            start = time.perf_counter()
+            gen.insert(prompts, max_tokens)
+            with gen.stats() as stats:
+                last = time.perf_counter()
+                while responses := gen.next_generated():
+                    now = time.perf_counter()
+                    step_s.append(now - last)
+                    last = now
+                    generated += len(responses)
+                    sampler.sample()
+            wall = time.perf_counter() - start
+    finally:
+        gen.close()
     prompt_tokens = sum(len(p) for p in prompts)
     return {"wall_s": wall, "prompt_tokens": prompt_tokens, "generated_tokens": generated,
             "tok_s": (prompt_tokens + generated) / wall,

@@ -8,6 +8,11 @@ own (model loaded there, nothing cached in memory). Figures per run: wall tok/s 
 run's wall time), prefill tok/s, median decode step (ms) and first decode step (ms); per engine the median and
 range (min-max) over runs. The verdict compares engines pairwise on wall tok/s and median decode step and names
 a winner only when their ranges do not overlap (timing on shared machines varies by up to 30% between runs).
+
+Between engines (``app/bench/engine_memory.py``): after every run in the warm process, what it left is released
+(a collection, then MLX's buffer cache) and the progress line says how much and what the process holds after; an
+engine that runs out of memory (warm or fresh) gets "out of memory" as that run's result, in its row and in
+``--json``, and the other engines go on.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from app.bench.engine_memory import is_out_of_memory, out_of_memory_result, release
 from app.bench.progress import RunClock, as_clock
 from app.bench.stats import spread_by_field
 from app.bench.workload import BenchWorkload, check_engines
@@ -121,18 +127,31 @@ def warm_runs(config: BenchConfig, progress=None) -> tuple[dict, dict]:
     loaded, requests = load(config)
     warmup = {}
     for engine in config.engines:
-        clock.start(f"warm-up {engine}")
-        warmup[engine] = run_engine(engine, config, loaded, requests)
-        clock.done(f"warm-up {engine}", _line(warmup[engine]))
+        warmup[engine] = guarded_run(engine, config, loaded, requests, clock, "warm-up")
     rounds: dict = {engine: [] for engine in config.engines}
     engines = list(config.engines)
     for index in range(config.rounds):
         shift = index % len(engines)
         for engine in engines[shift:] + engines[:shift]:
-            clock.start(f"round {index + 1} {engine}")
-            rounds[engine].append(run_engine(engine, config, loaded, requests))
-            clock.done(f"round {index + 1} {engine}", _line(rounds[engine][-1]))
+            rounds[engine].append(guarded_run(engine, config, loaded, requests, clock, f"round {index + 1}"))
     return warmup, rounds
+
+
+def guarded_run(engine: str, config: BenchConfig, loaded, requests, clock: RunClock, where: str) -> dict:
+    """One warm run of ``engine``: its figures, or its out-of-memory result (any other error propagates); then
+    what the run left is released before the next engine runs, and both are said on one progress line (``clock``:
+    '[k/N] where engine…' before, its figures and the estimated time left after)."""
+    clock.start(f"{where} {engine}")
+    try:
+        figures = run_engine(engine, config, loaded, requests)
+    except Exception as exc:  # noqa: BLE001 - only an out-of-memory is a result; the rest re-raises
+        if not is_out_of_memory(exc):
+            raise
+        figures = out_of_memory_result(exc)
+    freed = release()
+    figures["released"] = freed.to_json()
+    clock.done(f"{where} {engine}", f"{_line(figures)}; {freed.line()}")
+    return figures
 
 
 def _fresh_child(engine: str, config: BenchConfig, queue) -> None:
@@ -166,16 +185,32 @@ def fresh_runs(config: BenchConfig, progress=None, timeout_s: float = 900.0) -> 
             child.join(10)
             if child.is_alive():
                 child.kill()
-            if "error" in result:
-                raise RuntimeError(f"fresh {engine} run failed: {result['error']}")
-            out[engine].append(result["ok"])
-            clock.done(f"fresh {index + 1} {engine}", _line(result["ok"]))
+            out[engine].append(fresh_result(engine, result))
+            clock.done(f"fresh {index + 1} {engine}", _line(out[engine][-1]))
     return out
 
 
+class EngineFailed(RuntimeError):
+    """An engine's run failed for another reason than memory (one line: the bench stops)."""
+
+
+def fresh_result(engine: str, result: dict) -> dict:
+    """A fresh child's answer as that run's figures: its figures, its out-of-memory result, or EngineFailed."""
+    if "error" not in result:
+        return result["ok"]
+    if is_out_of_memory(result["error"]):
+        return out_of_memory_result(result["error"])
+    raise EngineFailed(f"fresh {engine} run failed: {result['error']}")
+
+
 def summarize(runs: list[dict], metrics=METRICS) -> dict:
-    """{metric: {"median", "min", "max", "n"}} over runs (metrics a run lacks are skipped)."""
-    return spread_by_field(runs, metrics)
+    """{metric: {"median", "min", "max", "n"}} over runs (metrics a run lacks are skipped), and
+    ``out_of_memory`` {"runs", "of", "detail"} when some runs ran out of memory."""
+    stats = spread_by_field([run for run in runs if "error" not in run], metrics)
+    failed = [run for run in runs if run.get("error") == "out of memory"]
+    if failed:
+        stats["out_of_memory"] = {"runs": len(failed), "of": len(runs), "detail": failed[0].get("detail", "")}
+    return stats
 
 
 def verdicts(stats: dict) -> list[dict]:
@@ -240,7 +275,14 @@ def _fmt(value, metric: str) -> str:
 
 
 def _line(figures: dict) -> str:
+    if figures.get("error"):
+        return f"{figures['error']} ({figures.get('detail', '')})"
     return ", ".join(f"{METRICS[m][0]} {_fmt(figures.get(m), m)}" for m in METRICS)
+
+
+def _oom_cell(per_metric: dict) -> str:
+    oom = per_metric.get("out_of_memory")
+    return "" if oom is None else f"  out of memory in {oom['runs']} of {oom['of']} runs ({oom['detail']})"
 
 
 def format_report(result: dict) -> str:
@@ -262,7 +304,7 @@ def format_report(result: dict) -> str:
                 s = per_metric.get(metric)
                 cells.append(f"{'-':>28}" if s is None else
                              f"{_fmt(s['median'], metric) + ' [' + _fmt(s['min'], metric) + '-' + _fmt(s['max'], metric) + ']':>28}")
-            lines.append(f"{engine:<10} " + " ".join(cells))
+            lines.append(f"{engine:<10} " + " ".join(cells) + _oom_cell(per_metric))
     for kind in ("warm", "fresh"):
         if result["verdicts"].get(kind):
             lines += ["", f"verdicts ({kind}):"] + [f"  {v['text']}" for v in result["verdicts"][kind]]

@@ -89,6 +89,15 @@ def byte_size(text: str) -> int:
     return int(value * _SIZE_UNITS[unit])
 
 
+def positive_byte_size(text: str) -> int:
+    """A size as ``byte_size`` that is at least one byte: a device's largest buffer (0 B would allocate nothing,
+    so it is a typo or "unlimited" misread, never a question worth answering)."""
+    value = byte_size(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return value
+
+
 def trim_fraction(text: str) -> float | None:
     """A fraction >= 0, or ``off`` (None)."""
     if text.strip().lower() in ("off", "none", "no"):

@@ -22,6 +22,7 @@ BENCH_KINDS = {
     "blas": "MLX's CPU fp32 matmul, bundled reference BLAS vs OpenBLAS: fresh processes, speed-up median and range",
     "follow": "following a growing recording (GrowingSession.refresh) against re-opening the whole file",
     "bookkeeping": "host time of the slab pool's per-step decode bookkeeping, without a model",
+    "folder": "compare and report over a folder of many recordings: fresh processes, wall time and peak RSS",
 }
 
 

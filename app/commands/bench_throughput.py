@@ -39,6 +39,12 @@ def main(args) -> int:
     except ValueError as exc:  # ScenarioError too
         print(f"slabscope bench throughput: {exc}", file=sys.stderr)
         return 2
-    result = run_bench(config, progress=lambda text: print(text, file=sys.stderr, flush=True))
+    from app.bench.throughput import EngineFailed
+    from app.commands.errors import RunError
+
+    try:
+        result = run_bench(config, progress=lambda text: print(text, file=sys.stderr, flush=True))
+    except EngineFailed as exc:  # an out-of-memory is an engine's result; anything else stops the bench, one line
+        raise RunError(str(exc)) from None
     print(to_json(result) if args.json else format_report(result))
     return 0

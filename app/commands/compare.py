@@ -6,7 +6,7 @@ import json
 import sys
 
 from app.commands.arg_types import finite_float
-from app.commands.session_files import open_sessions, pick_baseline
+from app.commands.session_files import expand_paths, pick_baseline
 
 
 def add_parser(sub) -> None:
@@ -30,29 +30,39 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
-    from probes.compare import Gates, check_gates, compare_sessions, format_table, rows_to_json
+    """The table (or --json) and the gates over every named session, read one file at a time (``folder.py``)."""
+    from probes.compare import Gates, check_gates, format_table, rows_from_figures, rows_to_json
+    from probes.digest import digest
 
-    sessions, error = open_sessions(args.sessions)
-    if error:
-        print(f"slabscope compare: {error}", file=sys.stderr)
+    from app.commands.folder import read_each
+
+    paths = expand_paths(args.sessions)
+    if not paths:
+        print("slabscope compare: no session files found", file=sys.stderr)
         return 2
-    if args.same_outputs or any(s.meta.get("distributed") for s in sessions):  # rank recordings: runs merged
+    digests = read_each(paths, "compare", lambda session, _index: digest(session))
+    if args.same_outputs or any(d.distributed for d in digests):  # rank recordings: their runs merged
         from app.commands.compare_ranks import main as compare_ranks
 
-        return compare_ranks(args, sessions)
-    baseline = pick_baseline(sessions, args.baseline)
-    rows = compare_sessions(sessions, baseline=baseline)
+        from probes.replay import Session
+
+        # rank runs are a few files, and merging them needs them whole (damage was announced while reading)
+        return compare_ranks(args, [Session.open(path) for path in paths])
+    baseline = pick_baseline(digests, args.baseline)
+    labels = [str(d.meta.get("label") or d.meta.get("backend") or f"session{i}") for i, d in enumerate(digests)]
+    rows = rows_from_figures([d.phases for d in digests], labels,
+                             [str(d.meta.get("backend", "?")) for d in digests], baseline)
     gates = Gates(args.max_ratio, args.max_fragmentation, args.max_mean_runs, args.max_decline_rate)
     failures = check_gates(rows, gates)
     if args.json:
-        print(json.dumps({"baseline": sessions[baseline].path, "rows": rows_to_json(rows), "gate_failures": failures},
+        print(json.dumps({"baseline": digests[baseline].path, "rows": rows_to_json(rows), "gate_failures": failures},
                          indent=2))
     else:
-        print(f"baseline: {sessions[baseline].meta.get('backend', '?')} ({sessions[baseline].path})")
+        print(f"baseline: {digests[baseline].meta.get('backend', '?')} ({digests[baseline].path})")
         print(format_table(rows))
-        for s in sessions:
-            if not s.complete and s.damage is None:  # a damaged file was announced on stderr
-                print(f"note: {s.path} is incomplete (writer stopped early); figures cover what it holds")
+        for d in digests:
+            if not d.complete and d.damage is None:  # a damaged file was announced on stderr
+                print(f"note: {d.path} is incomplete (writer stopped early); figures cover what it holds")
         for failure in failures:
             print(f"GATE FAILED: {failure}")
     return 1 if failures else 0

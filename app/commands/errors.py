@@ -1,7 +1,8 @@
 """The two ways a sub-command fails on purpose, and the output checks every writing command shares.
 
 ``UsageError`` (exit 2): the command line asks for something impossible (a path that cannot be written, a
-baseline that is not among the sessions). ``RunError`` (exit 1): the work itself failed. ``app.cli.main`` prints
+baseline that is not among the sessions). ``RunError`` (exit 1): the work itself failed. ``Interrupted`` (exit 130):
+Ctrl-C, with how far the command got. ``app.cli.main`` prints
 either as one line ``slabscope COMMAND: message`` on stderr; no traceback.
 """
 
@@ -17,6 +18,10 @@ class UsageError(Exception):
 
 class RunError(Exception):
     """Exit 1, one line."""
+
+
+class Interrupted(Exception):
+    """Exit 130 (Ctrl-C), one line saying how far the command got."""
 
 
 def output_dir(path: str, flag: str) -> Path:

@@ -4,12 +4,13 @@ One process per session (slab, dense and monolithic side by side, each from its 
 pool bytes, slabs, occupancy and fragmentation per layer, gather runs), slices (phases, steps) and instants (pool
 growth and releases, fused/gather decisions with their reasons, errors). ``probes/trace_export.py`` says what each
 track is; docs/export.md how to open the file. Nothing is written unless every session reads (one-line error, exit
-2) and the file is complete (written beside FILE, then renamed).
+2) and the file is complete: written to a temporary file beside FILE, synced, then renamed
+(``probes.outfile.write_atomically``); FILE is never one of the sessions read (symlinks and hard links included),
+and an existing FILE is replaced only with ``--force``. A failed write is one line, exit 1, FILE as it was.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -22,7 +23,9 @@ def add_parser(sub) -> None:
                        "perfetto, open in ui.perfetto.dev) or Chrome's JSON trace format (--format chrome, open in "
                        "chrome://tracing or ui.perfetto.dev). One process per session.")
     p.add_argument("sessions", nargs="+", help="session files (.slabrec) or directories holding them")
-    p.add_argument("--out", required=True, metavar="FILE", help="trace file to write")
+    p.add_argument("--out", required=True, metavar="FILE", help="trace file to write (a new file unless --force)")
+    p.add_argument("--force", action="store_true",
+                   help="replace FILE when it exists (never one of the sessions read)")
     p.add_argument("--format", choices=FORMATS, default=None,
                    help="perfetto (protobuf) or chrome (JSON); default: chrome for a FILE ending in .json, "
                         "else perfetto")
@@ -38,25 +41,22 @@ def trace_format(args) -> str:
 def main(args) -> int:
     from app.commands.session_files import expand_paths, open_sessions
     from app.commands.errors import RunError, output_file
+    from probes.outfile import check_target, write_atomically
     from probes.trace_export import trace_processes
 
     fmt = trace_format(args)
     target = output_file(args.out, "--out")
+    inputs = expand_paths(args.sessions)
+    check_target(target, args.force, inputs)  # before reading anything: an existing FILE, or an input, is one line
     started = time.perf_counter()
     sessions, error = open_sessions(args.sessions, "export")
     if error:
         print(f"slabscope export: {error}", file=sys.stderr)
         return 2
-    processes = trace_processes(zip(sessions, expand_paths(args.sessions)))
-    partial = target.with_name(f".{target.name}.partial")
+    processes = trace_processes(zip(sessions, inputs))
     try:
-        size = _writer(fmt)(processes, partial)
-        os.replace(partial, target)
-    except OSError as exc:
-        partial.unlink(missing_ok=True)
-        raise RunError(f"writing {args.out!r} failed: {exc.strerror or exc}") from None
+        size = write_atomically(target, lambda temp: _writer(fmt)(processes, temp), force=args.force, inputs=inputs)
     except ImportError as exc:
-        partial.unlink(missing_ok=True)
         raise RunError(f"--format perfetto needs the 'perfetto' package ({exc}); --format chrome needs none") from None
     counters = sum(len(p.counters) for p in processes)
     marks = sum(len(marks) for p in processes for marks in p.tracks.values())

@@ -1,30 +1,19 @@
 """``--metrics-port`` / ``--metrics-addr`` / ``--metrics-hold`` for commands that run workloads (``run``,
-``record``): a Prometheus endpoint (``probes.prometheus``) bound before any work starts, so a port in use or not
-permitted is one line (exit 2) and nothing runs."""
+``record``): a Prometheus endpoint (``probes.prometheus``) bound before any work starts, so a port out of range is a
+usage error (exit 2) and a port in use or not permitted one line (exit 1), and nothing runs (``app.commands.ports``)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 from app.commands.arg_types import finite_float
-from app.commands.errors import UsageError
-
-
-def port_number(text: str) -> int:
-    """A TCP port 0..65535 (0: any free port, printed when the endpoint starts)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {value}")
-    return value
+from app.commands.errors import RunError
+from app.commands.ports import check_listenable, tcp_port_or_any
 
 
 def add_metrics_arguments(parser) -> None:
-    parser.add_argument("--metrics-port", type=port_number, default=None, metavar="PORT",
+    parser.add_argument("--metrics-port", type=tcp_port_or_any, default=None, metavar="PORT",
                         help="serve Prometheus metrics (footprint, pool bytes, slabs, fragmentation, gather runs, "
                              "fused/gather decisions by reason, tok/s) on PORT while running (0: a free port)")
     parser.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR",
@@ -34,17 +23,18 @@ def add_metrics_arguments(parser) -> None:
 
 
 def start_metrics(args):
-    """The run's ``RunMetrics`` with its endpoint listening, or None without ``--metrics-port``. UsageError (one
-    line, exit 2) when the address cannot be bound."""
+    """The run's ``RunMetrics`` with its endpoint listening, or None without ``--metrics-port``. UsageError (exit
+    2) for an address that does not resolve, RunError (exit 1) for a port in use or not permitted; one line."""
     if args.metrics_port is None:
         return None
     from probes.prometheus import serve_metrics
 
+    check_listenable(args.metrics_addr, args.metrics_port, "--metrics-port")
     try:
         metrics, server = serve_metrics(args.metrics_port, args.metrics_addr)
-    except OSError as exc:
-        raise UsageError(f"--metrics-port {args.metrics_port} on {args.metrics_addr}: cannot serve metrics: "
-                         f"{exc.strerror or exc}") from None
+    except OSError as exc:  # taken between the check and the bind
+        raise RunError(f"--metrics-port {args.metrics_port} on {args.metrics_addr}: cannot serve metrics: "
+                       f"{exc.strerror or exc}") from None
     print(f"metrics: http://{args.metrics_addr}:{server.server_port}/metrics", file=sys.stderr, flush=True)
     return metrics
 

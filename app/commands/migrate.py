@@ -20,7 +20,9 @@ def add_parser(sub) -> None:
                        "msgpack payloads, record numbers and a session tag), then checks that the copy shows the "
                        "same samples, events, ops and pool states. v1 files stay readable; v2 ones are smaller.")
     p.add_argument("old", help="a format-v1 recording (.slabrec)")
-    p.add_argument("new", help="the v2 file to write")
+    p.add_argument("new", help="the v2 file to write (a new file unless --force; never OLD itself)")
+    p.add_argument("--force", action="store_true",
+                   help="replace NEW when it exists (never OLD itself: same file by path, symlink or hard link)")
     p.add_argument("--time", type=positive_int, default=None, metavar="ROUNDS",
                    help="also time opening each file (open, op log, the pool rebuilt at the middle) in a fresh "
                         "process, ROUNDS interleaved rounds after a warm-up; prints median and range")
@@ -33,8 +35,8 @@ def main(args) -> int:
 
     output_file(args.new, "new")
     try:
-        before, after = migrate(args.old, args.new)
-    except RecordingError as exc:
+        before, after = migrate(args.old, args.new, force=args.force)
+    except RecordingError as exc:  # (OutputError, a refused or failed write: one line, exit 1, in app.cli)
         print(f"slabscope migrate: {exc}", file=sys.stderr)
         return 1
     print(f"{args.old}: {before:,} bytes (v1) -> {args.new}: {after:,} bytes (v2), {after / before - 1:+.1%}; "

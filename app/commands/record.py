@@ -2,12 +2,15 @@
 
 Each backend runs in its own worker process (``app.workloads.WorkerHandle``), one after another by default (so
 they do not share the CPU, caches or memory bandwidth), side by side with ``--together`` (one BLAS thread each).
-Every worker writes ``DIR/<scenario>-<backend>.slabrec`` through its probes. Parser construction imports no mlx.
+Every worker writes ``DIR/<scenario>-<backend>.slabrec`` through its probes; the command claims every such file
+before the first worker starts (``app.commands.outputs``): an existing file is refused unless ``--force``, and a
+second ``record`` into the same directory at once refuses with one line. Parser construction imports no mlx.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -15,6 +18,8 @@ from app.commands.arg_types import (add_mlx_cache_arguments, add_open_blocks_arg
                                     backends_list, finite_float, positive_int)
 from app.commands.errors import output_dir
 from app.commands.metrics_args import add_metrics_arguments, hold_metrics, start_metrics
+from app.commands.outputs import add_force_argument
+from app.commands.record_ranks import Stopped, stop_on_signals
 from app.commands.record_specs import run_specs
 from app.models.registry import DTYPE_NAMES
 from app.workloads.limits import MAX_SAMPLE_HZ
@@ -29,7 +34,8 @@ def add_parser(sub) -> None:
     p.add_argument("--scenario", default=None, help="scenario name or .toml path (default: the default scenario)")
     p.add_argument("--backends", type=backends_list, default=["slab", "dense", "monolithic"],
                    help="comma-separated, each once: slab,dense,monolithic (default all three)")
-    p.add_argument("--out", required=True, help="directory for the session files")
+    p.add_argument("--out", required=True, help="directory for the session files (DIR/<scenario>-<backend>.slabrec)")
+    add_force_argument(p, "a session file of an earlier run in --out")
     p.add_argument("--model", default="smollm2-135m", help="model name or mlx-lm directory")
     p.add_argument("--together", action="store_true", help="run the backends side by side (default: one by one)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario parameter")
@@ -114,15 +120,20 @@ def _run(handles_and_progress, timeout: float) -> None:
                 if progress.tty:
                     progress.stream.write("\n")
                 pending.remove((handle, progress))
+                handle.close()  # its queue and stop event (named semaphores) go now, not at exit
             elif time.monotonic() > deadline:
                 handle.cancel()
                 progress.stream.write(f"\n[{progress.backend}] cancelled after {timeout:.0f} s\n")
                 pending.remove((handle, progress))
+                handle.close()
         time.sleep(0.1)
 
 
 def main(args) -> int:
+    import dataclasses
+
     from app.commands.errors import UsageError
+    from app.commands.outputs import claim_recordings, recording_problem, release_all, scenario_inputs
     from app.workloads.scenarios import ScenarioError
 
     if getattr(args, "ranks", None) is not None:
@@ -137,33 +148,60 @@ def main(args) -> int:
         print(f"slabscope record: {exc}", file=sys.stderr)
         return 2
     output_dir(args.out, "--out")
-    metrics = start_metrics(args)
+    claims = claim_recordings([spec.record_path for spec in specs], args.force, scenario_inputs(args.scenario))
+    specs = [dataclasses.replace(spec, record_claim=held.token) for spec, held in zip(specs, claims)]
+    metrics = None
+    handles: list = []
+    replaced = stop_on_signals() if _main_thread() else {}
     try:
-        handles = _record(specs, args, metrics)
+        metrics = start_metrics(args)
+        _record(specs, args, metrics, handles)
+    except Stopped as stop:  # SIGTERM, SIGHUP, Ctrl-C: every worker stopped and released, nothing else starts
+        _stop_all(handles)
+        print(f"slabscope record: stopped by {stop}: {len(handles)} of {len(specs)} backends started, every worker "
+              "stopped", file=sys.stderr)
+        return 128 + stop.signum
     finally:
+        for sig, previous in replaced.items():
+            signal.signal(sig, previous)
+        release_all(claims)  # the files are finished (or removed: a worker that never recorded)
         hold_metrics(args, metrics)
-    failed = [h.spec.backend for h, _ in handles if h.error or not h.done]
-    for handle, _ in handles:
-        state = "ok" if handle.done and not handle.error else f"FAILED: {handle.error}"
+    problems = [(handle, handle.error or recording_problem(handle.summary)) for handle, _ in handles]
+    for handle, problem in problems:
+        state = "ok" if handle.done and not problem else f"FAILED: {problem or 'no result'}"
         print(f"{handle.spec.backend}: {handle.spec.record_path} ({state}; worker log {handle.log_path})")
     paths = [h.spec.record_path for h, _ in handles if os.path.exists(h.spec.record_path)]
     if paths:
         _print_compare(paths)
-    return 1 if failed else 0
+    return 1 if any(problem or not handle.done for handle, problem in problems) else 0
 
 
-def _record(specs, args, metrics) -> list:
-    """Run the backends (one by one, or together) and return (handle, progress) pairs."""
+def _record(specs, args, metrics, handles: list) -> None:
+    """Run the backends (one by one, or together), appending each (handle, progress) pair to ``handles`` as it
+    starts (so a stop finds every started worker)."""
     from app.workloads import WorkerHandle
 
     out = sys.stderr
-    handles = []
     groups = [specs] if args.together else [[s] for s in specs]
     for group in groups:
-        started = [(WorkerHandle(spec).start(), _Progress(spec.backend, out, metrics)) for spec in group]
-        handles.extend(started)
+        started = []
+        for spec in group:
+            started.append((WorkerHandle(spec).start(), _Progress(spec.backend, out, metrics)))
+            handles.append(started[-1])
         _run(started, args.timeout)
-    return handles
+
+
+def _stop_all(handles: list) -> None:
+    """Cancel every started worker (each within a second) and release its queue and stop event."""
+    for handle, _ in handles:
+        handle.cancel()
+        handle.close()
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def _print_compare(paths: list[str]) -> None:

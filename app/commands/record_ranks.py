@@ -132,10 +132,14 @@ def prepare(args):
     Changes nothing (no directory, no process)."""
     from app.commands.record_specs import run_specs
 
+    from app.workloads.hosts import check_hostfile_hosts
+
     problem = _check(args)
     if problem:
         raise ValueError(problem)
     plan = _plan(args)
+    if plan.hostfile is not None:  # every remote host resolvable before anything starts (bounded)
+        check_hostfile_hosts(plan.hostfile)
     specs = run_specs(args, list(args.backends))  # parsed, each backend once (app.commands.arg_types)
     if plan.backend == "nccl" and args.device is None:  # NCCL moves GPU buffers: every rank on its GPU
         specs = [_with(spec, device="gpu") for spec in specs]
@@ -153,6 +157,8 @@ def main(args) -> int:
     from app.commands.errors import output_dir
 
     output_dir(args.out, "--out")
+    _check_rank_files(args, plan, specs)  # each rank creates its file exclusively; refused here before any launch
+    specs = [_with(spec, record_force=args.force) for spec in specs]
     failed, paths, stopped = False, [], None
     replaced = stop_on_signals() if _main_thread() else {}
     try:
@@ -163,7 +169,7 @@ def main(args) -> int:
             command = launch_command(plan, _with(spec, record_path=None), record_template=template,
                                      run_id=uuid.uuid4().hex[:12], peer_timeout=args.peer_timeout,
                                      sync_interval=args.sync_interval)
-            launch = RankLaunch(command, grace_s=args.peer_timeout + 5.0)
+            launch = RankLaunch(command, grace_s=args.peer_timeout + 5.0, hosts=_hosts(plan))
             try:
                 code = launch.start().wait(args.timeout)
             except Stopped as stop:  # the ranks are stopped (wait() does it too when the signal lands there)
@@ -191,6 +197,25 @@ def main(args) -> int:
 
         print_merged(paths)
     return 128 + stopped.signum if stopped is not None else 1 if failed else 0
+
+
+def _check_rank_files(args, plan, specs) -> None:
+    """``OutputError`` (one line, exit 1) when a rank's recording path exists (unless ``--force``) or names the
+    scenario file: refused before any rank starts."""
+    from app.commands.outputs import scenario_inputs
+    from probes.outfile import check_target
+
+    for spec in specs:
+        template = rank_template(args.out, os.path.splitext(os.path.basename(spec.scenario))[0], spec.backend)
+        for rank in range(plan.ranks):
+            check_target(template.format(rank=rank), args.force, scenario_inputs(args.scenario))
+
+
+def _hosts(plan) -> dict[int, str] | None:
+    """rank -> ssh name of a hostfile launch (None on one host: no rank goes through ssh)."""
+    from app.workloads.hosts import hostfile_hosts
+
+    return None if plan.hostfile is None else {host.rank: host.ssh for host in hostfile_hosts(plan.hostfile)}
 
 
 def _main_thread() -> bool:

@@ -1,4 +1,8 @@
-"""``slabscope report SESSION... --out DIR``: Markdown report with tables and PNG plots, ready for a pull request."""
+"""``slabscope report SESSION... --out DIR``: Markdown report with tables and PNG plots, ready for a pull request.
+
+A folder is read one file at a time (``app.commands.folder``: progress on stderr, Ctrl-C between two files): each
+session is reduced to what the tables and plots need (``probes.digest``); the baseline is picked from those before
+anything is written, then the first sessions are opened again for their accounting plots."""
 
 from __future__ import annotations
 
@@ -15,19 +19,34 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
-    from app.commands.session_files import open_sessions, pick_baseline
+    from app.commands.session_files import expand_paths, pick_baseline
     from app.commands.errors import RunError, output_dir
-    from probes.report import write_report
+    from app.commands.folder import read_each
+    from probes.report import ACCOUNTING_PLOTS, report_digest, write_report_from
 
-    sessions, error = open_sessions(args.sessions, "report")
-    if error:
-        print(f"slabscope report: {error}", file=sys.stderr)
+    paths = expand_paths(args.sessions)
+    if not paths:
+        print("slabscope report: no session files found", file=sys.stderr)
         return 2
-    baseline = pick_baseline(sessions, args.baseline)
-    output_dir(args.out, "--out")
+    digests = read_each(paths, "report", lambda session, _index: report_digest(session))
+    baseline = pick_baseline(digests, args.baseline)  # a bad --baseline is refused before --out is touched
+    out = output_dir(args.out, "--out")
     try:
-        path = write_report(sessions, args.out, baseline=baseline)
+        accounting = _accounting_plots(paths[:ACCOUNTING_PLOTS], out)
+        path = write_report_from(digests, str(out), baseline, accounting)
     except OSError as exc:  # disk full, a file in the way inside --out
         raise RunError(f"writing the report into {args.out!r} failed: {exc}") from None
     print(path)
     return 0
+
+
+def _accounting_plots(paths: list[str], out) -> list[str]:
+    """The accounting plots of ``paths`` (opened one at a time again: the plot needs every sample's parts)."""
+    from probes.replay import Session
+    from probes.report import plot_accounting
+
+    names = []
+    for index, path in enumerate(paths):
+        names.append(f"accounting-{index}.png")
+        plot_accounting(Session.open(path), str(out / names[-1]))
+    return names

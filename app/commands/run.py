@@ -6,6 +6,7 @@ default; ``--worker`` runs it in a spawned worker process exactly as the TUI doe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -17,6 +18,7 @@ from app.workloads.limits import check_fits_context
 from app.workloads.scenarios import DEFAULT_SCENARIO, ScenarioError, list_scenarios, load_scenario, parse_overrides
 from app.commands.arg_types import add_mlx_cache_arguments, add_open_blocks_argument, add_shrink_arguments
 from app.commands.metrics_args import add_metrics_arguments, hold_metrics, start_metrics
+from app.commands.outputs import add_force_argument
 from app.workloads.spec import BACKENDS, RunSpec
 from pool.errors import PoolError
 
@@ -50,7 +52,9 @@ def add_parser(sub) -> None:
     add_mlx_cache_arguments(p, who="this run")
     add_shrink_arguments(p, who="this run (slab and monolithic backends)")
     add_open_blocks_argument(p)
-    p.add_argument("--record", default=None, metavar="PATH", help="record the session to PATH (probes format)")
+    p.add_argument("--record", default=None, metavar="PATH",
+                   help="record the session to PATH (probes format; a new file unless --force)")
+    add_force_argument(p, "an existing (finished) recording at --record PATH")
     p.add_argument("--worker", action="store_true", help="run in a spawned worker process (as the TUI does)")
     add_metrics_arguments(p)
     p.set_defaults(func=main)
@@ -88,23 +92,38 @@ def main(args) -> int:
         spec = build_spec(args)
     except (ScenarioError, ValueError) as exc:
         return _error(str(exc))
-    metrics = start_metrics(args)  # before any work: a port in use is one line and nothing runs
-    progress = Progress(sys.stderr if args.json else sys.stdout,
-                        observe=None if metrics is None else lambda event: metrics.observe(event, spec.backend))
+    claims = []
+    if spec.record_path is not None:  # before any work: an existing file or a second writer is one line
+        from app.commands.outputs import claim_recordings, scenario_inputs
+
+        claims = claim_recordings([spec.record_path], args.force, scenario_inputs(args.scenario))
+        spec = dataclasses.replace(spec, record_claim=claims[0].token)
+    metrics = None
     try:
+        metrics = start_metrics(args)  # before any work: a port in use is one line and nothing runs
+        progress = Progress(sys.stderr if args.json else sys.stdout,
+                            observe=None if metrics is None else lambda event: metrics.observe(event, spec.backend))
         return _run_and_print(args, spec, progress)
     finally:
+        from app.commands.outputs import release_all
+
+        release_all(claims)
         hold_metrics(args, metrics)
 
 
 def _run_and_print(args, spec: RunSpec, progress: "Progress") -> int:
+    """Run, print the summary (text or ``--json``); exit status 1 when the run failed or its recording stopped
+    with an error (one line saying so, after the summary)."""
+    from app.commands.outputs import recording_problem
+    from probes.outfile import OutputError
+
     if args.worker:
         summary = _run_in_worker(spec, progress)
     else:
         try:
             summary = _run_here(spec, progress)
-        except (RuntimeError, ValueError, OSError, PoolError) as exc:  # budget, device room: one line
-            known = isinstance(exc, (ValueError, PoolError))  # their messages say what is wrong by themselves
+        except (RuntimeError, ValueError, OSError, PoolError, OutputError) as exc:  # budget, device room: one line
+            known = isinstance(exc, (ValueError, PoolError, OutputError))  # their messages say it all
             print(f"slabscope run: {'' if known else type(exc).__name__ + ': '}{exc}", file=sys.stderr)
             return 1
     if summary is None or "error" in summary:
@@ -113,6 +132,10 @@ def _run_and_print(args, spec: RunSpec, progress: "Progress") -> int:
         print(json.dumps(summary, indent=2, default=str))
     else:
         print_summary(summary, progress.meta, sys.stdout)
+    problem = recording_problem(summary)
+    if problem is not None:
+        print(f"slabscope run: {problem}; the file holds the run up to that point", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -248,6 +271,10 @@ def print_summary(summary: dict, meta: dict, out) -> None:
         w(f"probes: {probes['samples']} memory samples ({probes['sample_cost_us_mean']:.0f} us each), "
           f"{probes['snapshots']} pool snapshots ({probes['snapshot_cost_ms_mean']:.2f} ms each), "
           f"cost {probes['cost_fraction'] * 100:.2f}% of wall time")
+    recording = summary.get("recording")
+    if recording:
+        w(f"recording: {recording['path']} "
+          f"({'STOPPED, ' + recording['error'] if recording.get('error') else 'the whole run'})")
     prefix = summary.get("prefix_cache")
     if prefix:
         w(f"prefix cache: {prefix['hits']}/{prefix['lookups']} hits, {prefix['cached_tokens']} cached tokens, "

@@ -11,6 +11,8 @@ import argparse
 import shlex
 import sys
 
+from app.commands.errors import RunError
+from app.commands.ports import check_listenable, tcp_port
 from app.commands.tui import add_arguments
 
 
@@ -22,7 +24,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("web", help="serve the dashboard in a browser (textual-serve)",
                        description=f"The dashboard in a browser; {TABS_NOTE}.")
     p.add_argument("--host", default="localhost", help="interface to listen on (default localhost)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--port", type=tcp_port, default=8000, help="port, 1..65535 (default 8000)")
     p.add_argument("--public-url", default=None, help="URL the browser should use, when behind a proxy")
     add_arguments(p)
     p.set_defaults(func=main)
@@ -50,9 +52,14 @@ def tui_command(args: argparse.Namespace) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Serve until Ctrl-C. The port is checked before the server starts (ports.py): in use, one line, exit 1."""
     from textual_serve.server import Server
 
+    check_listenable(args.host, args.port, "--port")
     command = tui_command(args)
     print(f"slabscope web: serving `{command}` at http://{args.host}:{args.port}", file=sys.stderr)
-    Server(command, host=args.host, port=args.port, title="slabscope", public_url=args.public_url).serve()
+    try:
+        Server(command, host=args.host, port=args.port, title="slabscope", public_url=args.public_url).serve()
+    except OSError as exc:  # taken between the check and the bind
+        raise RunError(f"--port {args.port}: cannot listen on {args.host}: {exc.strerror or exc}") from None
     return 0

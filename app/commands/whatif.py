@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from app.commands.arg_types import SHRINK_MODES, byte_size, positive_int
+from app.commands.arg_types import SHRINK_MODES, byte_size, positive_byte_size, positive_int
 
 
 def add_parser(sub) -> None:
@@ -27,8 +27,9 @@ def add_parser(sub) -> None:
     p.add_argument("--memory", type=byte_size, action="append", default=None, metavar="SIZE",
                    help="memory size to size against, e.g. 24G (binary units; repeatable; default: 16G, 32G, 64G "
                         "and 128G)")
-    p.add_argument("--max-buffer", type=byte_size, default=None, metavar="SIZE",
-                   help="the device's largest single buffer (default: the recording device's, where recorded)")
+    p.add_argument("--max-buffer", type=positive_byte_size, default=None, metavar="SIZE",
+                   help="the device's largest single buffer, >= 1 byte (default: the recording device's, where "
+                        "recorded); a pool past it does not fit at any memory size")
     p.add_argument("--json", action="store_true", help="print both summaries and the sizing as JSON")
     p.set_defaults(func=main)
 

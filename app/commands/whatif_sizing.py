@@ -88,6 +88,8 @@ def print_sizing(s: Sizing) -> None:
         print("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
     print("  (model: non-pool memory as recorded, activations at the recorded batch; the pool must also pass the "
           "largest-buffer and MLX shape checks of pool/limits.py; the model's own position limit applies too)")
+    for why in dict.fromkeys(r.why_not for r in s.rows if r.why_not and not r.why_not.startswith("the modelled")):
+        print(f"  does not fit at any size: {why}")
     for row in s.rows[-1:]:
         if row.batch_limit:
             print(f"  one more sequence at {_size(row.memory)}: {row.batch_limit}")

@@ -89,6 +89,8 @@ class SlabscopeApp(Announcements, keys.LiveOnlyKeys, App):
         self.pool_name: str | None = None
         self.gate = self.options.gate
         self.refreshes = 0
+        self.opening = None  # app.tui.opening.BackgroundOpen while many recordings open off the UI thread
+        self.opening_text: str | None = None
 
     # ---- layout --------------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -148,6 +150,8 @@ class SlabscopeApp(Announcements, keys.LiveOnlyKeys, App):
 
     def _mode_label(self) -> str:
         """The mode, and for a live run whose every session has ended, how it ended (never before it has)."""
+        if self.opening is not None:
+            return self.opening_text or "OPENING"
         if self.mode == "REPLAY":
             return "REPLAY ▶" if self.playing else "REPLAY ‖"
         states = {model.status for model in self.store.sessions.values()}
@@ -180,6 +184,9 @@ class SlabscopeApp(Announcements, keys.LiveOnlyKeys, App):
     def start_run(self, choice: RunChoice) -> None:
         """Start a live run with one worker per backend (or, with ranks > 1, ``record --ranks`` in the background,
         its rank recordings followed as they grow); views follow it live."""
+        if self.opening is not None:  # the run replaces what was being opened
+            self.opening.cancel()
+            self.opening, self.opening_text = None, None
         self.gate = choice.gate
         self.options.scenario, self.options.model, self.options.backends = choice.scenario, choice.model, \
             choice.backends
@@ -373,8 +380,28 @@ class SlabscopeApp(Announcements, keys.LiveOnlyKeys, App):
 
     def open_recordings(self, paths: list[Path], as_run: bool = False) -> None:
         """Load session files (or directories of them) into the store (stops any live run) and enter replay at the
-        end of the sessions (``P`` jumps to the peak). The rank recordings of a distributed run open as one run (``sources.open_recordings``)."""
-        opened = sources.open_recordings(paths, as_run)
+        end of the sessions (``P`` jumps to the peak). The rank recordings of a distributed run open as one run
+        (``sources.open_recordings``). Many
+        files open off the UI thread (``app/tui/opening.py``), so keys (q) keep working meanwhile."""
+        from app.tui.opening import BackgroundOpen, in_background
+
+        files = sources.expand_paths(paths)
+        if self.opening is not None:
+            self.opening.cancel()
+        if not in_background(files):
+            self._install_opened(sources.open_recordings(paths, as_run, files=files), paths)
+            return
+        self.opening = BackgroundOpen(self, paths, files, as_run, lambda opened: self._install_opened(opened, paths),
+                                      self._opening_step).start()
+        self.notify(f"opening {len(files):,} recordings; q quits at any time")
+        self.refresh_views()
+
+    def _opening_step(self, count: int, total: int) -> None:
+        self.opening_text = f"OPENING {count:,}/{total:,}"
+
+    def _install_opened(self, opened, paths: list[Path]) -> None:
+        """Show what ``sources.open_recordings`` opened (the app's thread)."""
+        self.opening, self.opening_text = None, None
         for problem in opened.problems:
             self.notify(problem, severity="error", timeout=30)
         if not opened.runs and not opened.plain:
@@ -395,8 +422,10 @@ class SlabscopeApp(Announcements, keys.LiveOnlyKeys, App):
         self.refresh_views()
 
     async def action_quit(self) -> None:
-        """Stop every worker and rank (bounded), then exit; a distributed run's stop runs off the event loop so the
-        screen says what is happening."""
+        """Stop every worker and rank (bounded), and an opening in progress, then exit; a distributed run's stop runs
+        off the event loop so the screen says what is happening."""
+        if self.opening is not None:
+            self.opening.cancel()
         if self.controller.ranks is not None and self.controller.ranks.alive:
             self.notify("stopping every rank…")
             await asyncio.to_thread(self.controller.shutdown)
@@ -405,4 +434,6 @@ class SlabscopeApp(Announcements, keys.LiveOnlyKeys, App):
         self.exit()
 
     def on_unmount(self) -> None:
+        if self.opening is not None:
+            self.opening.cancel()
         self.controller.shutdown()

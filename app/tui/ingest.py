@@ -53,6 +53,10 @@ class IngestThread(threading.Thread):
                 self._halt.wait(POLL_INTERVAL_S)
         self._serve_requests()
         self._close_recorder()
+        for handle in self.handles.values():  # the workers are done or cancelled: their semaphores go now
+            close = getattr(handle, "close", None)
+            if close is not None and not getattr(handle, "alive", False):
+                close()
 
     def _drain(self, name: str, handle: Any) -> bool:
         """Move one handle's pending events into its session; mark it failed if the worker died silently."""

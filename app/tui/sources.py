@@ -18,6 +18,7 @@ from probes.store import SessionModel
 
 DEFAULT_RECORDINGS_DIR = Path("recordings")
 SHIPPED_RECORDINGS_DIR = Path(__file__).resolve().parents[2] / "assets" / "recordings"
+MAX_NAME_TRIES = 100  # numbered names tried for a live recording whose name is taken
 
 
 # ---- live runs --------------------------------------------------------------------------------------------------
@@ -94,6 +95,10 @@ def make_worker(backend: str, *, scenario: str, model: str, block_size: int | No
 
 
 # ---- recordings ---------------------------------------------------------------------------------------------------
+class OpenCancelled(Exception):
+    """``open_recordings`` or ``list_recordings`` stopped between two files: its ``cancel`` event was set."""
+
+
 @dataclass
 class RecordingInfo:
     """One session file as listed in the Sessions view."""
@@ -153,15 +158,30 @@ def _meta_value(meta: dict, key: str) -> object:
     return "?"
 
 
-def list_recordings(directory: Path) -> list[RecordingInfo]:
-    """Session files in ``directory`` (recognised by content, not by name; regular files only: a FIFO or a
-    device is never opened), newest first."""
+def recording_files(directory: Path) -> list[Path]:
+    """Session files in ``directory`` (recognised by content, not by name; regular files only: a FIFO or a device
+    is never opened), newest first."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
     files = [p for p in directory.iterdir() if p.is_file() and is_recording(p)]
     files.sort(key=lambda p: (-p.stat().st_mtime, p.name))
-    return [describe(p) for p in files]
+    return files
+
+
+def list_recordings(directory: Path, *, files: list[Path] | None = None, cancel=None,
+                    progress=None) -> list[RecordingInfo]:
+    """``describe`` of every session file in ``directory`` (``files``: its ``recording_files`` when known), newest
+    first. ``cancel`` is looked at between two files (OpenCancelled); ``progress(k, n)`` is called after each."""
+    files = recording_files(directory) if files is None else files
+    infos = []
+    for index, path in enumerate(files):
+        if cancel is not None and cancel.is_set():
+            raise OpenCancelled(f"stopped after {index} of {len(files)} recordings")
+        infos.append(describe(path))
+        if progress is not None:
+            progress(index + 1, len(files))
+    return infos
 
 
 def list_folders(directory: Path) -> list[Path]:
@@ -210,20 +230,28 @@ class Opened:
     problems: list[str] = field(default_factory=list)
 
 
-def open_recordings(paths: list[Path], as_run: bool = False) -> Opened:
-    """Open ``paths`` (files or directories) and merge the rank recordings of each distributed run into one run.
-    One file named on its own is shown as itself, even one rank of a run (unless ``as_run``: the caller asked for
-    its run); a run with a rank missing (or twice) is a one-line problem and its ranks are shown alone, unaligned."""
+def open_recordings(paths: list[Path], as_run: bool = False, *, files: list[Path] | None = None, cancel=None,
+                    progress=None) -> Opened:
+    """Open ``paths`` (files or directories; ``files``: their ``expand_paths`` when already known) and merge the
+    rank recordings of each distributed run into one run. One file named on its own is shown as itself, even one
+    rank of a run (unless ``as_run``: the caller asked for its run); a run with a rank missing (or twice) is a
+    one-line problem and its ranks are shown alone, unaligned. ``cancel`` (a threading.Event) is looked at
+    between two files (OpenCancelled); ``progress(k, n)`` is called after each."""
     from probes.errors import RecordingError
     from probes.ranks import RankMergeError, group_runs, rank_info
 
     opened = Opened()
     sessions = []
-    for path in expand_paths(paths):
+    files = expand_paths(paths) if files is None else files
+    for index, path in enumerate(files):
+        if cancel is not None and cancel.is_set():
+            raise OpenCancelled(f"stopped after {index} of {len(files)} recordings")
         try:
             sessions.append(load_recording(path))
         except (RecordingError, OSError) as exc:
             opened.problems.append(f"cannot open {path}: {exc}")
+        if progress is not None:
+            progress(index + 1, len(files))
     if len(sessions) == 1 and not as_run and not any(Path(p).is_dir() for p in paths):
         opened.plain = sessions
         return opened
@@ -258,21 +286,36 @@ class LiveRecorder:
     def write(self, model: SessionModel, events: list[Event]) -> None:
         """Append a batch for ``model``'s run; the first batch opens its file with the run's metadata (the worker's
         ``t_start``, so times match the worker's own recording)."""
-        from probes.recording import SessionRecorder
-
         rec = self.recorders.get(model.label)
         if rec is None:
             self.directory.mkdir(parents=True, exist_ok=True)
-            path = self.directory / f"{self.stamp}-{self.scenario}-{model.label}.slabrec"
             meta = dict(model.meta)
             meta.setdefault("backend", model.label)
-            rec = SessionRecorder(path, meta, float(meta.get("t_start", 0.0)))
+            path, rec = self._new_file(f"{self.stamp}-{self.scenario}-{model.label}", meta)
             self.recorders[model.label] = rec
             self.paths.append(path)
         rec.write([self._keyframed(model.label, e) for e in events if not isinstance(e, (MetaUpdate, Done))])
         done = [e for e in events if isinstance(e, Done)]
         if done:
             rec.close(done[-1].summary, t=done[-1].t)
+
+    def _new_file(self, stem: str, meta: dict):
+        """(path, recorder) of a new file ``stem.slabrec`` in the directory, or ``stem-2.slabrec``, ``-3``... when
+        that name is taken (another TUI recording the same scenario in the same second): never an existing file."""
+        from probes.outfile import OutputError
+        from probes.recording import SessionRecorder
+
+        for number in range(1, MAX_NAME_TRIES + 1):
+            path = self.directory / (f"{stem}.slabrec" if number == 1 else f"{stem}-{number}.slabrec")
+            if os.path.lexists(path):
+                continue
+            try:
+                return path, SessionRecorder(path, meta, float(meta.get("t_start", 0.0)))
+            except OutputError:
+                if not os.path.lexists(path):
+                    raise  # not a name taken meanwhile: the directory cannot be written
+        raise OutputError(self.directory / f"{stem}.slabrec", f"this name and {MAX_NAME_TRIES - 1} numbered ones "
+                                                              "are taken")
 
     def _keyframed(self, name: str, event: Event) -> Event:
         """A recording started mid-run has no keyframe until the worker flags its next one (with the bookkeeping

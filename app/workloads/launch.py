@@ -27,6 +27,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from app.workloads.hosts import ssh_exit_text
+
 LAUNCH_BACKENDS = ("ring", "mpi", "nccl", "jaccl")
 _RANK_FAILED = re.compile(r"^\[\S+ rank (\d+)\] FAILED: (.*)$")
 _LAUNCHER_NODE = re.compile(r"Node with rank (\d+) (exited with code (-?\d+)|was killed)")
@@ -34,6 +36,24 @@ _LAUNCHER_NODE = re.compile(r"Node with rank (\d+) (exited with code (-?\d+)|was
 
 class LaunchError(ValueError):
     """A distributed launch that cannot start (bad hostfile, missing launcher or mpirun); one line."""
+
+
+MLX_BUILDS = {"mlx-cuda-12": "cuda", "mlx-cuda-13": "cuda", "mlx-cuda": "cuda", "mlx-cpu": "cpu",
+              "mlx-metal": "metal"}  # the distribution that carries each MLX build's library (mlx[cuda12], ...)
+
+
+def installed_mlx_build() -> tuple[str, str]:
+    """(kind, name and version) of the MLX build installed beside this interpreter, read from the package metadata
+    without importing mlx (the parent of a launch stays mlx-free): kind "cuda", "cpu", "metal", or "unknown" (mlx
+    built from source: nothing to go by, so nothing is refused for it)."""
+    from importlib import metadata
+
+    for name, kind in MLX_BUILDS.items():
+        try:
+            return kind, f"{name} {metadata.version(name)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown", "mlx (no build package found)"
 
 
 _LAUNCH_MAIN = ("import sys; from mlx._distributed_utils.launch import main; sys.argv[0] = 'mlx.launch'; "
@@ -103,6 +123,11 @@ class LaunchPlan:
                               "mlx.distributed_config writes one)")
         if self.backend == "mpi" and shutil.which("mpirun") is None:
             raise LaunchError("the mpi backend needs mpirun on PATH (install Open MPI)")
+        if self.backend == "nccl" and self.hostfile is None:  # every rank runs here, on this MLX (a hostfile's
+            kind, build = installed_mlx_build()             # hosts have their own)
+            if kind in ("cpu", "metal"):
+                raise LaunchError(f"the nccl backend needs MLX's CUDA build (pip install 'mlx[cuda12]'); this one is "
+                                  f"{build}: use --launch-backend ring")
 
     def rank_env(self) -> list[str]:
         """Environment for every rank: unbuffered output, and on one host its cores shared out for BLAS."""
@@ -136,8 +161,9 @@ class RankLaunch:
     """One launcher process (its own process group) and what it printed. ``failures`` maps rank -> the error a
     rank printed; ``launcher_notes`` rank -> what mlx.launch said about its exit."""
 
-    def __init__(self, command: list[str], *, stream=None, grace_s: float = 30.0):
+    def __init__(self, command: list[str], *, stream=None, grace_s: float = 30.0, hosts: dict[int, str] | None = None):
         self.command = command
+        self.hosts = hosts or {}  # rank -> the hostfile's ssh name (a remote rank's exit 255 is ssh failing)
         self.stream = stream or sys.stderr
         self.grace_s = grace_s
         self.failures: dict[int, str] = {}
@@ -170,7 +196,9 @@ class RankLaunch:
             node = _LAUNCHER_NODE.search(line)
             if node:
                 rank, code = int(node.group(1)), node.group(3)
-                self.launcher_notes[rank] = ("stopped by mlx.launch" if code is None else _exit_text(int(code)))
+                note = "stopped by mlx.launch" if code is None else _exit_text(int(code))
+                ssh = None if code is None else ssh_exit_text(self.hosts.get(rank), int(code))
+                self.launcher_notes[rank] = f"{note}: {ssh}" if ssh else note
                 self._first_failure = self._first_failure or time.monotonic()
 
     def wait(self, timeout: float) -> int:

@@ -33,6 +33,9 @@ class RunSpec:
     dtype: str | None = None
     device: str | None = None
     record_path: str | None = None
+    record_force: bool = False  # replace a finished recording at record_path (never a live one: probes.outfile)
+    record_claim: tuple[int, int] | None = None  # (device, inode) of the empty file the launching command claimed
+                                                 # at record_path; the run's probes adopt it (probes.outfile.adopt)
     seed: int = 0
     overrides: dict = field(default_factory=dict)
     prefix_cache: bool | None = None  # None: the scenario's [pool] prefix_cache (default off)

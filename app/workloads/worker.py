@@ -1,8 +1,10 @@
 """Worker processes: each backend of a run executes ``run_workload`` in its own spawned process.
 
 Parent side (``WorkerHandle``, no mlx import): ``start()``, ``poll()`` (never blocks), ``cancel()`` (returns
-within a second: a stop event first, then terminate/kill), ``alive``, ``exitcode``, ``error``. Events arrive
-over a multiprocessing queue as encoded batches (``probes.transport``; typed ``probes.events`` records,
+within a second: a stop event first, then terminate/kill), ``close()`` (once finished: the queue and stop event go,
+and with them their eight named semaphores, instead of living until the parent exits: a parent ended by a signal
+left them to the resource tracker's "leaked semaphore objects" warning), ``alive``, ``exitcode``, ``error``.
+Events arrive over a multiprocessing queue as encoded batches (``probes.transport``; typed ``probes.events`` records,
 docs/contracts.md section 2); ``poll`` decodes and flattens them. A worker that dies without saying why (a
 SIGKILL, a segfault) is reported as a ``WorkerError`` synthesised by the parent (``origin="parent"``), so nothing
 ever waits on a dead process: what is known first (the signal; memory at the last sample against the machine's
@@ -57,6 +59,7 @@ class WorkerHandle:
         self._process = None
         self._queue = None
         self._stop = None
+        self._stop_requested = False  # cancel() asked the worker to stop (kept past close())
         self._reported_exit = False
         self.last_sample: Sample | None = None  # the latest memory sample received (what a death report cites)
 
@@ -94,8 +97,9 @@ class WorkerHandle:
 
     def cancel(self) -> None:
         """Ask the worker to stop; terminate (then kill) it if it has not exited within ~0.5 s. Returns < 1 s."""
-        if self._process is None:
+        if self._process is None or self._stop is None:
             return
+        self._stop_requested = True
         self._stop.set()
         self._process.join(CANCEL_GRACE_S)
         if self._process.is_alive():
@@ -104,6 +108,21 @@ class WorkerHandle:
         if self._process.is_alive():
             self._process.kill()
             self._process.join(0.2)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Release what the worker was reached through, once it is finished (``cancel`` first otherwise): the
+        process is joined (up to ``timeout``, then killed), the queue closed, and the queue and stop event dropped,
+        so their named semaphores are unlinked and unregistered now (multiprocessing's finalizers run when the last
+        reference goes). Events not polled before are lost. Idempotent."""
+        if self._process is not None and self._process.exitcode is None:
+            self._process.join(timeout)
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join(1.0)
+        if self._queue is not None:
+            self._queue.close()
+            self._queue.join_thread()
+        self._queue = self._stop = None
 
     def join(self, timeout: float) -> list[Event]:
         """Poll until the worker finished (``done`` seen or the process gone) or ``timeout``; returns events."""
@@ -165,9 +184,9 @@ class WorkerHandle:
             except ValueError:
                 name = "unknown signal"
             text = f"killed by signal {sig} ({name})"
-            if sig == signal.SIGKILL and not (self._stop is not None and self._stop.is_set()):
+            if sig == signal.SIGKILL and not self._stop_requested:
                 text += f" from outside the worker; {describe_memory_at_death(self.last_sample)}"
-            elif self._stop is not None and self._stop.is_set():
+            elif self._stop_requested:
                 text += " after cancel"
         else:
             text = f"worker exited with code {code} without reporting a result"
@@ -248,8 +267,9 @@ def _user_errors() -> tuple[type, ...]:
     from pool.errors import BudgetExceeded, SizeLimitError
 
     from app.workloads.limits import ScenarioError
+    from probes.outfile import OutputError
 
-    return ScenarioError, SizeLimitError, BudgetExceeded
+    return ScenarioError, SizeLimitError, BudgetExceeded, OutputError
 
 
 def _watch_parent(parent_pid: int, out_queue, stop_event, sink) -> None:

@@ -56,7 +56,8 @@ class ProbesSink:
 
         self.probes = WorkerProbes(self.queue, sample_hz=self.spec.sample_hz, snapshot_hz=self.spec.snapshot_hz,
                                    record_path=self.spec.record_path, meta=meta,
-                                   weight_bytes=session.loaded.weight_bytes)
+                                   weight_bytes=session.loaded.weight_bytes, record_claim=self.spec.record_claim,
+                                   record_force=self.spec.record_force)
         if session.pool is not None:
             self.probes.attach_pool(session.pool)
         self.probes.start()

@@ -236,12 +236,21 @@ def test_bench_runs_say_k_of_n_and_an_estimate(monkeypatch):
     monkeypatch.setattr(throughput, "load", lambda config: (None, []))
     monkeypatch.setattr(throughput, "run_engine", run_engine)
     monkeypatch.setattr(throughput, "_line", lambda figures: f"{figures['tok_s']:.1f} tok/s")
+
+    class Freed:  # what ``release`` says after a run (no MLX here)
+        def line(self) -> str:
+            return "released"
+
+        def to_json(self) -> dict:
+            return {}
+
+    monkeypatch.setattr(throughput, "release", Freed)
     said: list[str] = []
     config = throughput.BenchConfig(engines=("dense", "slab"), rounds=1, fresh_rounds=0, model="tiny")
     throughput.warm_runs(config, RunClock(4, said.append, clock=lambda: now[0]))
     assert said[:3] == ["loading model tiny…", "[1/4] warm-up dense…",
-                        "[1/4] warm-up dense: 1.0 tok/s (10 s so far, ETA ~30 s (estimate))"]
-    assert said[-1] == "[4/4] round 1 slab: 1.0 tok/s (40 s so far)" and len(said) == 9
+                        "[1/4] warm-up dense: 1.0 tok/s; released (10 s so far, ETA ~30 s (estimate))"]
+    assert said[-1] == "[4/4] round 1 slab: 1.0 tok/s; released (40 s so far)" and len(said) == 9
 
 
 def test_a_recording_still_being_written_shows_where_its_run_is(tmp_path):

@@ -36,6 +36,7 @@ def _run_slabs(loaded, scenario, monkeypatch, **spec_fields):
     return summary, logits, set(policies), written
 
 
+@pytest.mark.numerics
 def test_every_decode_step_of_a_burst_writes_one_slab(tiny_llama, tmp_path, monkeypatch):
     scenario = write_scenario(tmp_path, burst_toml(**BURST))
     auto = _run_slabs(tiny_llama, scenario, monkeypatch)

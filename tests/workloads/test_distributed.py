@@ -111,6 +111,7 @@ def test_compare_opens_the_ranks_as_one_run_with_the_imbalance_row(recorded, cap
     assert {r["session"] for r in data["rows"]} >= {"slab r0", "slab r1", "dense r0", "dense r1"}
 
 
+@pytest.mark.numerics
 def test_two_rank_logits_are_bounded_and_rank_and_backend_identical(tmp_path, tiny_llama, tiny_qwen3):
     """Tokens: identical to the single process. Logits: byte-identical between the ranks and between slab and
     dense on 2 ranks, but not to the single process, and that is arithmetic, not a bug: mlx-lm's ``shard()``

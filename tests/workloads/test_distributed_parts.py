@@ -106,9 +106,12 @@ def test_ring_command_on_one_host():
     assert tail[tail.index("--world-size") + 1] == "2" and tail[tail.index("--launch-backend") + 1] == "ring"
 
 
-def test_nccl_command_puts_every_rank_on_its_gpu():
+def test_nccl_command_puts_every_rank_on_its_gpu(monkeypatch):
     """The path the lead runs on two H200s: NCCL rendezvous port, GPU device in every rank's spec; mlx.launch
     itself sets CUDA_VISIBLE_DEVICES=rank and NCCL_HOST_IP/NCCL_PORT/MLX_WORLD_SIZE."""
+    import app.workloads.launch as launch
+
+    monkeypatch.setattr(launch, "installed_mlx_build", lambda: ("cuda", "mlx-cuda-12"))  # as on the GPU host
     plan, specs = _prepared("--ranks", "2", "--launch-backend", "nccl", "--scenario", "distinct_burst",
                             "--dtype", "bfloat16", "--backends", "slab,dense")
     assert plan.backend == "nccl" and all(s.device == "gpu" and s.dtype == "bfloat16" for s in specs)

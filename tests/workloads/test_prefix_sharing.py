@@ -139,6 +139,7 @@ gen_tokens = [3, 6]
 """
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("backend", ["slab", "monolithic"])
 def test_adopted_prefix_gives_the_same_bytes_as_a_cold_run(backend, tiny_qwen3, tmp_path):
     """Requests 2 and 3 find request 1's 5 cached blocks (40 tokens) and resume at the chunk boundary 32: same

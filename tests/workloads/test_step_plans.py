@@ -81,29 +81,33 @@ def test_write_batch_stores_what_per_sequence_writes_store_and_an_error_writes_n
     assert all(mx.array_equal(x, y) for x, y in zip(before, a.storage.keys[1]))  # nothing written, not even seq 0
 
 
+@pytest.mark.numerics
 def test_a_plan_taking_kernel_gets_per_layer_correct_plans_and_the_same_logits(tiny_qwen3, fake_metal, tmp_path,
                                                                               monkeypatch):
+    """The step's shared plans equal a fresh plan of every layer, and the emulated kernel given them computes the
+    same bytes as when each layer plans from its own view (the same arithmetic on the same meta)."""
     from app.workloads.fused_attention import KernelRoute
-    from pool.kernels.paged_decode import gather_decode, plan_for_pool
+    from pool.kernels.paged_decode import plan_for_pool
 
     make_route, _ = fake_metal
+    route = make_route()
     seen = []
 
-    def planned(pool, layer, seq_ids, queries, *, scale, backend, plan, meta):
+    def planned(pool, layer, seq_ids, queries, *, scale, backend, plan, meta, launches):
         fresh = plan_for_pool(pool, layer, seq_ids, scale=scale)
         assert np.array_equal(plan.meta, fresh.meta) and np.array_equal(np.array(meta), fresh.meta)
         assert (plan.num_splits, plan.num_slabs, plan.slab_blocks) == (fresh.num_splits, fresh.num_slabs,
                                                                        fresh.slab_blocks)
         seen.append(id(plan))
-        return gather_decode(pool, layer, seq_ids, queries, scale=scale)
+        return route.run(pool, layer, seq_ids, queries, scale=scale, backend=backend, plan=plan, meta=meta,
+                         launches=launches)
 
     scenario = write_scenario(tmp_path, BURST)
-    route = make_route()
     planned_route = KernelRoute(run=planned, register=route.register, backend="metal")
     assert planned_route.accepts_plan is False and KernelRoute().accepts_plan is True
-    planned_route.accepts_plan = True
+    planned_route.accepts_plan = planned_route.accepts_launches = True
     _, events, logits = run_backend(tiny_qwen3, scenario, "slab", kernel_route=planned_route, **POOL)
-    _, _, reference = run_backend(tiny_qwen3, scenario, "slab", kernel_route=make_route(), **POOL)
+    _, _, reference = run_backend(tiny_qwen3, scenario, "slab", kernel_route=make_route(plans=False), **POOL)
     decode = [e for e in events if isinstance(e, Step) and e.type == "decode"]
     assert len(seen) == len(decode) * tiny_qwen3.num_layers
     assert len(set(seen)) < len(seen)  # plans were shared across layers
@@ -113,21 +117,13 @@ def test_a_plan_taking_kernel_gets_per_layer_correct_plans_and_the_same_logits(t
 def test_a_step_served_by_one_plan_counts_the_same_runs_as_the_per_layer_route(tiny_qwen3, fake_metal, tmp_path):
     # a step whose layers all ran through one plan counts layer 0's runs once for every sequence (one layer view);
     # the per-layer route counts each layer's tables: the gather events must agree, sequence by sequence
-    from app.workloads.fused_attention import KernelRoute
-    from pool.kernels.paged_decode import gather_decode
-
     make_route, _ = fake_metal
-    route = make_route()
-
-    def planned(pool, layer, seq_ids, queries, *, scale, backend, plan, meta):
-        return gather_decode(pool, layer, seq_ids, queries, scale=scale)
-
-    planned_route = KernelRoute(run=planned, register=route.register, backend="metal", accepts_plan=True)
     scenario = write_scenario(tmp_path, BURST)
     runs = lambda events: [(e.seq_ids, e.runs_layer0, e.runs_max, e.fused_layers)  # noqa: E731
                            for e in events if isinstance(e, GatherRuns)]
-    _, planned_events, _ = run_backend(tiny_qwen3, scenario, "slab", kernel_route=planned_route, **POOL)
-    _, reference_events, _ = run_backend(tiny_qwen3, scenario, "slab", kernel_route=make_route(), **POOL)
+    _, planned_events, _ = run_backend(tiny_qwen3, scenario, "slab", kernel_route=make_route(), **POOL)
+    _, reference_events, _ = run_backend(tiny_qwen3, scenario, "slab", kernel_route=make_route(plans=False),
+                                         **POOL)
     counted = runs(planned_events)
     assert counted == runs(reference_events) and counted
     assert len({tuple(first) for _, first, _, _ in counted}) > 1  # the counts move as the tables grow

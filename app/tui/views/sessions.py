@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Static
 
 from app.tui.analysis import merged_gather_hist, pool_totals
 from app.tui.data import ViewState
-from app.tui.sources import RecordingInfo, list_folders, list_recordings
+from app.tui.sources import RecordingInfo, list_folders, list_recordings, recording_files
 from app.tui.views import frame_key, unchanged
 from app.tui.views.memory import max_footprint
 from app.tui.widgets.glossary_link import glossary_link
@@ -106,6 +106,8 @@ class SessionsView(Vertical):
         self.infos: list[RecordingInfo] = []
         self.folders: list[Path] = []  # listed above the recordings: the parent (..) first, then subfolders
         self.marked: set[Path] = set()
+        self.listing = None  # app.tui.opening.BackgroundOpen while a large directory is listed
+        self._keep_cursor = False  # the listing under way keeps the cursor where it was (F5), or resets it
 
     def compose(self) -> ComposeResult:
         yield Static(id="sessions-header")
@@ -121,6 +123,10 @@ class SessionsView(Vertical):
     def on_mount(self) -> None:
         self._list(keep_cursor=False)
 
+    def on_unmount(self) -> None:
+        if self.listing is not None:
+            self.listing.cancel()
+
     def set_directory(self, directory: Path) -> None:
         self.directory = Path(directory)
         self._list(keep_cursor=False)
@@ -130,11 +136,30 @@ class SessionsView(Vertical):
         self._list(keep_cursor=True)
 
     def _list(self, keep_cursor: bool) -> None:
-        """List the folder; a new listing's cursor is on its newest recording (else on ``..``)."""
-        self.folders = list_folders(self.directory)
-        self.infos = list_recordings(self.directory)
+        """List the folder: its parent and subfolders at once, then its session files (many of them: off the UI
+        thread, app/tui/opening.py); a new listing's cursor lands on its newest recording (else on ``..``)."""
+        from app.tui.opening import BackgroundOpen, in_background
+
+        if self.listing is not None:
+            self.listing.cancel()
+            self.listing = None
+        self.folders, self._keep_cursor = list_folders(self.directory), keep_cursor
+        files = recording_files(self.directory)
+        if not in_background(files):
+            self._listed(list_recordings(self.directory, files=files))
+            return
+        self.listing = BackgroundOpen(self.app, [self.directory], files, False, self._listed, self._listing_step,
+                                      listing=True).start()
+        self._listing_step(0, len(files))
+
+    def _listing_step(self, count: int, total: int) -> None:
+        self.query_one("#sessions-header", Static).update(
+            Text(f"recordings in {shown_path(self.directory)}/  listing {count:,}/{total:,}…", style="bold"))
+
+    def _listed(self, infos: list[RecordingInfo]) -> None:
+        self.listing, self.infos = None, infos
         self._fill_listing()
-        if not keep_cursor:
+        if not self._keep_cursor:
             self.query_one("#sessions-list", DataTable).move_cursor(row=len(self.folders) if self.infos else 0)
 
     def action_folder_up(self) -> None:

@@ -58,6 +58,7 @@ def main(args: argparse.Namespace) -> int:
     check_listenable(args.host, args.port, "--port")
     command = tui_command(args)
     print(f"slabscope web: serving `{command}` at http://{args.host}:{args.port}", file=sys.stderr)
+    print(f"slabscope web: {TABS_NOTE}", file=sys.stderr)
     try:
         Server(command, host=args.host, port=args.port, title="slabscope", public_url=args.public_url).serve()
     except OSError as exc:  # taken between the check and the bind

@@ -30,4 +30,4 @@ def test_the_web_dashboard_draws_and_reacts_in_a_real_browser():
     finally:
         output = web.close()
     assert first != slabs  # the picture in the page changed with the key
-    assert "127.0.0.1" in output
+    assert "127.0.0.1" in output and "each browser tab runs its own dashboard process" in output

@@ -142,6 +142,16 @@ class Shrunk(TimelineEvent, tag="shrink"):
     report: ShrinkReport
 
 
+class RunStage(TimelineEvent, tag="stage"):
+    """Where a run is before its first phase, said at once (not held until the probes start) so a user waiting on
+    a live run sees it: "loading model" (``detail``: importing MLX, then the model's name), "rehearsal" (the
+    load-time rehearsal, app/workloads/rehearsal.py). Phases follow as ``PhaseEdge`` events (probes/progress.py
+    folds them all)."""
+
+    stage: str
+    detail: str = ""
+
+
 class ProbeOverhead(msgspec.Struct, frozen=True):
     """What the probes measured of their own cost (probes/live.py)."""
 

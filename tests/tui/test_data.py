@@ -10,7 +10,8 @@ import time
 from tui_fixtures import event_stream, sample
 
 from app.tui.data import SessionSet, ViewState
-from app.tui.views.memory import chart_data, ratio_line
+from app.tui.views.memory import chart_data
+from app.tui.views.memory_header import verdict_line as ratio_line
 from app.tui.views.sessions import compare_rows
 from app.tui.widgets.memory_chart import decimate
 from probes.events import FusedChange, LogLine, MetaUpdate, OpBatch, Step, WorkerError

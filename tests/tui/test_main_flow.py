@@ -45,7 +45,7 @@ def test_live_run_record_open_scrub_inspect(tmp_path):
             names = [info.path.name for info in view.infos]
             out["listed"] = names
             listing = app.screen.query_one("#sessions-list", DataTable)
-            listing.move_cursor(row=next(i for i, n in enumerate(names) if n.endswith("-slab.slabrec")))
+            listing.move_cursor(row=len(view.folders) + next(i for i, n in enumerate(names) if n.endswith("-slab.slabrec")))
             listing.focus()
             await pilot.press("enter")
             await wait_for(pilot, lambda: app.mode == "REPLAY", timeout=10)

@@ -185,11 +185,11 @@ def test_run_form_ranks_are_checked_before_anything_starts(tmp_path, monkeypatch
             form = app.screen
             assert isinstance(form, RunFormScreen)
             form.query_one("#form-ranks", Input).value = "2"
-            form.query_one("#form-model", Input).value = "smollm2-135m"
+            form.query_one("#form-model", Select).value = "smollm2-135m"
             await pilot.press("ctrl+s")
             await settle(pilot)
             heads = str(form.query_one("#form-error").render())
-            form.query_one("#form-model", Input).value = "synthetic:tiny-llama"
+            form.query_one("#form-model", Select).value = "synthetic:tiny-llama"
             form.query_one("#form-launch", Select).value = "jaccl"
             await pilot.press("ctrl+s")
             await settle(pilot)

@@ -1,6 +1,7 @@
 """Snapshot tests (pytest-textual-snapshot) of every view rendered from the sample session shipped in
-assets/recordings/ (recorded by the probes from a real SmolLM2 run). Replay is paused at the recording's peak
-moment, so nothing depends on the wall clock; notifications are not shown (``quiet``).
+assets/recordings/ (recorded by the probes from a real SmolLM2 run). Replay opens paused at the end (the Memory
+and Sessions pictures are the first screen); the pool views are taken at the peak moment (P), where the pool is
+busy. Nothing depends on the wall clock; notifications are cleared before the picture is taken.
 
 Update after an intended visual change: pytest tests/tui/test_snapshots.py --snapshot-update
 """
@@ -52,6 +53,8 @@ async def settle(pilot) -> None:
                                       ("5", "fused"), ("7", "sessions")])
 def test_view_snapshot(snap_compare, replay_app, key, name):
     async def before(pilot):
+        if key in "2345":
+            await pilot.press("P")
         await pilot.press(key)
         await settle(pilot)
 
@@ -60,7 +63,7 @@ def test_view_snapshot(snap_compare, replay_app, key, name):
 
 def test_inspector_drilldown_snapshot(snap_compare, replay_app):
     async def before(pilot):
-        await pilot.press("6", "greater_than_sign", "down", "down", "e", "e", "u")
+        await pilot.press("P", "6", "greater_than_sign", "down", "down", "e", "e", "u")
         await settle(pilot)
 
     assert snap_compare(replay_app, terminal_size=SIZE, run_before=before)

@@ -44,9 +44,11 @@ def test_worker_streams_meta_phases_steps_snapshots_and_done(tmp_path):
     events = handle.join(60.0)
     kinds = [e.kind for e in events]
     assert handle.done and handle.error is None, (handle.error, kinds)
-    assert kinds[0] == "meta" and kinds[-1] == "done"
+    # where it is first, said before the probes start (importing MLX, then the model); then the probes' meta
+    assert kinds[:3] == ["stage", "stage", "meta"] and kinds[-1] == "done", kinds[:4]
+    assert [e.detail for e in events[:2]] == ["importing MLX", "synthetic:tiny-llama"]
     assert {"phase", "step", "snapshot", "sample"} <= set(kinds)  # sample: the probes run in the worker
-    assert events[0].meta["backend"] == "slab" and events[0].meta["model"]["name"] == "synthetic:tiny-llama"
+    assert events[2].meta["backend"] == "slab" and events[2].meta["model"]["name"] == "synthetic:tiny-llama"
     assert handle.summary["requests_finished"] == 3
     assert _wait_exit(handle) == 0
 

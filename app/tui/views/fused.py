@@ -11,7 +11,8 @@ from textual.widgets import DataTable, Static
 from app.tui.data import ViewState
 from app.tui.views import frame_key, unchanged
 from app.tui.widgets.lane import Lane
-from app.tui.widgets.palette import OK_STYLE, WARN_STYLE
+from app.tui.widgets.glossary_link import glossary_link
+from app.tui.widgets.palette import NEUTRAL_STYLE, OK_STYLE
 from pool import PoolCounters, PoolSnapshot
 from probes.events import FusedChange
 from probes.store import SessionModel
@@ -38,13 +39,13 @@ def decision_lanes(model: SessionModel, cursor: float | None) -> dict[str, list[
     events = model.events_of(FusedChange)
     if events:
         seen = [e for e in events if cursor is None or e.t <= cursor]
-        return {"declines": [(e.t, "✗", WARN_STYLE) for e in seen if not e.use_fused],
+        return {"declines": [(e.t, "·", NEUTRAL_STYLE) for e in seen if not e.use_fused],
                 "fused": [(e.t, "✓", OK_STYLE) for e in seen if e.use_fused]}
     declines, accepts = [], []
     for record in model.history(cursor, limit=-LANE_POINTS):
         flags = [layer.fused.use_fused for layer in record.snapshot.layers]
         if flags and not all(flags):
-            declines.append((record.t, "✗", WARN_STYLE))
+            declines.append((record.t, "·", NEUTRAL_STYLE))
         if any(flags):
             accepts.append((record.t, "✓", OK_STYLE))
     return {"declines": declines, "fused": accepts}
@@ -75,7 +76,7 @@ class FusedView(Vertical):
         table = self.query_one(DataTable)
         table.clear()
         for layer, (use, reason) in sorted(decisions.items()):
-            table.add_row(f"L{layer}", Text("fused" if use else "gather", style=OK_STYLE if use else WARN_STYLE),
+            table.add_row(f"L{layer}", Text("fused" if use else "gather", style=OK_STYLE if use else NEUTRAL_STYLE),
                           reason)
         counters = found[1].counters if found else PoolCounters()
         reasons: dict[str, int] = {}
@@ -88,7 +89,8 @@ class FusedView(Vertical):
                     f"{counters.gather_decisions} decisions)  ", style="dim")
         if reasons:
             top = max(reasons, key=reasons.get)
-            text.append(f"declining now, mostly: {top}", style=WARN_STYLE)
+            text.append(f"gather now, mostly: {top}  ", style=NEUTRAL_STYLE)
+        text.append_text(glossary_link("fused"))
         summary.update(text)
         cursor = frame.cursor_in(track)  # the lane is in the session's own seconds
         self.query_one(Lane).show(track.duration or 1.0, decision_lanes(track, cursor), cursor)

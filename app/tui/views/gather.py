@@ -16,7 +16,8 @@ from app.tui.data import ViewState
 from app.tui.views import frame_key, unchanged
 from app.tui.widgets.hbars import HBars
 from app.tui.widgets.lane import Lane
-from app.tui.widgets.palette import WARN_STYLE, seq_colour
+from app.tui.widgets.glossary_link import glossary_link
+from app.tui.widgets.palette import HIGHLIGHT_STYLE, seq_colour
 from pool.gather_runs import mean_runs
 from probes.events import GatherRuns
 from probes.store import SessionModel
@@ -89,11 +90,12 @@ class GatherView(Vertical):
         self.query_one("#gather-seqs", HBars).show(
             "runs per sequence now", [(f"seq {s}", r) for s, r in sorted(per_seq.items())],
             f"seq {worst_seq}" if worst_seq is not None else None, colour=seq_colour(worst_seq or 0))
-        marks = [(t, str(min(9, r)), WARN_STYLE if peak and r == peak[2] else "") for t, _s, r in history]
+        marks = [(t, str(min(9, r)), HIGHLIGHT_STYLE if peak and r == peak[2] else "dim") for t, _s, r in history]
         self.query_one(Lane).show(track.duration or 1.0, {"max run": marks}, cursor)
         total = sum(hist.values())
         mean = mean_runs(hist) or 0.0
         text = Text(f"{track.label} @ {found[0]:.1f}s  gathers {total}  mean runs {mean:.2f}  ", style="bold")
         if peak:
-            text.append(f"worst: {peak[2]} runs at step {peak[1]} ({peak[0]:.1f}s)", style=WARN_STYLE)
+            text.append(f"worst: {peak[2]} runs at step {peak[1]} ({peak[0]:.1f}s)  ", style=HIGHLIGHT_STYLE)
+        text.append_text(glossary_link("gather"))
         summary.update(text)

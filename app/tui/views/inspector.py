@@ -14,6 +14,7 @@ from textual.widgets.option_list import Option
 from app.tui.analysis import free_run_origin, free_runs, gather_runs, rows_per_slab
 from app.tui.data import ViewState, refresh_guarded
 from app.tui.views import frame_key, unchanged
+from app.tui.widgets.glossary_link import glossary_link
 from app.tui.widgets.palette import seq_colour
 from app.tui.widgets.row_map import RowMap
 from pool import PoolSnapshot, row_state
@@ -39,10 +40,11 @@ class InspectorView(Vertical):
     """The Inspector tab. Owns the selection: layer, slab, sequence, free run."""
 
     BINDINGS = [
-        Binding("less_than_sign,comma", "layer(-1)", "layer -"),
-        Binding("greater_than_sign,full_stop", "layer(1)", "layer +"),
-        Binding("e", "next_seq", "next sequence"),
-        Binding("u", "next_free_run", "next free run"),
+        # listed on the view's header line and by ?, not in the footer (it keeps the app's keys at 80 columns)
+        Binding("less_than_sign,comma", "layer(-1)", "layer -", show=False),
+        Binding("greater_than_sign,full_stop", "layer(1)", "layer +", show=False),
+        Binding("e", "next_seq", "next sequence", show=False),
+        Binding("u", "next_free_run", "next free run", show=False),
         Binding("j", "slab(1)", "slab +", show=False),
         Binding("k", "slab(-1)", "slab -", show=False),
     ]
@@ -107,13 +109,14 @@ class InspectorView(Vertical):
         self._fill_rows(owners, refcounts, per, cows)
 
     def _header(self, track: SessionModel, t: float, num_layers: int, num_slabs: int) -> Text:
-        text = Text(no_wrap=True, overflow="ellipsis")
+        text = Text()  # wraps to a second line on narrow terminals: the legend and its glossary link stay visible
         text.append(f"{track.label} @ {t:.1f}s  ", style="bold")
         text.append(f"layer {self.layer_index}/{num_layers - 1} (<,>)  slab {self.slab_index}/{max(0, num_slabs - 1)} (↑↓)  ")
         text.append("e: next seq  u: next free run   ", style="dim")
         text.append("· free ◆ shared h held ", style="dim")
         text.append("u", style="underline")
-        text.append("=cow", style="dim")
+        text.append("=cow  ", style="dim")
+        text.append_text(glossary_link("inspect"))
         return text
 
     def _fill_lists(self, snap: PoolSnapshot, per: int) -> None:

@@ -22,7 +22,7 @@ PYTHONPATH=$ROOT $PY -m app load --url "http://127.0.0.1:$PORT" --scenario churn
   prompt_min=16 prompt_max=64 gen_min=150 gen_max=250 --chars-per-token 1 --json > "$WORK/load.json" 2>&1 &
 LOAD=$!
 wait_for "in flight" 60
-wait_for "→ slab" 10
+wait_for "→ slab" 60
 wait_for "0 in flight, 12 done" 240
 wait "$LOAD" || { echo "FAIL: load exited $?"; cat "$WORK/load.json"; exit 1; }
 grep -q '"completed": 12' "$WORK/load.json" || { echo "FAIL: load report"; cat "$WORK/load.json"; exit 1; }

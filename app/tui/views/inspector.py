@@ -112,11 +112,11 @@ class InspectorView(Vertical):
         text = Text()  # wraps to a second line on narrow terminals: the legend and its glossary link stay visible
         text.append(f"{track.label} @ {t:.1f}s  ", style="bold")
         text.append(f"layer {self.layer_index}/{num_layers - 1} (<,>)  slab {self.slab_index}/{max(0, num_slabs - 1)} (↑↓)  ")
-        text.append("e: next seq  u: next free run   ", style="dim")
+        text.append_text(glossary_link("inspect"))  # before the legend: a wrap moves legend words, never the link
+        text.append("  e: next seq  u: next free run   ", style="dim")
         text.append("· free ◆ shared h held ", style="dim")
         text.append("u", style="underline")
-        text.append("=cow  ", style="dim")
-        text.append_text(glossary_link("inspect"))
+        text.append("=cow", style="dim")
         return text
 
     def _fill_lists(self, snap: PoolSnapshot, per: int) -> None:

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from pathlib import Path
 
 from probes.compare import format_table, rows_from_figures
 from probes.digest import SessionDigest, digest
+from probes.outfile import write_atomically
 from probes.sampler import FOOTPRINT_PARTS, accounting_parts
 
 MIB = 2**20
 MANY_SESSIONS = 16    # more sessions than this: plots without per-session legends and labels
+REPORT_NAME = "report.md"
 ACCOUNTING_PLOTS = 16  # accounting plots for at most this many sessions (the first ones)
 
 
@@ -210,7 +213,6 @@ def write_report_from(digests: list[SessionDigest], out_dir: str, baseline: int,
         md += ["## Slab count", "", "![slab count](slabs.png)", ""]
     if plot_gather_hist(digests, os.path.join(out_dir, "gather_runs.png")):
         md += ["## Gather runs", "", "![gather runs](gather_runs.png)", ""]
-    path = os.path.join(out_dir, "report.md")
-    with open(path, "w") as fh:
-        fh.write("\n".join(md))
+    path = os.path.join(out_dir, REPORT_NAME)
+    write_atomically(path, lambda temp: Path(temp).write_text("\n".join(md)), force=True)  # main checked it
     return path

@@ -28,6 +28,10 @@ import math
 import statistics
 import sys
 import time
+from pathlib import Path
+
+from app.commands.outputs import add_force_argument
+from probes.outfile import check_target, write_atomically
 
 L2_ROTATION_BYTES = 256 * 2**20   # rotate input sets until this many K/V bytes are in play (H200 L2: 60 MB)
 MAX_SETS = 8
@@ -54,7 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--inner", type=int, default=10, help="steps per timed sample")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    parser.add_argument("--out", default=None, help="also write the JSON result to this file")
+    parser.add_argument("--out", default=None, help="also write the JSON result to this file (a new file unless "
+                        "--force)")
+    add_force_argument(parser, "the --out file")
     parser.add_argument("--write-thresholds", nargs="?", const="", default=None, metavar="PATH",
                         help="store the measured thresholds (default pool/kernels/thresholds.json)")
     knobs = parser.add_argument_group("kernel tuning (pool/kernels/tuning.py; default: the kernel's own defaults)")
@@ -204,6 +210,8 @@ def main(args) -> int:
     from pool.fused_decision import detect_backend
 
     tuning = kernel_tuning(args)  # bad flags are a usage error before anything is measured
+    if args.out:  # an existing file is refused before minutes of measuring, not after
+        check_target(args.out, args.force)
     backend = detect_backend()
     if backend not in ("cuda", "metal"):
         print(f"bench decode needs a GPU backend (CUDA or Metal); MLX's device here is {mx.default_device()} "
@@ -223,8 +231,8 @@ def main(args) -> int:
               "command": " ".join(sys.argv),
               "rows": rows, "thresholds": thresholds}
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1, default=str)
+        write_atomically(args.out, lambda temp: Path(temp).write_text(json.dumps(result, indent=1, default=str)),
+                         force=args.force)
     if args.write_thresholds is not None:
         path = args.write_thresholds or kernels.THRESHOLDS_PATH
         stored = kernels.load_thresholds(path) if path == kernels.THRESHOLDS_PATH else {}

@@ -13,10 +13,13 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from app.commands.arg_types import finite_float
 from app.commands.errors import RunError, UsageError, output_file
+from app.commands.outputs import add_force_argument
+from probes.outfile import check_target, write_atomically
 from app.workloads.scenarios import DEFAULT_SCENARIO, ScenarioError, load_scenario, parse_overrides
 
 
@@ -43,7 +46,9 @@ def add_parser(sub) -> None:
     p.add_argument("--timeout", type=finite_float(1.0), default=600.0, metavar="SECONDS",
                    help="one request's limit (default 600)")
     p.add_argument("--json", action="store_true", help="the report as JSON on stdout")
-    p.add_argument("--out", default=None, metavar="FILE", help="also write the JSON report to FILE")
+    p.add_argument("--out", default=None, metavar="FILE", help="also write the JSON report to FILE (a new file unless "
+                   "--force)")
+    add_force_argument(p, "FILE")
     p.set_defaults(func=main)
 
 
@@ -63,8 +68,9 @@ def main(args) -> int:
     from app.serve.load_plan import TokenCounter, plan_load
 
     url = check_url(args.url)
-    if args.out is not None:
+    if args.out is not None:  # refused before any request is sent: an existing FILE is one line, exit 1
         output_file(args.out, "--out")
+        check_target(args.out, args.force)
     try:
         scenario = load_scenario(args.scenario, parse_overrides(args.set))
         counter = TokenCounter(args.tokenizer) if args.tokenizer else None
@@ -74,8 +80,7 @@ def main(args) -> int:
     report = asyncio.run(_run(args, url, scenario.name, phases))
     text = json.dumps(report, indent=2)
     if args.out is not None:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+        write_atomically(args.out, lambda temp: Path(temp).write_text(text + "\n", encoding="utf-8"), force=args.force)
     if args.json:
         print(text)
     else:

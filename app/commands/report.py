@@ -10,10 +10,13 @@ import sys
 
 
 def add_parser(sub) -> None:
+    from app.commands.outputs import add_force_argument
+
     p = sub.add_parser("report", help="write a Markdown report with PNG plots for recorded sessions",
                        description="Writes DIR/report.md plus timeline, accounting, slab-count and gather-run plots.")
     p.add_argument("sessions", nargs="+", help="session files (.slabrec) or directories holding them")
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", required=True, help="output directory (one holding a report.md is refused unless --force)")
+    add_force_argument(p, "the report already in DIR")
     p.add_argument("--baseline", default=None, help="label, backend or file of the baseline (default: dense)")
     p.set_defaults(func=main)
 
@@ -22,7 +25,8 @@ def main(args) -> int:
     from app.commands.session_files import expand_paths, pick_baseline
     from app.commands.errors import RunError, output_dir
     from app.commands.folder import read_each
-    from probes.report import ACCOUNTING_PLOTS, report_digest, write_report_from
+    from probes.outfile import check_target
+    from probes.report import ACCOUNTING_PLOTS, REPORT_NAME, report_digest, write_report_from
 
     paths = expand_paths(args.sessions)
     if not paths:
@@ -31,6 +35,7 @@ def main(args) -> int:
     digests = read_each(paths, "report", lambda session, _index: report_digest(session))
     baseline = pick_baseline(digests, args.baseline)  # a bad --baseline is refused before --out is touched
     out = output_dir(args.out, "--out")
+    check_target(out / REPORT_NAME, args.force, paths)  # an earlier report in DIR is kept unless asked
     try:
         accounting = _accounting_plots(paths[:ACCOUNTING_PLOTS], out)
         path = write_report_from(digests, str(out), baseline, accounting)

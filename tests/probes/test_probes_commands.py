@@ -87,6 +87,22 @@ def test_report_writes_markdown_and_plots(sessions, tmp_path, capsys):
         assert (out / png).stat().st_size > 1000 and png in md
 
 
+def test_report_keeps_an_earlier_report_unless_forced(sessions, tmp_path, capsys):
+    """A second report into the same folder is refused with one line (exit 1) and the first report.md is kept
+    byte for byte; with --force it is replaced (issue 23: no command writes over a file unasked)."""
+    out = tmp_path / "report"
+    assert cli_main(["report", *sessions[:1], "--out", str(out)]) == 0
+    first = (out / "report.md").read_bytes()
+    capsys.readouterr()
+    assert cli_main(["report", *sessions, "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "report.md" in err[0] and "--force" in err[0], err
+    assert (out / "report.md").read_bytes() == first
+    assert cli_main(["report", *sessions, "--out", str(out), "--force"]) == 0
+    assert (out / "report.md").read_bytes() != first
+    assert not [p.name for p in out.iterdir() if "partial" in p.name]
+
+
 def test_reader_side_and_parsers_do_not_import_mlx():
     code = ("import sys; import app.cli as c; c.build_parser(); "
             "import probes.replay, probes.store, probes.compare, probes.whatif, probes.recording, probes.report; "

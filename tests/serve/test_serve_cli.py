@@ -82,3 +82,13 @@ def test_a_front_killed_outright_takes_its_engine_with_it():
     server.process.wait(10)
     gone, alive = psutil.wait_procs([engine], timeout=15)  # the parent watch polls every 0.25 s, waits 2 s
     assert not alive, "the engine worker outlived its server"
+
+
+def test_load_refuses_an_existing_out_file_before_sending_anything(cli, tmp_path):
+    """``load --out`` over an existing file is one line and exit 1 before any request (the URL answers nothing:
+    port 9 on loopback), and the file is kept byte for byte (issue 23: no command writes over a file unasked)."""
+    kept = tmp_path / "earlier.json"
+    kept.write_text('{"an": "earlier report"}\n')
+    code, out, err = cli(["load", "--url", "http://127.0.0.1:9", "--out", str(kept)])
+    assert code == 1 and out == "" and len(err) == 1 and "earlier.json" in err[0] and "--force" in err[0], err
+    assert kept.read_text() == '{"an": "earlier report"}\n'

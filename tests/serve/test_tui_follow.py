@@ -22,6 +22,8 @@ from app.tui.live_follow import RecordingFollower, live_paths
 from probes.events import RequestArrived, RequestDone
 from probes.recording import SessionRecorder
 
+from tui.tui_helpers import settle
+
 from .server_proc import serve
 
 pytestmark = pytest.mark.slow
@@ -66,12 +68,12 @@ def test_the_dashboard_follows_a_live_server_while_load_drives_it(tmp_path):
             await wait_for(pilot, lambda: counts(app)[0] >= 2)  # requests arriving while load runs
             assert not load_done.is_set()
             app.refresh_views()
-            await pilot.pause(0.1)
+            await settle(pilot)
             during = screen_text(app)
             arrived_then = counts(app)[0]
             await wait_for(pilot, lambda: load_done.is_set() and counts(app) == (12, 12), timeout=240)
             app.refresh_views()
-            await pilot.pause(0.1)
+            await settle(pilot)
             after = screen_text(app)
             return app, during, arrived_then, after
 

@@ -12,6 +12,7 @@ import pytest
 
 from textual.widgets import Static
 from tui_paths import SAMPLE_DENSE, SAMPLE_SLAB, SAMPLE_DIR
+from tui_helpers import settle
 from tui_screen_text import screen_text
 
 from app.tui.app import AppOptions, SlabscopeApp
@@ -52,10 +53,10 @@ def test_the_readme_replay_opens_at_the_end_on_compares_verdict():
     async def go():
         app = SlabscopeApp(AppOptions(autostart=False, open_paths=list(README_FILES)))
         async with app.run_test(size=(160, 48)) as pilot:
-            await pilot.pause(0.2)
+            await settle(pilot)
             out = {"cursor": app.cursor, "end": app.store.duration(), "first": screen_text(app)}
             await pilot.press("P")
-            await pilot.pause(0.2)
+            await settle(pilot)
             out["peak_cursor"], out["at_peak"] = app.cursor, screen_text(app)
             out["cursor_line"] = _line(app, "#cursor-line").content
             out["bars"] = str(app.screen.query_one(AccountingBar).render())
@@ -91,7 +92,7 @@ def test_healthy_runs_are_never_drawn_in_the_error_colour():
                 if key.isdigit():
                     app.clear_notifications()
                     app.refresh_views()
-                    await pilot.pause(0.1)
+                    await settle(pilot)
                     svg = app.export_screenshot()
                     found += [(key, h) for h in ERROR_HEXES if h in svg]
         return found

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tui_helpers import wait_for
+from tui_helpers import settle, wait_for
 from tui_paths import ROOT, SAMPLE_DENSE, SAMPLE_SLAB
 from tui_screen_text import screen_text
 
@@ -53,10 +53,10 @@ def test_the_glossary_opens_from_help_the_key_and_every_views_legend(tmp_path):
             for key, topic in VIEWS.items():
                 await pilot.press(key)
                 app.refresh_views()
-                await pilot.pause(0.1)
+                await settle(pilot)
                 await pilot.click(offset=_link(app))
                 await wait_for(pilot, lambda: isinstance(app.screen, GlossaryScreen), timeout=10)
-                await pilot.pause(0.1)
+                await settle(pilot)
                 body, section = app.screen.query_one("#glossary-body"), app.screen.query_one(f"#glossary-{topic}")
                 scrolled[topic] = body.scroll_y == min(body.max_scroll_y, section.virtual_region.y)
                 by_link[topic] = await _opened(pilot, app)

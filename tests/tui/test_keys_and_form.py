@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from textual.widgets import Input, Select
-from tui_helpers import wait_for
+from tui_helpers import settle, wait_for
 from tui_paths import SAMPLE_DENSE, SAMPLE_SLAB
 from tui_screen_text import screen_text
 
@@ -39,7 +39,7 @@ def test_replay_hides_live_only_keys_and_says_why_when_pressed(tmp_path):
             said = []
             for key in ("x", "R", "L"):
                 await pilot.press(key)
-                await pilot.pause(0.1)
+                await settle(pilot)
                 said.append([n.message for n in app._notifications])
                 app.clear_notifications()
             return footer, said, app.mode

@@ -11,7 +11,7 @@ import os
 import threading
 
 import pytest
-from tui_helpers import wait_for
+from tui_helpers import settle, wait_for
 from tui_paths import SAMPLE_SLAB
 
 import app.tui.sources as sources
@@ -113,7 +113,7 @@ def test_the_sessions_view_lists_a_large_directory_off_the_ui_thread(folder, mon
         async with app.run_test(size=(110, 32)) as pilot:
             await wait_for(pilot, state["held"].is_set)
             await pilot.press("7")
-            await pilot.pause(0.1)
+            await settle(pilot)
             header = str(app.query_one("#sessions-header").render())
             await pilot.press("q")
             await wait_for(pilot, lambda: not app.is_running)

@@ -10,7 +10,7 @@ import io
 import threading
 
 from tui_fixtures import event_stream
-from tui_helpers import wait_for
+from tui_helpers import settle, wait_for
 from tui_screen_text import screen_text
 
 from app.tui.app import AppOptions, SlabscopeApp
@@ -171,7 +171,7 @@ def test_x_ends_the_run_as_stopped_not_as_a_failure(tmp_path):
             await wait_for(pilot, lambda: "loading model" in _status(app), timeout=10)
             await pilot.press("x")
             await wait_for(pilot, lambda: "(stopped)" in _status(app), timeout=10)
-            await pilot.pause(0.3)
+            await settle(pilot)
             notes = [n.message for n in app._notifications]
             return _status(app), notes, {n: m.status for n, m in app.store.sessions.items()}
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pool.block_table import BlockTable, PrefixHandle
-from pool.config import DESIGNS, MAX_DIMENSION, LayerGeometry, capacity_for, check_open_blocks, chunk_rows
+from pool.config import (DEFAULT_BLOCK_SIZE, DEFAULT_SLAB_BLOCKS, DESIGNS, MAX_DIMENSION, LayerGeometry, capacity_for,
+                         check_open_blocks, chunk_rows)
 from pool.errors import BudgetExceeded, PoolError
 from pool.free_rows import FreeRows
 from pool.limits import MemoryLimits, check_pool_capacity
@@ -52,7 +53,8 @@ class RowBook:
     """Owns block ids, the row arrays, refcounts, free rows, the budget, modelled capacity and op listeners; holds
     the tables of sequences and handles that :class:`pool.bookkeeping.BlockBook` operates on."""
 
-    def __init__(self, num_layers: int, block_size: int = 32, design: str = "slab", slab_blocks: int = 32,
+    def __init__(self, num_layers: int, block_size: int = DEFAULT_BLOCK_SIZE, design: str = "slab",
+                 slab_blocks: int = DEFAULT_SLAB_BLOCKS,
                  max_blocks_per_layer: int | None = None, bytes_per_row: int = 0,
                  shrink: ShrinkPolicy | None = None, open_blocks: str = "low") -> None:
         if design not in DESIGNS:

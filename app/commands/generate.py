@@ -14,6 +14,7 @@ from app.commands.errors import RunError, UsageError
 from app.models.registry import DTYPE_NAMES
 from app.workloads.limits import check_request_fits
 from app.workloads.spec import BACKENDS
+from pool.config import DEFAULT_BLOCK_SIZE, DEFAULT_SLAB_BLOCKS
 from pool.errors import PoolError
 
 
@@ -51,7 +52,8 @@ def prompt_ids(tokenizer, text: str, use_template: bool) -> list[int]:
 
 
 def generate(loaded, ids: list[int], *, backend: str, max_tokens: int, temperature: float = 0.0,
-             top_p: float = 0.0, seed: int = 0, block_size: int = 32, slab_blocks: int = 32) -> list[int]:
+             top_p: float = 0.0, seed: int = 0, block_size: int = DEFAULT_BLOCK_SIZE,
+             slab_blocks: int = DEFAULT_SLAB_BLOCKS) -> list[int]:
     """Generated token ids for prompt ``ids`` (stops at EOS or ``max_tokens``)."""
     import mlx.core as mx
 

@@ -1,50 +1,37 @@
-"""Gather runs view: the pool's histogram of runs per gather (over all layers), runs each sequence's next gather
-takes at the cursor, and the worst sequence per decode step over the run (highlighted)."""
+"""Gather runs view: the histogram of same-slab runs per sequence per decode step up to the cursor (the figure
+``probes.figures.gather_runs`` defines: its mean and maximum are the "gather runs mean/max" every surface prints),
+runs each sequence's next gather takes at the cursor, and the worst sequence per decode step over the run."""
 
 from __future__ import annotations
 
-import bisect
-import weakref
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Static
 
-from app.tui.analysis import merged_gather_hist, runs_per_sequence
+from app.tui.analysis import runs_per_sequence
 from app.tui.data import ViewState
 from app.tui.views import frame_key, unchanged
 from app.tui.widgets.hbars import HBars
 from app.tui.widgets.lane import Lane
 from app.tui.widgets.palette import WARN_STYLE, seq_colour
-from pool.gather_runs import mean_runs
-from probes.events import GatherRuns
+from probes import figures
 from probes.store import SessionModel
 
 LANE_POINTS = 160  # points of the worst-case lane
-_WORST_FROM_SNAPSHOTS: "weakref.WeakKeyDictionary[SessionModel, dict[float, int]]" = weakref.WeakKeyDictionary()
 
 
 def worst_runs_over_time(model: SessionModel, cursor: float | None) -> list[tuple[float, int, int]]:
-    """(t, step, runs of the worst sequence) over the run up to the cursor, at most LANE_POINTS points: from the
-    decode steps' measured gather runs (``GatherRuns``: the maximum over layers) when the run reports them, else
-    from the sequences' rows in snapshots spread over the run (rebuilt once per snapshot, then cached)."""
-    steps = model.events_of(GatherRuns)
-    if steps:
-        seen = steps if cursor is None else steps[:bisect.bisect_right(steps, cursor, key=lambda e: e.t)]
-        stride = max(1, len(seen) // LANE_POINTS)
-        picked = list(seen[::stride]) + ([seen[-1]] if seen and (len(seen) - 1) % stride else [])
-        return [(e.t, e.step, max(e.runs_max, default=0)) for e in picked]
-    cache = _WORST_FROM_SNAPSHOTS.setdefault(model, {})
-    out = []
-    for record in model.history(None, limit=-LANE_POINTS):
-        if cursor is not None and record.t > cursor:
-            break
-        if record.t not in cache:
-            full = model.snapshot_at(record.t)
-            cache[record.t] = max(runs_per_sequence(full).values(), default=0) if full is not None else 0
-        out.append((record.t, record.step, cache[record.t]))
-    return out
+    """(t, step, runs of the worst sequence) per decode step up to the cursor (``probes.figures``: the steps behind
+    the histogram), at most LANE_POINTS points: consecutive steps bucketed, each bucket kept as its worst step, so
+    the lane's worst is the histogram's largest bar."""
+    steps = figures.worst_runs_per_step(model, None, cursor)
+    if len(steps) <= LANE_POINTS:
+        return steps
+    size = len(steps) / LANE_POINTS
+    return [max(steps[int(k * size):max(int((k + 1) * size), int(k * size) + 1)], key=lambda s: s[2])
+            for k in range(LANE_POINTS)]
 
 
 class GatherView(Vertical):
@@ -69,23 +56,25 @@ class GatherView(Vertical):
             summary.update(Text("no pool snapshot yet", style="dim"))
             return
         snap = found[1]
-        hist = merged_gather_hist(snap)
-        worst_bucket = str(max(hist)) if hist else None
+        cursor = frame.cursor_in(track)  # the histogram and the lane are in the session's own seconds
+        runs = figures.gather_runs(track, None, cursor)
+        hist = runs.hist if runs is not None else {}
         self.query_one("#gather-hist", HBars).show(
-            "runs per gather (count, all layers)", [(str(k), v) for k, v in sorted(hist.items())], worst_bucket)
+            "runs per sequence per decode step (count)", [(str(k), v) for k, v in hist.items()],
+            str(runs.max) if runs is not None else None)
         per_seq = runs_per_sequence(snap)
         worst_seq = max(per_seq, key=per_seq.get) if per_seq else None
         self.query_one("#gather-seqs", HBars).show(
             "runs per sequence now", [(f"seq {s}", r) for s, r in sorted(per_seq.items())],
             f"seq {worst_seq}" if worst_seq is not None else None, colour=seq_colour(worst_seq or 0))
-        cursor = frame.cursor_in(track)  # the lane is in the session's own seconds
         history = worst_runs_over_time(track, cursor)
         peak = max(history, key=lambda h: h[2], default=None)
         marks = [(t, str(min(9, r)), WARN_STYLE if peak and r == peak[2] else "") for t, _s, r in history]
         self.query_one(Lane).show(track.duration or 1.0, {"max run": marks}, cursor)
-        total = sum(hist.values())
-        mean = mean_runs(hist) or 0.0
-        text = Text(f"{track.label} @ {found[0]:.1f}s  gathers {total}  mean runs {mean:.2f}  ", style="bold")
-        if peak:
-            text.append(f"worst: {peak[2]} runs at step {peak[1]} ({peak[0]:.1f}s)", style=WARN_STYLE)
+        text = Text(f"{track.label} @ {found[0]:.1f}s  {figures.LABELS['gather_runs']} up to here "
+                    f"{figures.format_runs(runs)} over {runs.pairs if runs else 0} (step, sequence) pairs  ",
+                    style="bold")
+        if peak and peak[2]:
+            where = f"step {peak[1]} ({peak[0]:.1f}s)" if peak[1] >= 0 else f"{peak[0]:.1f}s"
+            text.append(f"worst: {peak[2]} runs at {where}", style=WARN_STYLE)
         summary.update(text)

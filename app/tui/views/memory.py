@@ -16,6 +16,7 @@ from app.tui.widgets.accounting_bar import AccountingBar
 from app.tui.widgets.lane import Lane
 from app.tui.widgets.memory_chart import ChartData, MemoryChart, Series
 from app.tui.widgets.palette import OK_STYLE, WARN_STYLE, backend_colour, human_bytes
+from probes import figures
 from probes.events import RequestDone, Shrunk
 from probes.store import SessionModel
 
@@ -33,9 +34,8 @@ def x_values(samples, mode: str) -> list[float]:
 
 
 def max_footprint(model: SessionModel, cursor: float | None) -> float:
-    """max(active + cache) over samples up to the cursor (the read model's peak)."""
-    peak = model.peak("footprint") if cursor is None else model.peak("footprint", 0.0, cursor)
-    return peak.value
+    """max(active + cache) over samples up to the cursor (``probes.figures.peak_footprint``; 0 before a sample)."""
+    return figures.peak_footprint(model, None, cursor) or 0.0
 
 
 def ratio_gauge(ratio: float, gate: float, width: int = 12) -> Text:
@@ -55,7 +55,7 @@ def ratio_gauge(ratio: float, gate: float, width: int = 12) -> Text:
 
 def ratio_line(frame: ViewState) -> Text:
     """'slab/dense 1.02x (gate 1.15x) ok' for each pool session against the dense one (a rank against the same
-    rank of the dense run), plus tok/s per backend."""
+    rank of the dense run), plus busy tok/s per backend: the figures of ``probes.figures`` up to the cursor."""
     tracks = list(frame.sessions.sessions.values())
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f"x:{frame.x_mode} ", style="dim")
@@ -71,19 +71,19 @@ def ratio_line(frame: ViewState) -> Text:
         if not base:
             continue
         shown = True
-        ratio = max_footprint(tr, frame.cursor_in(tr)) / base
+        ratio = figures.footprint_ratio(max_footprint(tr, frame.cursor_in(tr)), base)
         ok = ratio <= frame.gate
         text.append(f"peak {tr.label}/dense ", style="bold")
         text.append_text(ratio_gauge(ratio, frame.gate))
-        text.append(f"{ratio:.2f}x", style=OK_STYLE if ok else WARN_STYLE)
+        text.append(figures.format_ratio(ratio), style=OK_STYLE if ok else WARN_STYLE)
         text.append(f" (gate {frame.gate:.2f}x {'ok' if ok else 'EXCEEDED'})  ", style="dim" if ok else WARN_STYLE)
     if not shown:
         text.append("ratio: needs a dense session and a pool session  ", style="dim")
-    text.append("tok/s ", style="bold")
+    text.append(figures.LABELS["tok_s:busy"] + " ", style="bold")
     for index, tr in enumerate(tracks):
-        rate = tr.decode_tok_s(frame.cursor_in(tr))
+        rate = figures.tok_s(tr, "busy", None, frame.cursor_in(tr))
         text.append(f"{tr.label} ", style=backend_colour(tr.label, index))
-        text.append("-  " if rate is None else f"{rate:.1f}  ")
+        text.append(figures.format_tok_s(rate) + "  ")
     return text
 
 

@@ -308,6 +308,13 @@ def probe_cost(view) -> float | None:
 
 
 # ---- printing --------------------------------------------------------------------------------------------------
+def format_bytes_cell(value: float | None) -> str:
+    """A footprint in MiB as the tables print it (``pool.units.mib``): ``'5,338.4 MiB'``."""
+    from pool.units import mib
+
+    return "-" if value is None else f"{mib(value)} MiB"
+
+
 def format_ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 

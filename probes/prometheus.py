@@ -41,7 +41,7 @@ from probes import figures
 from probes.events import (Done, FusedChange, GatherRuns, MetaUpdate, ProbeStats, RequestDone, Sample,
                            SnapshotTaken, Step)
 
-RUN_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)
+RUN_BUCKETS = (*range(1, 17), 24, 32, 48, 64, 128)  # one per run count up to 16: the max is exact
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)  # vLLM's, shortened
 TPOT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5)
 SAMPLE_GAUGES = (("footprint_bytes", "footprint", "MLX active + cache (bytes): the footprint slabscope reports"),

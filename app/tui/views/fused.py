@@ -60,6 +60,22 @@ def declines_text(figure) -> Text:
     return text
 
 
+def fused_summary(track: SessionModel, decisions: dict[int, tuple[bool, str]], cursor: float | None) -> Text:
+    """The Fused tab's header: the layers' decisions in force at the cursor ("now"), then the declines figure from
+    the start up to the cursor (``probes.figures.declines``)."""
+    now_gather: dict[str, int] = {}
+    for use, reason in decisions.values():
+        if not use:
+            now_gather[reason] = now_gather.get(reason, 0) + 1
+    text = Text(f"{track.label} now: layers fused {len(decisions) - sum(now_gather.values())}, gather "
+                f"{sum(now_gather.values())}  ", style="bold")
+    text.append_text(declines_text(figures.declines(track, None, cursor)))
+    if now_gather:
+        top = max(now_gather, key=now_gather.get)
+        text.append(f"  declining now, mostly: {top}", style=WARN_STYLE)
+    return text
+
+
 class FusedView(Vertical):
     """The Fused kernel tab."""
 
@@ -87,16 +103,6 @@ class FusedView(Vertical):
         for layer, (use, reason) in sorted(decisions.items()):
             table.add_row(f"L{layer}", Text("fused" if use else "gather", style=OK_STYLE if use else WARN_STYLE),
                           reason)
-        now_gather: dict[str, int] = {}
-        for use, reason in decisions.values():
-            if not use:
-                now_gather[reason] = now_gather.get(reason, 0) + 1
-        text = Text(f"{track.label} now: layers fused {len(decisions) - sum(now_gather.values())}, gather "
-                    f"{sum(now_gather.values())}  ", style="bold")
-        text.append_text(declines_text(figures.declines(track, None, frame.cursor_in(track))))
-        if now_gather:
-            top = max(now_gather, key=now_gather.get)
-            text.append(f"  declining now, mostly: {top}", style=WARN_STYLE)
-        summary.update(text)
+        summary.update(fused_summary(track, decisions, frame.cursor_in(track)))
         cursor = frame.cursor_in(track)  # the lane is in the session's own seconds
         self.query_one(Lane).show(track.duration or 1.0, decision_lanes(track, cursor), cursor)

@@ -4,6 +4,8 @@ runs each sequence's next gather takes at the cursor, and the worst sequence per
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -34,6 +36,30 @@ def worst_runs_over_time(model: SessionModel, cursor: float | None) -> list[tupl
             for k in range(LANE_POINTS)]
 
 
+@dataclass
+class GatherPicture:
+    """What the Gather tab shows of a session up to the cursor: the figure, the worst-case lane, its header."""
+
+    runs: figures.RunsFigure | None
+    history: list[tuple[float, int, int]]
+    peak: tuple[float, int, int] | None
+    text: Text
+
+
+def gather_picture(track: SessionModel, shown_at: float, cursor: float | None) -> GatherPicture:
+    """The gather runs figure up to ``cursor`` (``probes.figures.gather_runs``), the worst step per lane point, and
+    the header line naming both ("gather runs mean/max up to here 4.97/5 ... worst: 5 runs at step 70")."""
+    runs = figures.gather_runs(track, None, cursor)
+    history = worst_runs_over_time(track, cursor)
+    peak = max(history, key=lambda h: h[2], default=None)
+    text = Text(f"{track.label} @ {shown_at:.1f}s  {figures.LABELS['gather_runs']} up to here "
+                f"{figures.format_runs(runs)} over {runs.pairs if runs else 0} (step, sequence) pairs  ", style="bold")
+    if peak and peak[2]:
+        where = f"step {peak[1]} ({peak[0]:.1f}s)" if peak[1] >= 0 else f"{peak[0]:.1f}s"
+        text.append(f"worst: {peak[2]} runs at {where}", style=WARN_STYLE)
+    return GatherPicture(runs, history, peak, text)
+
+
 class GatherView(Vertical):
     """The Gather runs tab."""
 
@@ -57,24 +83,17 @@ class GatherView(Vertical):
             return
         snap = found[1]
         cursor = frame.cursor_in(track)  # the histogram and the lane are in the session's own seconds
-        runs = figures.gather_runs(track, None, cursor)
-        hist = runs.hist if runs is not None else {}
+        picture = gather_picture(track, found[0], cursor)
+        runs = picture.runs
         self.query_one("#gather-hist", HBars).show(
-            "runs per sequence per decode step (count)", [(str(k), v) for k, v in hist.items()],
+            "runs per sequence per decode step (count)", [(str(k), v) for k, v in (runs.hist if runs else {}).items()],
             str(runs.max) if runs is not None else None)
         per_seq = runs_per_sequence(snap)
         worst_seq = max(per_seq, key=per_seq.get) if per_seq else None
         self.query_one("#gather-seqs", HBars).show(
             "runs per sequence now", [(f"seq {s}", r) for s, r in sorted(per_seq.items())],
             f"seq {worst_seq}" if worst_seq is not None else None, colour=seq_colour(worst_seq or 0))
-        history = worst_runs_over_time(track, cursor)
-        peak = max(history, key=lambda h: h[2], default=None)
-        marks = [(t, str(min(9, r)), WARN_STYLE if peak and r == peak[2] else "") for t, _s, r in history]
+        peak = picture.peak
+        marks = [(t, str(min(9, r)), WARN_STYLE if peak and r == peak[2] else "") for t, _s, r in picture.history]
         self.query_one(Lane).show(track.duration or 1.0, {"max run": marks}, cursor)
-        text = Text(f"{track.label} @ {found[0]:.1f}s  {figures.LABELS['gather_runs']} up to here "
-                    f"{figures.format_runs(runs)} over {runs.pairs if runs else 0} (step, sequence) pairs  ",
-                    style="bold")
-        if peak and peak[2]:
-            where = f"step {peak[1]} ({peak[0]:.1f}s)" if peak[1] >= 0 else f"{peak[0]:.1f}s"
-            text.append(f"worst: {peak[2]} runs at {where}", style=WARN_STYLE)
-        summary.update(text)
+        summary.update(picture.text)

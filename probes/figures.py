@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 import weakref
 from dataclasses import dataclass, field
 
@@ -39,9 +40,10 @@ LABELS = {
     "probe_cost": "probe cost",
 }
 # The fused-decode reasons (pool/fused_decision.py, pool/kernels/cuda_builds.py, pool/pool.py) as a fixed set: what
-# the metrics label with (a bounded set of label values) and the views count by. First match wins.
+# the metrics label with (a bounded set of label values) and the views count by. Each needle is a regular
+# expression searched in the reason; first match wins.
 REASON_CLASSES = (
-    ("fused", ("fused ",)),
+    ("fused", ("^fused ",)),
     ("gather: below threshold", ("below measured break-even",)),
     ("gather: compiling", ("compiling",)),
     ("gather: build failed", ("failed to build",)),
@@ -181,7 +183,7 @@ def format_runs(figure: RunsFigure | None) -> str:
 def reason_class(reason: str) -> str:
     """The fixed class of a fused-decode reason (``REASON_CLASSES``): the reason's text without its numbers."""
     for name, needles in REASON_CLASSES:
-        if any(needle in reason for needle in needles):
+        if any(re.search(needle, reason) for needle in needles):
             return name
     return OTHER_REASON
 

@@ -243,8 +243,8 @@ def decision_steps(view, t0: float | None = None, t1: float | None = None) -> li
 def declines(view, t0: float | None = None, t1: float | None = None) -> Declines | None:
     """**declines**: of the per-layer fused-kernel decisions of the decode steps in the window (one per layer per
     decode step: the decision in force, ``decision_steps``), those that went to gather; the *decline rate* is
-    declines over decisions. None for a run that made no decision (no pool, or a pool with no fused-kernel route:
-    every layer gathers and nothing was declined). A recording whose worker emitted no ``FusedChange`` events but
+    declines over decisions. None where the window holds no decision: no pool, a pool with no fused-kernel route
+    (every layer gathers and nothing was declined), or no decode step in the window. A recording whose worker emitted no ``FusedChange`` events but
     whose pool counted decisions (a pool driven by a script) is counted from the pool counters of its snapshot
     summaries (in force at the window's ends)."""
     if not view.events_of(FusedChange):
@@ -255,7 +255,7 @@ def declines(view, t0: float | None = None, t1: float | None = None) -> Declines
         fused, gather = fused + step.fused, gather + step.gather
         for name, count in step.by_class.items():
             by_class[name] = by_class.get(name, 0) + count
-    return Declines(fused, gather, dict(sorted(by_class.items())))
+    return Declines(fused, gather, dict(sorted(by_class.items()))) if fused + gather else None
 
 
 def _counted_declines(view, t0: float | None, t1: float | None) -> Declines | None:

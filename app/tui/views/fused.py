@@ -53,7 +53,7 @@ def declines_text(figure) -> Text:
     """The declines figure up to the cursor: "declines 0/896 decode-step layer decisions" (by reason class)."""
     label = figures.LABELS["declines"]
     if figure is None:
-        return Text(f"{label}: - (no fused-kernel decision in this run: every layer gathers)", style="dim")
+        return Text(f"{label}: - (no fused-kernel decision up to here)", style="dim")
     text = Text(f"{label} {figures.format_declines(figure)} decode-step layer decisions up to here", style="dim")
     if figure.by_class:
         text.append(" (" + ", ".join(f"{name} {n}" for name, n in figure.by_class.items()) + ")", style=WARN_STYLE)

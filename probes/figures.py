@@ -18,6 +18,7 @@ The figures (each function's docstring is the definition):
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import re
@@ -59,7 +60,7 @@ OTHER_REASON = "gather: other"
 # ---- memory ----------------------------------------------------------------------------------------------------
 def peak_footprint(view, t0: float | None = None, t1: float | None = None) -> float | None:
     """**footprint**: the largest sampled max(active + cache) in the window, in bytes (MLX's own peak counter misses
-    the buffer cache, so slabscope samples both at 100 Hz). None when no sample fell in the window (never 0)."""
+    the buffer cache, so slabscope samples both, 100 Hz by default). None when no sample fell in the window (never 0)."""
     peak = view.peak("footprint", t0, t1)
     return peak.value if peak.t is not None else None
 
@@ -81,8 +82,6 @@ def _window(events: list, t0: float | None, t1: float | None) -> list:
 
 
 def _bisect(events: list, t: float, left: bool) -> int:
-    import bisect
-
     find = bisect.bisect_left if left else bisect.bisect_right
     return find(events, t, key=lambda e: e.t)
 
@@ -107,7 +106,8 @@ def tok_s(view, kind: str = "busy", t0: float | None = None, t1: float | None = 
 @dataclass(frozen=True)
 class RunsFigure:
     """Same-slab runs per (decode step, sequence): ``hist`` runs -> pairs; ``source`` "measured" (the steps'
-    ``GatherRuns`` events) or "op log" (recordings made before those events: derived by replaying the op log)."""
+    ``GatherRuns`` events) or "op log" (recordings made before those events: derived by replaying the op log; a live
+    run always streams the events)."""
 
     hist: dict[int, int]
     source: str
@@ -133,7 +133,7 @@ def _run_points(view, t0: float | None, t1: float | None) -> tuple[list[tuple[fl
     events = view.events_of(GatherRuns)
     if events:
         return [(e.t, e.step, list(e.runs_max)) for e in _window(events, t0, t1)], "measured"
-    if not view.is_pool:
+    if not view.is_pool or view.source == "live":  # a live pool run streams GatherRuns (none before its decode)
         return [], ""
     return [(t, -1, runs) for t, runs in _derived_runs(view)
             if (t0 is None or t >= t0) and (t1 is None or t <= t1)], "op log"
@@ -294,8 +294,6 @@ def slab_count(view, t0: float | None = None, t1: float | None = None) -> int | 
     ts, slabs = slab_series(view)
     if not ts:
         return None
-    import bisect
-
     lo = 0 if t0 is None else max(0, bisect.bisect_right(ts, t0) - 1)
     hi = len(ts) if t1 is None else bisect.bisect_right(ts, t1)
     return max(slabs[lo:hi], default=None)

@@ -24,6 +24,7 @@ A recording made before shrink existed has no shrink points: any policy then rep
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -35,7 +36,7 @@ from pool.ops import DerivedOp, PrepareWrite, SetSlabBlocks, ShrinkTick, Storage
 from pool.snapshot import free_figures
 from probes import limits
 from probes.errors import ReplayError
-from probes.events import GatherRuns
+from probes.events import GatherRuns, Step
 
 CHECKED_STATS = ("allocated_blocks", "live_blocks", "free_blocks", "bytes_reserved", "bytes_in_use",
                  "num_sequences", "num_handles")
@@ -115,14 +116,14 @@ class DecodeSteps:
 
     A decode step prepares one token for each sequence of its batch, one ``prepare_write`` of 1 token per sequence
     in a row (derived ops between them), before any other sequence-level op: such a group is a decode step, measured
-    once its last write is applied (what the step's attention then reads). With the recorded steps' sequences
-    (``expected``: the ``GatherRuns`` events' ``seq_ids``, in order) a group counts only when it is the next one
-    expected, so a one-token prefill chunk is never taken for a decode step; without them (recordings made before
-    those events) every group counts."""
+    once its last write is applied (what the step's attention then reads). A prefill chunk of one token looks the
+    same; the recorded ``Step`` events tell them apart: the first step recorded after the group is that chunk's own
+    (a prefill step of one token), whereas a decode group is followed by a decode step (its own, or with pipelined
+    decoding the one before it)."""
 
-    def __init__(self, expected: list[list[int]] | None) -> None:
-        self.expected = expected
+    def __init__(self, steps: list) -> None:
         self.found: list[DecodeStep] = []
+        self._steps = steps
         self._group: list[int] = []
         self._t = 0.0
 
@@ -142,15 +143,16 @@ class DecodeSteps:
             self._t = entry.t
 
     def close(self, book) -> None:
-        """Measure the open group (if it is a decode step) and start a new one."""
+        """Measure the open group (unless it is a one-token prefill chunk) and start a new one."""
         group, self._group = self._group, []
-        if not group:
+        if not group or self._prefill_chunk(group):
             return
-        if self.expected is not None:
-            step = len(self.found)
-            if step >= len(self.expected) or sorted(self.expected[step]) != sorted(group):
-                return
         self.found.append(DecodeStep(self._t, group, [_seq_runs(book, seq) for seq in group]))
+
+    def _prefill_chunk(self, group: list[int]) -> bool:
+        index = bisect.bisect_left(self._steps, self._t, key=lambda step: step.t)
+        after = self._steps[index] if index < len(self._steps) else None
+        return after is not None and after.type == "prefill" and after.num_tokens == len(group)
 
 
 def _seq_runs(book, seq_id: int) -> int:
@@ -220,8 +222,7 @@ def run_whatif(view, *, slab_blocks: int | None = None, block_size: int | None =
                               shrink_budget=shrink_budget)
     replay = Replay(cfg, base)
     result = replay.result
-    recorded = view.events_of(GatherRuns)
-    steps = DecodeSteps([list(e.seq_ids) for e in recorded] if recorded else None)
+    steps = DecodeSteps(view.events_of(Step))
     book = replay.bookkeeping
     per_slab = chunk_rows(book.design, book.slab_blocks)
     marks = [(s.op_index, s.t) for s in view.snapshots]

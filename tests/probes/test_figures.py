@@ -187,3 +187,24 @@ def test_the_pools_own_reasons_have_their_classes():
     assert figures.reason_class(REASON_NO_KERNEL) == "gather: no kernel"
     assert figures.reason_class("layer not written yet") == "gather: layer not written"  # pool/pool.py
     assert figures.reason_class("something new") == figures.OTHER_REASON
+
+
+def test_a_one_token_prefill_chunk_is_not_a_decode_step():
+    """A prompt whose last prefill chunk is one token writes one token, like a decode step of that sequence alone;
+    the Step recorded after it (a one-token prefill) tells the op-log replay it is not a decode step."""
+    from pool.ops import AddSequence, PrepareWrite, ShrinkTick
+    from probes.events import MetaUpdate, OpBatch, Step
+    from probes.store import SessionModel
+
+    model = SessionModel(label="slab")
+    model.append(MetaUpdate(t=100.0, meta={"t_start": 100.0, "backend": "slab", "geometry": {
+        "num_layers": 1, "block_size": 2, "slab_blocks": 2, "design": "slab"}}))
+    ops = [(0.1, AddSequence(seq=0)), (0.1, PrepareWrite(seq=0, start=0, num_tokens=4)), (0.2, ShrinkTick()),
+           (0.3, PrepareWrite(seq=0, start=4, num_tokens=1)), (0.4, ShrinkTick()),        # a one-token prefill chunk
+           (0.5, PrepareWrite(seq=0, start=5, num_tokens=1)), (0.6, ShrinkTick()),        # decode: 3 blocks, 2 runs
+           (0.7, PrepareWrite(seq=0, start=6, num_tokens=1)), (0.8, ShrinkTick())]        # decode: 4 blocks, 2 runs
+    model.append(OpBatch(t=100.1, ops=[op for _, op in ops], op_t=[100.0 + t for t, _ in ops]))
+    for t, kind, tokens in ((0.15, "prefill", 4), (0.35, "prefill", 1), (0.55, "decode", 1), (0.75, "decode", 1)):
+        model.append(Step(t=100.0 + t, phase="p", type=kind, batch=1, num_tokens=tokens, wall_s=0.01))
+    steps = run_whatif(model).decode_steps
+    assert [(round(s.t, 6), s.seqs, s.runs) for s in steps] == [(0.5, [0], [2]), (0.7, [0], [2])]

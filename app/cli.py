@@ -21,6 +21,8 @@ COMMANDS: dict[str, str] = {
     "tui": "tui",
     "run": "run",
     "generate": "generate",
+    "serve": "serve",
+    "load": "load",
     "record": "record",
     "compare": "compare",
     "report": "report",

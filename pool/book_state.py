@@ -6,8 +6,9 @@ keyframes of a recording carry it); ``BlockBook.from_state(state)`` builds that 
 the object owns its serialisation: this module is the only place that reads or writes a book's private fields
 for it.
 
-The record's shape is the one recordings have always stored (format v1 keyframes decode into it unchanged):
-tables are ``[block_ids, rows, length, logical_start]`` arrays, sequences and handles ``[id, [table per layer]]``.
+The record holds the one row space once: the row arrays, free rows and capacity of the pool, and one table
+(``[block_ids, rows, length, logical_start]``) per sequence and handle. Recordings of format v1 and v2 stored a copy
+of all of it per layer; ``probes/legacy.py`` reads those through layer 0.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from __future__ import annotations
 import msgspec
 
 from pool.block_table import BlockTable, PrefixHandle
-from pool.config import LayerGeometry, PoolGeometry
+from pool.config import LayerGeometry, PoolConfig
 from pool.errors import PoolError
 from pool.stats import BookCounters
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 1: one copy per layer (recording formats v1 and v2)
 
 
 class TableState(msgspec.Struct, frozen=True, array_like=True):
@@ -29,28 +30,28 @@ class TableState(msgspec.Struct, frozen=True, array_like=True):
     logical_start: int
 
 
-class LayerRowsState(msgspec.Struct, frozen=True):
+class RowsState(msgspec.Struct, frozen=True):
+    """The row space: the block on each minted row (-1 free), its refcount, the free rows (``parked``: those handed
+    out last, pool/free_rows.py) and the reserved capacity."""
+
     row_block: list[int]
     row_refcount: list[int]
     free: list[int]
     capacity: int
-    parked: list[int] = []  # free rows handed out last (pool/free_rows.py; open_blocks="high"); older states: none
-
-
-class BookConfig(PoolGeometry, frozen=True):
-    bytes_per_row: int = 0
+    parked: list[int] = []
 
 
 class BookState(msgspec.Struct, frozen=True):
-    """Everything a ``BlockBook`` is (listeners excepted)."""
+    """Everything a ``BlockBook`` is (listeners excepted). ``bytes_per_row``: K+V bytes of one row in one layer;
+    ``counters``: over all layers (``pool.stats.BookCounters``)."""
 
     v: int
-    config: BookConfig
+    config: PoolConfig
+    bytes_per_row: int
     geometry: LayerGeometry | None
-    layers: list[LayerRowsState]
-    seqs: list[tuple[int, list[TableState]]]
-    handles: list[tuple[int, list[TableState]]]
-    loose: list[int]
+    rows: RowsState
+    seqs: list[tuple[int, TableState]]
+    handles: list[tuple[int, TableState]]
     counters: BookCounters
     next_block_id: int
     next_handle_id: int
@@ -68,15 +69,14 @@ def state_of(book) -> BookState:
     """A copy of ``book``'s state (nothing shared with the live book). Mutates nothing."""
     return BookState(
         v=STATE_VERSION,
-        config=BookConfig(book.num_layers, book.block_size, book.slab_blocks, book.design, book.max_blocks_per_layer,
-                          book.shrink_policy, open_blocks=book.open_blocks, bytes_per_row=book.bytes_per_row),
+        config=PoolConfig(book.num_layers, book.block_size, book.slab_blocks, book.design, book.max_blocks_per_layer,
+                          book.shrink_policy, book.open_blocks),
+        bytes_per_row=book.bytes_per_row,
         geometry=book.geometry,
-        layers=[LayerRowsState(list(rows.row_block), list(rows.row_refcount), rows.free.sorted_rows(), rows.capacity,
-                               rows.free.parked_rows())
-                for rows in book.layers],
-        seqs=[(seq_id, [_table_state(t) for t in tables]) for seq_id, tables in book.seqs.items()],
-        handles=[(hid, [_table_state(t) for t in tables]) for hid, tables in book.handles.items()],
-        loose=sorted(book.loose),
+        rows=RowsState(list(book.row_block), list(book.row_refcount), book.free.sorted_rows(), book.capacity,
+                       book.free.parked_rows()),
+        seqs=[(seq_id, _table_state(table)) for seq_id, table in book.seqs.items()],
+        handles=[(hid, _table_state(table)) for hid, table in book.handles.items()],
         counters=BookCounters(**book.counters.to_dict()),
         next_block_id=book._next_block_id,
         next_handle_id=book._next_handle_id,
@@ -86,26 +86,21 @@ def state_of(book) -> BookState:
 def restore(book_class, state: BookState, max_blocks_per_layer: int | None = None):
     """A new ``book_class`` (no listeners) in ``state``. The budget is not restored unless given: replays
     re-execute ops that already succeeded once. Trusts the state's consistency (``validated`` checks it)."""
-    cfg = state.config
-    if len(state.layers) != cfg.num_layers:
-        raise PoolError(f"book state lists {len(state.layers)} layers for num_layers={cfg.num_layers}")
+    cfg, saved = state.config, state.rows
     book = book_class(cfg.num_layers, cfg.block_size, cfg.design, cfg.slab_blocks, max_blocks_per_layer,
-                      cfg.bytes_per_row, shrink=cfg.shrink, open_blocks=cfg.open_blocks)
+                      state.bytes_per_row, shrink=cfg.shrink, open_blocks=cfg.open_blocks)
+    # (a budget is not restored from cfg unless given: see the docstring)
     book.geometry = state.geometry
-    for layer, (rows, saved) in enumerate(zip(book.layers, state.layers)):
-        rows.row_block = list(saved.row_block)
-        rows.row_refcount = list(saved.row_refcount)
-        rows.capacity = saved.capacity
-        for row in saved.free:
-            rows.free.push(row)
-        for row in saved.parked:
-            rows.free.park(row)
-        for row, block_id in enumerate(rows.row_block):
-            if block_id >= 0:
-                book.blocks[block_id] = (layer, row)
-    book.seqs = {seq_id: [_table(t) for t in tables] for seq_id, tables in state.seqs}
-    book.handles = {hid: [_table(t) for t in tables] for hid, tables in state.handles}
-    book.loose = set(state.loose)
+    book.row_block = list(saved.row_block)
+    book.row_refcount = list(saved.row_refcount)
+    book.capacity = saved.capacity
+    for row in saved.free:
+        book.free.push(row)
+    for row in saved.parked:
+        book.free.park(row)
+    book.blocks = {block_id: row for row, block_id in enumerate(book.row_block) if block_id >= 0}
+    book.seqs = {seq_id: _table(table) for seq_id, table in state.seqs}
+    book.handles = {hid: _table(table) for hid, table in state.handles}
     book.counters = BookCounters(**state.counters.to_dict())
     book._next_block_id = state.next_block_id
     book._next_handle_id = state.next_handle_id

@@ -8,8 +8,6 @@ the bookkeeping can model slab counts and bytes without any storage.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
 
 from pool.errors import PoolError
@@ -29,7 +27,8 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}  # the dtypes storage 
 
 
 class LayerGeometry(msgspec.Struct, frozen=True):
-    """What a layer's first write fixes: element dtype (name), KV heads and head size."""
+    """The row geometry the pool's first write fixes for every layer: element dtype (name), KV heads and head size
+    (one geometry per pool: a row holds the same bytes in every layer)."""
 
     dtype: str
     n_kv_heads: int
@@ -39,27 +38,22 @@ class LayerGeometry(msgspec.Struct, frozen=True):
         return (block_size, self.n_kv_heads, self.head_dim)
 
     def bytes_per_row(self, block_size: int) -> int:
-        """K + V bytes of one row."""
+        """K + V bytes of one row in one layer (the pool's ``bytes_per_row``; a row over the pool is that many bytes
+        x ``num_layers``)."""
         return 2 * block_size * self.n_kv_heads * self.head_dim * DTYPE_BYTES[self.dtype]
 
 
-class PoolGeometry(msgspec.Struct, frozen=True):
-    """A pool's configuration as plain data (recorded in a session's metadata; what replays rebuild from)."""
+class PoolConfig(msgspec.Struct, frozen=True):
+    """A pool's configuration, the one type from the run form to the what-if replay: what a
+    :class:`pool.PagedKVPool` (and a :class:`pool.BlockBook` alone) is built from, what a recording's metadata
+    holds (``geometry``) and a replay rebuilds from. Defaults live here and nowhere else.
 
-    num_layers: int
-    block_size: int = DEFAULT_BLOCK_SIZE
-    slab_blocks: int = DEFAULT_SLAB_BLOCKS
-    design: str = "slab"
-    max_blocks_per_layer: int | None = None
-    shrink: ShrinkPolicy = ShrinkPolicy()  # how the pool gives capacity back (pool/shrink_types.py); older: off
-    open_blocks: str = "low"  # where open blocks take their rows (OPEN_BLOCKS); older recordings: "low"
-
-
-@dataclass
-class PoolConfig:
-    """What a :class:`pool.PagedKVPool` is built from. ``max_blocks_per_layer=None`` means no budget; ``shrink``:
-    how it gives capacity back (``pool.shrink_types.ShrinkPolicy``; default off, the origin design);
-    ``open_blocks``: where a write's partly filled last block takes its row (``OPEN_BLOCKS``; default "low")."""
+    ``num_layers``: layers whose storage holds every row (one row space: a row index means the same block in every
+    layer). ``block_size``: tokens per block (row). ``slab_blocks``: rows per slab (the monolithic design grows by
+    ``MONOLITHIC_CHUNK_BLOCKS``). ``max_blocks_per_layer``: the budget in live rows (None: none; the name says
+    per layer because every layer holds that many). ``shrink``: how the pool gives capacity back
+    (``pool.shrink_types.ShrinkPolicy``; default off, the origin design). ``open_blocks``: where a write's partly
+    filled last block takes its row (``OPEN_BLOCKS``; default "low"; older recordings: "low")."""
 
     num_layers: int
     block_size: int = DEFAULT_BLOCK_SIZE
@@ -69,9 +63,12 @@ class PoolConfig:
     shrink: ShrinkPolicy = ShrinkPolicy()
     open_blocks: str = "low"
 
-    def geometry(self) -> PoolGeometry:
-        return PoolGeometry(self.num_layers, self.block_size, self.slab_blocks, self.design, self.max_blocks_per_layer,
-                            self.shrink, self.open_blocks)
+    def replace(self, **changes) -> "PoolConfig":
+        """A copy with ``changes`` (field names; PoolError for an unknown one). Not validated: call ``validate``."""
+        unknown = sorted(set(changes) - set(self.__struct_fields__))
+        if unknown:
+            raise PoolError(f"PoolConfig has no field {unknown[0]!r}")
+        return msgspec.structs.replace(self, **changes)
 
     def validate(self) -> None:
         """Raise PoolError naming the first bad field."""

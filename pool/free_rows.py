@@ -1,5 +1,6 @@
-"""Free physical rows of one layer: a min-heap for lowest-row-first reuse plus a set for membership, and (built on
-first use) a max-heap for the highest free row, which an ``open_blocks="high"`` pool gives its open blocks.
+"""Free physical rows of the pool (one row space: every layer's): a min-heap for lowest-row-first reuse plus a set
+for membership, and (built on first use) a max-heap for the highest free row, which an ``open_blocks="high"`` pool
+gives its open blocks.
 
 Reusing the lowest free row first makes reuse deterministic (tests can assert exact rows) and keeps live rows packed
 toward the front, so fragmentation that remains is real and visible in snapshots.
@@ -21,8 +22,8 @@ import heapq
 
 
 class FreeRows:
-    """Owns the free rows of one layer. Mutated only by :meth:`push`, :meth:`park`, :meth:`pop_lowest`,
-    :meth:`pop_highest`, :meth:`take` and :meth:`drop_from`."""
+    """Owns the free rows of the pool's row space. Mutated only by :meth:`push`, :meth:`push_range`, :meth:`park`,
+    :meth:`pop_lowest`, :meth:`pop_highest`, :meth:`take` and :meth:`drop_from`."""
 
     __slots__ = ("_heap", "_high", "_members", "_parked", "_parked_heap")
 
@@ -123,8 +124,8 @@ class FreeRows:
         return row
 
     def take(self, row: int) -> None:
-        """Take the free ``row`` itself, parked or not (a shrink moves a block into the row its plan chose: the
-        lowest free rows, parked ones included). ValueError when it is not free (a stale plan)."""
+        """Take the free ``row``, parked or not (a shrink's move names its destination; ValueError when it is not
+        free: a bookkeeping bug)."""
         if row not in self._members:
             raise ValueError(f"row {row} is not free")
         self._take(row)

@@ -1,4 +1,5 @@
-"""Fused paged-decode decision: per layer, use a fused paged-attention kernel or fall back to gather + SDPA, and why.
+"""Fused paged-decode decision: per decode step, use a fused paged-attention kernel or fall back to gather + SDPA, and
+why. One decision serves every layer: layers hold the same rows in slabs of the same geometry (one row space).
 
 Kernels themselves live in ``pool/kernels/`` (a later issue); each registers its capabilities here with
 :func:`register_kernel`. With nothing registered for the running backend the answer is always gather. Reasons are
@@ -132,17 +133,19 @@ def _unsupported(caps: KernelCaps, dtype: str, head_dim: int, batch_size: int) -
 
 @dataclass
 class DecisionCounters:
-    """Outcome counts: fused vs gather, and gather decisions by reason."""
+    """Outcome counts over layers (a step's decision counts once per layer it applies to, as when each layer
+    decided alone): fused vs gather, and decisions by reason; ``last``: the decision in force."""
 
     fused: int = 0
     gather: int = 0
     by_reason: Counter = field(default_factory=Counter)
-    last: dict[int, FusedDecision] = field(default_factory=dict)  # per layer
+    last: FusedDecision | None = None
 
-    def record(self, layer: int, decision: FusedDecision) -> None:
+    def record(self, decision: FusedDecision, layers: int) -> None:
+        """Count ``decision`` for ``layers`` layers and make it the one in force."""
         if decision.use_fused:
-            self.fused += 1
+            self.fused += layers
         else:
-            self.gather += 1
-        self.by_reason[decision.reason] += 1
-        self.last[layer] = decision
+            self.gather += layers
+        self.by_reason[decision.reason] += layers
+        self.last = decision

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 
 def split_runs(rows: list[int], locate: Callable[[int], tuple[int, int]]) -> list[tuple[int, list[int]]]:
@@ -23,7 +23,7 @@ def split_runs(rows: list[int], locate: Callable[[int], tuple[int, int]]) -> lis
     return runs
 
 
-def count_runs(rows: list[int], slab_blocks: int) -> int:
+def count_runs(rows: Sequence[int], slab_blocks: int) -> int:
     """Number of same-slab runs for the slab design's mapping (row // slab_blocks), without building them."""
     runs = 0
     current = -1
@@ -35,12 +35,13 @@ def count_runs(rows: list[int], slab_blocks: int) -> int:
     return runs
 
 
-def visible_rows(rows: list[int], logical_start: int, length: int, block_size: int) -> list[int]:
-    """The rows of a block table a gather reads: the blocks covering tokens ``[logical_start, length)``."""
+def visible_rows(rows: Sequence[int], logical_start: int, length: int, block_size: int) -> Sequence[int]:
+    """The rows of a block table a gather reads: the blocks covering tokens ``[logical_start, length)`` (a slice of
+    ``rows``, list or tuple)."""
     return rows[logical_start // block_size:-(-length // block_size)]
 
 
-def table_runs(rows: list[int], design: str, slab_blocks: int) -> int:
+def table_runs(rows: Sequence[int], design: str, slab_blocks: int) -> int:
     """Same-slab runs a gather (or the fused kernel) walks over ``rows``: the slab design's mapping, or one run of
     the single monolithic tensor (0 for no rows)."""
     if not rows:

@@ -2,7 +2,7 @@
 to the system (imports mlx; ``PagedKVPool.shrink`` loads it lazily).
 
 Order: the block moves (``RowStorage.move_rows``: one staged copy per moved block and layer, measured), then the
-releases (``release_rows``: slabs dropped, or the monolithic tensor reallocated smaller and copied, measured), then
+release (``RowStorage.release``: slabs dropped, or the monolithic tensor reallocated smaller and copied, measured), then
 a trim of MLX's buffer cache (``mx.clear_cache``): a dropped slab's buffer goes to MLX's cache first, and only a trim
 returns it to the system, so without it the footprint (active + cache) would not fall. A trim waits for the work in
 flight (freeing device memory synchronises), so it runs within a budget (``CacheRelease``): only when the cache
@@ -53,23 +53,23 @@ class CacheRelease:
 
 
 def execute_shrink(storage, plan: ShrinkPlan, book, cache: CacheRelease) -> ShrinkReport:
-    """Run ``plan`` on ``storage`` (layers without storage yet only have bookkeeping to change), then the cache
-    trim. Returns what it did and measured; mutates storage and ``cache``."""
-    layers = [layer for layer in range(len(plan.moves)) if storage.has_layer(layer)]
+    """Run ``plan`` on ``storage``, in every layer (before the first write storage holds nothing: only the
+    bookkeeping changed), then the cache trim. Returns what it did and measured, counted over layers like the
+    bookkeeping's counters; mutates storage and ``cache``."""
+    layers, bpr = book.num_layers, book.bytes_per_row
     before = _footprint()
     t0 = time.perf_counter()
-    moved = storage.move_rows({layer: plan.moves[layer] for layer in layers if plan.moves[layer]})
+    moved = storage.move_rows(plan.moves) if storage.initialised else 0
     t1 = time.perf_counter()
-    released = plan.released_layers()
-    copied = storage.release({layer: new for layer, _, new in released if storage.has_layer(layer)})
+    copied = storage.release(plan.capacity) if storage.initialised and plan.released else 0
     t2 = time.perf_counter()
-    trimmed, trim_s = cache.after(bool(released))
-    count = sum(len(moves) for moves in plan.moves)
-    rows = sum(old - new for _, old, new in released)
+    trimmed, trim_s = cache.after(plan.released)
+    count = len(plan.moves) * layers
+    rows = (plan.old_capacity - plan.capacity) * layers
     return ShrinkReport(blocks_moved=count, bytes_moved=moved + copied,
-                        bytes_moved_model=(count + sum(plan.copied_rows)) * book.bytes_per_row,
+                        bytes_moved_model=(count + plan.copied_rows * layers) * bpr,
                         slabs_released=rows // chunk_rows(book.design, book.slab_blocks),
-                        bytes_released=rows * book.bytes_per_row, trimmed_bytes=trimmed, move_s=t1 - t0,
+                        bytes_released=rows * bpr, trimmed_bytes=trimmed, move_s=t1 - t0,
                         release_s=t2 - t1, trim_s=trim_s, declined=plan.declined, footprint_before=before,
                         footprint_after=_footprint())
 

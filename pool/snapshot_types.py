@@ -1,9 +1,11 @@
 """The pool's snapshot as typed records (plain data, no mlx), and the owner states of a physical row.
 
-A ``PoolSnapshot`` describes one instant: geometry, stats, counters and per layer a ``LayerSnapshot`` with every
-physical row's owner and refcount plus the free-row figures. A *summary* is the same record without the per-row
-arrays (``row_owner``/``row_refcount``/``seq_rows`` are None): timelines and recordings keep summaries, and the
-full snapshot at any instant is rebuilt from a keyframe plus the op log (``probes.rebuild``).
+A ``PoolSnapshot`` describes one instant: geometry, stats, counters, every physical row's owner and refcount (once:
+every layer holds the same rows, one row space) and per layer a ``LayerSnapshot`` with the figures storage and the
+decode path observe per layer (capacity and free-row figures, gather runs, the fused decision). A *summary* is the
+same record without the per-row arrays (``row_owner``/``row_refcount``/``seq_rows`` are None): timelines and
+recordings keep summaries, and the full snapshot at any instant is rebuilt from a keyframe plus the op log
+(``probes.rebuild``).
 
 Row owners (``row_owner[r]``): a sequence id (>= 0), or one of ``Owner``'s negative codes. ``row_state`` turns an
 (owner, refcount) pair into what a row *is*; every reader (the TUI's maps and grids included) asks it, so a new
@@ -26,7 +28,6 @@ class Owner(IntEnum):
 
     FREE = -1    # no live block
     HANDLE = -2  # held only by prefix handles (detached sequences, the prefix cache)
-    CALLER = -3  # held only by the caller (restore_block before handle_from_blocks)
 
 
 class RowState(str, Enum):
@@ -34,22 +35,20 @@ class RowState(str, Enum):
     LIVE = "live"        # one reference, a sequence's
     SHARED = "shared"    # more than one reference, at least one a sequence's
     HANDLE = "held"      # only prefix handles
-    CALLER = "caller"    # only the caller (restored, not yet adopted)
 
 
-_FREE, _CALLER = int(Owner.FREE), int(Owner.CALLER)  # plain ints: row_state runs once per row of a grid
-_S_FREE, _S_LIVE, _S_SHARED, _S_HANDLE, _S_CALLER = (RowState.FREE, RowState.LIVE, RowState.SHARED, RowState.HANDLE,
-                                                    RowState.CALLER)
+_FREE = int(Owner.FREE)  # a plain int: row_state runs once per row of a grid
+_S_FREE, _S_LIVE, _S_SHARED, _S_HANDLE = RowState.FREE, RowState.LIVE, RowState.SHARED, RowState.HANDLE
 
 
 def row_state(owner: int, refcount: int) -> RowState:
-    """What a physical row is, from its owner code and refcount (any other negative code than FREE and CALLER is
-    a holder that is not a sequence: HANDLE)."""
+    """What a physical row is, from its owner code and refcount (a negative code other than FREE is a holder that
+    is not a sequence: HANDLE; older recordings' -3, a block the caller held, reads so too)."""
     if refcount <= 0 or owner == _FREE:
         return _S_FREE
     if owner >= 0:
         return _S_SHARED if refcount > 1 else _S_LIVE
-    return _S_CALLER if owner == _CALLER else _S_HANDLE
+    return _S_HANDLE
 
 
 class LayerSnapshot(msgspec.Struct, frozen=True):
@@ -58,7 +57,9 @@ class LayerSnapshot(msgspec.Struct, frozen=True):
     ``num_chunks``: units of growth reserved: slabs (slab design) or 32-block grow chunks of the one tensor
     (monolithic design); ``capacity_rows = num_chunks * chunk_rows``. Free-row figures cover the whole capacity:
     ``holes`` are maximal runs of free rows, ``fragmentation = 1 - largest_free_run / free_rows`` (0 when
-    nothing is free). ``gather_runs_hist``: same-slab runs per gather -> gathers, since the pool was built.
+    nothing is free). ``gather_runs_hist``: same-slab runs per gather -> gathers, since the pool was built. Every
+    layer holds the same rows, so the capacity and free-row figures are the pool's; a layer's own figures are its
+    gathers and its fused decision.
     """
 
     num_chunks: int
@@ -69,8 +70,6 @@ class LayerSnapshot(msgspec.Struct, frozen=True):
     fragmentation: float
     gather_runs_hist: dict[int, int]
     fused: FusedDecision
-    row_owner: list[int] | None = None     # per physical row (None in a summary)
-    row_refcount: list[int] | None = None  # per physical row, 0 = free (None in a summary)
 
 
 class PoolSnapshot(msgspec.Struct, frozen=True):
@@ -87,7 +86,9 @@ class PoolSnapshot(msgspec.Struct, frozen=True):
     stats: PoolStats
     counters: PoolCounters
     layers: list[LayerSnapshot]
-    seq_rows: dict[int, list[int]] | None = None  # layer-0 rows per sequence, logical order (None in a summary)
+    seq_rows: dict[int, list[int]] | None = None  # rows per sequence, logical order (None in a summary)
+    row_owner: list[int] | None = None     # per physical row of the capacity, every layer's (None in a summary)
+    row_refcount: list[int] | None = None  # per physical row, 0 = free (None in a summary)
 
     @property
     def chunk_rows(self) -> int:
@@ -100,10 +101,9 @@ class PoolSnapshot(msgspec.Struct, frozen=True):
 
     def summary(self) -> "PoolSnapshot":
         """The same snapshot without per-row arrays (what timelines and recordings keep)."""
-        if self.seq_rows is None:
+        if self.seq_rows is None and self.row_owner is None:
             return self
-        layers = [msgspec.structs.replace(layer, row_owner=None, row_refcount=None) for layer in self.layers]
-        return msgspec.structs.replace(self, layers=layers, seq_rows=None)
+        return msgspec.structs.replace(self, seq_rows=None, row_owner=None, row_refcount=None)
 
 
 class ObservedFigures(msgspec.Struct, frozen=True):

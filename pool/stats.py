@@ -74,13 +74,14 @@ class PoolCounters(msgspec.Struct, frozen=True):
 
 @dataclass
 class BookCounters:
-    """What the bookkeeping did, summed over layers. ``slab_appends``/``grow_events``/``bytes_copied`` here are the
-    *modelled* growth (from the capacity arithmetic and ``bytes_per_row``); storage keeps the measured ones. Shrink:
-    ``slab_releases`` (slabs or chunks given back), ``rows_released`` (minted rows dropped with them),
-    ``bytes_released``, ``blocks_moved`` (row moves) and ``bytes_moved`` (modelled: moved rows plus a monolithic
-    shrink's kept rows, x bytes per row). ``rows_minted_free``: rows minted free below an open block's row by an
-    ``open_blocks="high"`` book (``RowBook._open_row``; a block taking one later counts in ``rows_reused``, the
-    rows taken from the free list)."""
+    """What the bookkeeping did, summed over layers (one row event counts once per layer: storage executes it in every
+    layer; so every figure is a multiple of ``num_layers``, which ``check_integrity`` checks).
+    ``slab_appends``/``grow_events``/``bytes_copied`` here are the *modelled* growth (from the capacity arithmetic
+    and ``bytes_per_row``); storage keeps the measured ones. Shrink: ``slab_releases`` (slabs or chunks given back),
+    ``rows_released`` (minted rows dropped with them), ``bytes_released``, ``blocks_moved`` (row moves) and
+    ``bytes_moved`` (modelled: moved rows plus a monolithic shrink's kept rows, x bytes per row).
+    ``rows_minted_free``: rows minted free below an open block's row by an ``open_blocks="high"`` book
+    (``RowBook._open_row``; a block taking one later counts in ``rows_reused``, the rows taken from the free list)."""
 
     rows_minted: int = 0
     rows_reused: int = 0
@@ -101,12 +102,10 @@ class BookCounters:
         return asdict(self)
 
 
-@dataclass
+@dataclass(frozen=True)
 class PoolBytes:
-    """The pool's bytes *now*, kept current by the bookkeeping at every row and capacity change, so the memory
-    sampler can read them at any instant (plain ints: another thread reads them without a lock; a read between
-    two updates of one operation is at most that operation stale). Only layers that have storage count (a layer
-    gets storage, and its K+V bytes per row, at its first write), as in :meth:`pool.PagedKVPool.stats`."""
+    """The pool's bytes *now* (``PagedKVPool.bytes_now``), over all layers: what the memory sampler reads at any
+    instant. Zero before the first write (no storage), as in :meth:`pool.PagedKVPool.stats`."""
 
     live: int = 0      # rows of live blocks x K+V bytes per row (= PoolStats.bytes_in_use)
     reserved: int = 0  # reserved capacity x K+V bytes per row (= PoolStats.bytes_reserved)

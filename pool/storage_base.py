@@ -1,9 +1,18 @@
 """Storage shared by both designs: per layer, lists of K and V tensors shaped
 ``[rows_in_tensor, block_size, n_kv_heads, head_dim]`` and one mapping ``_slab_for_row(row) -> (tensor, row in
-tensor)`` that every touch point (write, copy-on-write, gather, block read/restore) goes through.
+tensor)`` that every touch point (write, copy-on-write, gather, move) goes through.
+
+One row space: every layer holds row ``r`` at the same place, has the same capacity and the same geometry (fixed by
+the pool's first write, for every layer at once). So capacity changes, copy-on-write and shrink moves are executed
+in every layer, and what a write or a read touches (which tensor, which rows) is worked out once per step from the
+rows (``write_layout``) and serves every layer.
 
 The slab design keeps many fixed-size tensors (``pool/storage_slab.py``); the monolithic design keeps one that it
 grows by copying (``pool/storage_monolithic.py``). Storage never decides which rows to use: the bookkeeping does.
+
+Surface the pool uses: ``init``/``check_geometry``, ``grow``/``release``/``copy_rows``/``move_rows`` (every layer),
+``write(layer, slots, keys, values)``, ``gather(layer, rows, lo, hi)``, ``slabs(layer)``, the capacity and byte
+figures and the measured counters.
 """
 
 from __future__ import annotations
@@ -27,58 +36,35 @@ def dtype_name(dtype) -> str:
     return str(dtype).rsplit(".", 1)[-1]
 
 
-def geometry_of(keys, values, what: str = "keys/values", tokens: int | None = None) -> LayerGeometry:
-    """Validate a K/V pair shaped [tokens, n_kv_heads, head_dim] and return its geometry (PoolError if bad)."""
+def write_geometry(keys, values, batch: int, tokens: int) -> LayerGeometry:
+    """Validate a write's K/V pair, both mx.arrays of one shape and dtype ``[batch, tokens, n_kv_heads, head_dim]``,
+    and return its row geometry (PoolError naming what is wrong). Every dimension of both arrays is compared: MLX
+    indexing does not bound-check, so a ``values`` with fewer sequences than ``keys`` would otherwise store memory
+    read past its end. Memoised by the arrays' shapes and dtypes (only shapes that passed): every layer of a step
+    writes arrays of one shape, and the full check cost ~7 us per layer of host time."""
     if not isinstance(keys, mx.array) or not isinstance(values, mx.array):
-        raise PoolError(f"{what} must be mx.array, got {type(keys).__name__}/{type(values).__name__}")
-    if keys.ndim != 3 or keys.shape != values.shape:
-        raise PoolError(f"{what} must both be [num_tokens, n_kv_heads, head_dim]; got keys {tuple(keys.shape)}, "
-                        f"values {tuple(values.shape)}")
-    if keys.dtype != values.dtype or dtype_name(keys.dtype) not in DTYPES:
-        raise PoolError(f"{what} dtype must match and be one of {', '.join(DTYPES)}; got "
-                        f"{dtype_name(keys.dtype)}/{dtype_name(values.dtype)}")
-    if keys.shape[0] < 1 or (tokens is not None and keys.shape[0] != tokens):
-        expected = "at least 1" if tokens is None else str(tokens)
-        raise PoolError(f"{what} hold {keys.shape[0]} tokens; expected {expected}")
-    if keys.shape[1] < 1 or keys.shape[2] < 1:  # a zero dimension would fix a layer's geometry at 0 bytes per row
-        raise PoolError(f"{what} need n_kv_heads >= 1 and head_dim >= 1; got {tuple(keys.shape)}")
-    return LayerGeometry(dtype_name(keys.dtype), int(keys.shape[1]), int(keys.shape[2]))
-
-
-_TOKEN_GEOMETRIES: dict[tuple, LayerGeometry] = {}  # (shapes, dtypes, tokens) -> geometry, valid ones only
-
-
-def token_geometry(keys, values, tokens: int) -> LayerGeometry:
-    """``geometry_of(keys, values, tokens=tokens)`` (same checks, same errors), memoised by the arrays' shapes and
-    dtypes: a decode step checks one token per sequence in every layer with the same ones, and the full check
-    cost ~7 us per layer of host time. Only arrays that passed the check are remembered."""
-    if not isinstance(keys, mx.array) or not isinstance(values, mx.array):
-        return geometry_of(keys, values, tokens=tokens)
-    key = (keys.shape, keys.dtype, values.shape, values.dtype, tokens)
-    geometry = _TOKEN_GEOMETRIES.get(key)
+        raise PoolError(f"keys/values must be mx.array, got {type(keys).__name__}/{type(values).__name__}")
+    key = (keys.shape, keys.dtype, values.shape, values.dtype, batch, tokens)
+    geometry = _WRITE_GEOMETRIES.get(key)
     if geometry is None:
-        geometry = _TOKEN_GEOMETRIES[key] = geometry_of(keys, values, tokens=tokens)
+        geometry = _WRITE_GEOMETRIES[key] = _checked_geometry(keys, values, batch, tokens)
     return geometry
 
 
-def check_batch(seq_ids, starts, keys, values) -> None:
-    """PoolError unless ``keys`` and ``values`` are mx.arrays of one shape and dtype,
-    [len(seq_ids), num_tokens, n_kv_heads, head_dim], with one start per sequence. Every
-    dimension of both arrays is compared: MLX indexing does not bound-check, so a ``values`` with fewer sequences
-    than ``keys`` would otherwise store memory read past its end."""
-    if not isinstance(seq_ids, (list, tuple)) or not isinstance(starts, (list, tuple)):
-        raise PoolError(f"write_batch: seq_ids and starts must be lists, got {type(seq_ids).__name__}/"
-                        f"{type(starts).__name__}")
-    if not isinstance(keys, mx.array) or not isinstance(values, mx.array):
-        raise PoolError(f"write_batch: keys/values must be mx.array, got {type(keys).__name__}/"
-                        f"{type(values).__name__}")
-    batch = len(seq_ids)
-    if (batch < 1 or len(starts) != batch or keys.ndim != 4 or keys.shape[0] != batch
-            or values.shape != keys.shape or values.dtype != keys.dtype):
-        raise PoolError(f"write_batch: keys and values must both be [{batch}, num_tokens, n_kv_heads, head_dim] "
-                        f"of one dtype for {batch} sequences and {len(starts)} starts (at least one); got keys "
-                        f"{tuple(keys.shape)} {dtype_name(keys.dtype)}, values {tuple(values.shape)} "
-                        f"{dtype_name(values.dtype)}")
+_WRITE_GEOMETRIES: dict[tuple, LayerGeometry] = {}  # (shapes, dtypes, batch, tokens) -> geometry, valid ones only
+
+
+def _checked_geometry(keys, values, batch: int, tokens: int) -> LayerGeometry:
+    expected = f"[{batch}, {tokens}, n_kv_heads, head_dim]"
+    if keys.ndim != 4 or keys.shape != values.shape or tuple(keys.shape[:2]) != (batch, tokens):
+        raise PoolError(f"keys and values must both be {expected} ({batch} sequences of {tokens} tokens); got keys "
+                        f"{tuple(keys.shape)}, values {tuple(values.shape)}")
+    if keys.dtype != values.dtype or dtype_name(keys.dtype) not in DTYPES:
+        raise PoolError(f"keys/values dtype must match and be one of {', '.join(DTYPES)}; got "
+                        f"{dtype_name(keys.dtype)}/{dtype_name(values.dtype)}")
+    if keys.shape[2] < 1 or keys.shape[3] < 1:  # a zero dimension would fix the geometry at 0 bytes per row
+        raise PoolError(f"keys/values need n_kv_heads >= 1 and head_dim >= 1; got {tuple(keys.shape)}")
+    return LayerGeometry(dtype_name(keys.dtype), int(keys.shape[2]), int(keys.shape[3]))
 
 
 def store_rows(tensors: list, index: int, start: int, rows: mx.array) -> None:
@@ -116,25 +102,25 @@ class RowStorage:
         self.slab_blocks = slab_blocks
         self.keys: list[list[mx.array]] = [[] for _ in range(num_layers)]
         self.values: list[list[mx.array]] = [[] for _ in range(num_layers)]
-        self.geometry: list[LayerGeometry | None] = [None] * num_layers
-        self.slab_appends = 0
-        self.grow_events = 0
+        self.geometry: LayerGeometry | None = None  # every layer's, fixed by the pool's first write
+        self.slab_appends = 0      # over layers
+        self.grow_events = 0       # over layers
         self.bytes_copied = 0      # measured by the allocator during growth (pool/copy_meter.py), not modelled
         self.cow_bytes_copied = 0  # measured likewise during copy-on-write
         self.bytes_moved = 0       # measured likewise during a shrink's moves and allocate-smaller-and-copy
         self.slab_releases = 0     # slabs (monolithic: 32-block chunks) given back by shrinks, over layers
         self.after_alloc: Callable[[], None] | None = None  # called after allocations are evaluated (sampling)
         self._window: CopyWindow | None = None  # open while a growth is measured (checkpointed by _allocated)
-        self._zero_scalars: dict = {}  # one evaluated 0 per dtype: mx.zeros would allocate a scalar per call
+        self._zero_scalar: mx.array | None = None  # one evaluated 0: mx.zeros would allocate a scalar per call
         self._unevaluated: list[mx.array] = []  # tensors allocated since the last materialize()
         self._reads_memo: dict[tuple[int, ...], list[tuple]] = {}  # gather's memo (see _reads_for)
-        self._last_spans: tuple | None = None  # write_span's memo (see _spans_for)
 
     # ---- mapping and capacity (design-specific) --------------------------------------------------------------
     def _slab_for_row(self, row: int) -> tuple[int, int]:
         raise NotImplementedError
 
-    def capacity_rows(self, layer: int) -> int:
+    def layer_capacity(self, layer: int) -> int:
+        """Rows ``layer``'s tensors hold (every layer holds ``capacity_rows()``: ``check_integrity`` compares)."""
         raise NotImplementedError
 
     def ensure_rows(self, layer: int, rows: int) -> None:
@@ -146,65 +132,68 @@ class RowStorage:
         free). Returns the bytes MLX allocated doing it (measured: a design that copies to shrink)."""
         raise NotImplementedError
 
-    def num_slabs(self, layer: int) -> int:
-        return len(self.keys[layer])
+    def capacity_rows(self) -> int:
+        """Rows every layer holds (0 before the first write)."""
+        return self.layer_capacity(0)
 
-    def num_buffers(self, layer: int) -> int:
-        """Separate K tensors a kernel would have to address (what the fused decision's multi-slab rule asks)."""
-        return len(self.keys[layer])
+    def num_buffers(self) -> int:
+        """Separate K tensors per layer a kernel would have to address: slabs (slab design), 1 (monolithic), 0
+        before the first write (what the fused decision's multi-slab rule asks)."""
+        return len(self.keys[0])
+
+    def slabs(self, layer: int) -> tuple[list[mx.array], list[mx.array]]:
+        """The layer's K and V tensor lists (the storage's own: read them, never mutate them)."""
+        return self.keys[layer], self.values[layer]
 
     # ---- geometry --------------------------------------------------------------------------------------------
-    def has_layer(self, layer: int) -> bool:
-        return self.geometry[layer] is not None
+    @property
+    def initialised(self) -> bool:
+        return self.geometry is not None
 
-    def init_layer(self, layer: int, geometry: LayerGeometry) -> None:
-        self.geometry[layer] = geometry
-        dtype = DTYPES[geometry.dtype]
-        if dtype not in self._zero_scalars:  # made here (from host data: already evaluated), outside any window
-            self._zero_scalars[dtype] = mx.array(0, dtype=dtype)
+    def init(self, geometry: LayerGeometry) -> None:
+        """Fix every layer's row geometry (the pool's first write); capacity comes with the next ``grow``."""
+        self.geometry = geometry
+        self._zero_scalar = mx.array(0, dtype=DTYPES[geometry.dtype])  # from host data: evaluated, outside windows
 
-    def check_geometry(self, layer: int, geometry: LayerGeometry) -> None:
-        """PoolError when a write's geometry differs from the one captured at the layer's first write."""
-        fixed = self.geometry[layer]
+    def check_geometry(self, geometry: LayerGeometry) -> None:
+        """PoolError when a write's geometry differs from the one the pool's first write fixed."""
+        fixed = self.geometry
         if fixed is not None and fixed != geometry:
-            raise PoolError(f"layer {layer} stores {fixed.dtype} [n_kv_heads={fixed.n_kv_heads}, "
-                            f"head_dim={fixed.head_dim}]; got {geometry.dtype} [n_kv_heads={geometry.n_kv_heads},"
-                            f" head_dim={geometry.head_dim}]")
+            raise PoolError(f"the pool stores {fixed.dtype} [n_kv_heads={fixed.n_kv_heads}, "
+                            f"head_dim={fixed.head_dim}] in every layer; got {geometry.dtype} "
+                            f"[n_kv_heads={geometry.n_kv_heads}, head_dim={geometry.head_dim}]")
 
-    def bytes_per_row(self, layer: int) -> int:
-        geometry = self.geometry[layer]
-        return 0 if geometry is None else geometry.bytes_per_row(self.block_size)
+    def bytes_per_row(self) -> int:
+        """K+V bytes of one row in one layer (0 before the first write)."""
+        return 0 if self.geometry is None else self.geometry.bytes_per_row(self.block_size)
 
     def bytes_reserved(self) -> int:
-        return sum(self.capacity_rows(layer) * self.bytes_per_row(layer) for layer in range(self.num_layers))
+        """K+V bytes every layer's tensors hold, summed over layers."""
+        return sum(self.layer_capacity(layer) for layer in range(self.num_layers)) * self.bytes_per_row()
 
-    def _zeros(self, layer: int, rows: int) -> mx.array:
+    def _zeros(self, rows: int) -> mx.array:
         """Zero-filled rows (lazy). Filled from a cached zero scalar: ``mx.zeros`` allocates a fresh scalar per
         call, which the copy meter would rightly charge as bytes allocated beyond the new capacity."""
-        geometry = self.geometry[layer]
-        zero = self._zero_scalars[DTYPES[geometry.dtype]]  # made by init_layer
-        return mx.full((rows, *geometry.row_shape(self.block_size)), zero)
+        return mx.full((rows, *self.geometry.row_shape(self.block_size)), self._zero_scalar)
 
-    def tensor_lists(self, layers: list[int]) -> list[list[mx.array]]:
-        """The K list and the V list of each of ``layers`` (what a copy window evaluates and weighs)."""
-        return [tensors for layer in layers for tensors in (self.keys[layer], self.values[layer])]
+    def tensor_lists(self) -> list[list[mx.array]]:
+        """The K list and the V list of every layer (what a copy window evaluates and weighs)."""
+        return [tensors for layer in range(self.num_layers) for tensors in (self.keys[layer], self.values[layer])]
 
-    def tensors_of(self, layers: list[int]) -> list[mx.array]:
-        """Every K and V tensor the storage holds for ``layers``."""
-        return [t for tensors in self.tensor_lists(layers) for t in tensors]
+    def tensors(self) -> list[mx.array]:
+        """Every K and V tensor the storage holds."""
+        return [t for tensors in self.tensor_lists() for t in tensors]
 
-    # ---- measured growth and copy-on-write -------------------------------------------------------------------
-    def grow(self, capacities: dict[int, int]) -> None:
-        """Bring every layer in ``capacities`` to that many rows (``ensure_rows``; rows already rounded by the
-        bookkeeping) and evaluate the new storage; add what MLX allocated beyond the added capacity to
-        ``bytes_copied`` (pool/copy_meter.py; 0 for a design that copies nothing). Mutates the layers' tensor
-        lists and the growth counters."""
-        if all(self.capacity_rows(layer) >= rows for layer, rows in capacities.items()):
+    # ---- measured growth, copy-on-write, moves and releases (every layer) ------------------------------------
+    def grow(self, rows: int) -> None:
+        """Bring every layer to ``rows`` rows (``ensure_rows``; already rounded by the bookkeeping) and evaluate the
+        new storage; add what MLX allocated beyond the added capacity to ``bytes_copied`` (pool/copy_meter.py; 0
+        for a design that copies nothing). Mutates the layers' tensor lists and the growth counters."""
+        if self.capacity_rows() >= rows:
             return
-        layers = list(capacities)
-        self._window = window = CopyWindow(lambda: self.tensor_lists(layers))
+        self._window = window = CopyWindow(self.tensor_lists)
         try:
-            for layer, rows in capacities.items():
+            for layer in range(self.num_layers):
                 self.ensure_rows(layer, rows)
             if not self.materialize():  # (it checkpoints when it evaluates something)
                 window.checkpoint()  # whatever an eager design left lazy (a deferred re-copy) is charged here
@@ -212,35 +201,34 @@ class RowStorage:
             self._window = None
             self.bytes_copied += window.copied
 
-    def copy_rows(self, pairs: dict[int, list[tuple[int, int]]]) -> None:
-        """Copy-on-write of ``(src, dst)`` row pairs per layer, evaluated; adds what MLX allocated to
-        ``cow_bytes_copied`` (one row's K and V staged per pair when the destination slab's buffer is donated)."""
-        layers = [layer for layer, layer_pairs in pairs.items() if layer_pairs]
-        if not layers:
+    def copy_rows(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy-on-write of ``(src, dst)`` row pairs in every layer, evaluated; adds what MLX allocated to
+        ``cow_bytes_copied`` (one row's K and V staged per pair and layer when the destination slab's buffer is
+        donated)."""
+        if not pairs:
             return
         # the source index arrays exist before the window opens: the window charges the copies, not their indices
-        sources = {src: mx.array([self._slab_for_row(src)[1]]) for layer in layers for src, _ in pairs[layer]}
+        sources = {src: mx.array([self._slab_for_row(src)[1]]) for src, _ in pairs}
         mx.eval(list(sources.values()))
-        window = CopyWindow(lambda: self.tensor_lists(layers))
-        for layer in layers:
-            for src, dst in pairs[layer]:
+        window = CopyWindow(self.tensor_lists)
+        for layer in range(self.num_layers):
+            for src, dst in pairs:
                 self.copy_row(layer, src, dst, sources[src])
         window.checkpoint()
         self.cow_bytes_copied += window.copied
 
-    def move_rows(self, pairs: dict[int, list[tuple[int, int]]]) -> int:
-        """A shrink's compaction: copy row ``src`` into row ``dst`` for each ``(src, dst)`` pair per layer (the
+    def move_rows(self, pairs: list[tuple[int, int]]) -> int:
+        """A shrink's compaction: copy row ``src`` into row ``dst`` for each ``(src, dst)`` pair in every layer (the
         bookkeeping already moved the blocks; destinations are free rows below the sources). Per layer and per
         (source tensor, destination tensor) pair: one ``take`` of the source rows (staged and evaluated, so the
         destination's update can donate its buffer even when both are one tensor) and one scatter into the
         destination. Returns the bytes MLX allocated (measured like copy-on-write: the staging, one copy of each
         moved row's K and V) and adds them to ``bytes_moved``."""
-        layers = [layer for layer, layer_pairs in pairs.items() if layer_pairs]
-        if not layers:
+        if not pairs:
             return 0
-        groups = {layer: self._move_groups(pairs[layer]) for layer in layers}
-        mx.eval([index for layer in layers for _, _, src, dst in groups[layer] for index in (src, dst)])
-        window = CopyWindow(lambda: self.tensor_lists(layers))  # opened after the indices: it charges the copies
+        groups = self._move_groups(pairs)  # the same tensors and rows in every layer
+        mx.eval([index for _, _, src, dst in groups for index in (src, dst)])
+        window = CopyWindow(self.tensor_lists)  # opened after the indices: it charges the copies
         for tensors in (self.keys, self.values):
             self._move_staged(tensors, groups)
             window.checkpoint()  # K's staging is freed before V's: a window charges its peak, so one per kind
@@ -248,11 +236,11 @@ class RowStorage:
         return window.copied
 
     @staticmethod
-    def _move_staged(tensors: list[list[mx.array]], groups: dict[int, list[tuple]]) -> None:
-        """Stage every group's source rows (evaluated), then scatter them into their destinations (lazy). The
-        staged copies die with this frame, so the window's checkpoint sees them freed."""
-        staged = [(layer, dst_slab, dst, mx.take(tensors[layer][src_slab], src, axis=0))
-                  for layer, layer_groups in groups.items() for src_slab, dst_slab, src, dst in layer_groups]
+    def _move_staged(tensors: list[list[mx.array]], groups: list[tuple]) -> None:
+        """Stage every layer's source rows (evaluated), then scatter them into their destinations (lazy). The staged
+        copies die with this frame, so the window's checkpoint sees them freed."""
+        staged = [(layer, dst_slab, dst, mx.take(layer_tensors[src_slab], src, axis=0))
+                  for layer, layer_tensors in enumerate(tensors) for src_slab, dst_slab, src, dst in groups]
         mx.eval([block for *_, block in staged])
         for layer, dst_slab, dst, block in staged:
             tensors[layer][dst_slab][dst] = block
@@ -269,11 +257,12 @@ class RowStorage:
         return [(src_slab, dst_slab, mx.array(src, dtype=mx.int32), mx.array(dst, dtype=mx.int32))
                 for (src_slab, dst_slab), (src, dst) in grouped.items()]
 
-    def release(self, capacities: dict[int, int]) -> int:
-        """Bring every layer in ``capacities`` down to that many rows (``release_rows``); returns the bytes MLX
-        allocated doing it (0 for slabs: dropping a slab copies nothing), also added to ``bytes_moved``."""
-        allocated = sum(self.release_rows(layer, rows) for layer, rows in capacities.items()
-                        if self.capacity_rows(layer) > rows)
+    def release(self, rows: int) -> int:
+        """Bring every layer down to ``rows`` rows (``release_rows``); returns the bytes MLX allocated doing it (0 for
+        slabs: dropping a slab copies nothing), also added to ``bytes_moved``."""
+        if self.capacity_rows() <= rows:
+            return 0
+        allocated = sum(self.release_rows(layer, rows) for layer in range(self.num_layers))
         self.bytes_moved += allocated
         return allocated
 
@@ -297,29 +286,48 @@ class RowStorage:
         if self.after_alloc is not None:
             self.after_alloc()
 
-    # ---- touch points ----------------------------------------------------------------------------------------
-    def write_span(self, layer: int, rows: list[int], offset: int, keys: mx.array, values: mx.array) -> None:
-        """Write ``keys``/``values`` ([n, H, D]) starting at token ``offset`` of ``rows[0]`` and continuing through
-        ``rows`` in order. Full blocks on consecutive rows of one slab are written with one slice update; partial
-        blocks (head/tail) with one each. Each update is assigned back into the slab so MLX can donate its buffer
-        (O(written), not O(slab))."""
-        block_shape = (self.block_size, *keys.shape[1:])
-        for slab, local, lo, hi, span, pos in self._spans_for(rows, offset, int(keys.shape[0])):
-            if span:
-                store_rows(self.keys[layer], slab, local, keys[lo:hi].reshape(span, *block_shape))
-                store_rows(self.values[layer], slab, local, values[lo:hi].reshape(span, *block_shape))
-            else:
-                self.keys[layer][slab][local, pos:pos + hi - lo] = keys[lo:hi]
-                self.values[layer][slab][local, pos:pos + hi - lo] = values[lo:hi]
+    # ---- writes ----------------------------------------------------------------------------------------------
+    def write(self, layer: int, slots, keys: mx.array, values: mx.array) -> None:
+        """Store ``keys``/``values`` ([B, num_tokens, H, D]) where ``slots`` (``pool.write_slots.WriteSlots``) says,
+        in ``layer``. What the write touches is worked out at the first layer's write and kept in
+        ``slots.layout`` for the others (``write_layout``). One-token slots: one scatter per slab touched; spans:
+        one slice update per run of full blocks on consecutive rows of one slab, one per partial block. Every
+        update is assigned back into its slab so MLX can donate the slab's buffer (O(written), not O(slab))."""
+        layout = slots.layout.get("storage")
+        if layout is None:
+            layout = slots.layout["storage"] = self.write_layout(slots)
+        if slots.num_tokens == 1:
+            batch, _, heads, dim = keys.shape  # [B, 1, H, D] is [B, H, D] in the same element order: a view
+            keys, values = keys.reshape(batch, heads, dim), values.reshape(batch, heads, dim)
+            for slab, local_rows, token_offsets, picks in layout:
+                for tensors, update in ((self.keys[layer], keys), (self.values[layer], values)):
+                    tensors[slab][local_rows, token_offsets] = _picked(update, picks)
+            return
+        block_shape = (self.block_size, *keys.shape[2:])
+        for index, spans in enumerate(layout):
+            # views, not ``keys[index]``: MLX turns an integer index into a Gather that copies the sequence's K/V
+            # once more before the slab update copies it in; a slice and a squeeze copy nothing
+            seq_keys, seq_values = keys[index:index + 1].squeeze(0), values[index:index + 1].squeeze(0)
+            for slab, local, lo, hi, span, pos in spans:
+                if span:
+                    store_rows(self.keys[layer], slab, local, seq_keys[lo:hi].reshape(span, *block_shape))
+                    store_rows(self.values[layer], slab, local, seq_values[lo:hi].reshape(span, *block_shape))
+                else:
+                    self.keys[layer][slab][local, pos:pos + hi - lo] = seq_keys[lo:hi]
+                    self.values[layer][slab][local, pos:pos + hi - lo] = seq_values[lo:hi]
 
-    def _spans_for(self, rows: list[int], offset: int, total: int) -> list[tuple]:
+    def write_layout(self, slots) -> list:
+        """What ``slots``' writes touch, the same in every layer: for one token per sequence the scatter groups
+        (``_token_groups``), else per sequence its updates (``_spans``)."""
+        bs = self.block_size
+        if slots.num_tokens == 1:
+            return self._token_groups(tuple(rows[0] for rows in slots.rows),
+                                      tuple(start % bs for start in slots.starts))
+        return [self._spans(list(rows), start % bs, slots.num_tokens) for rows, start in zip(slots.rows, slots.starts)]
+
+    def _spans(self, rows: list[int], offset: int, total: int) -> list[tuple]:
         """The updates of a ``total``-token write from token ``offset`` of ``rows[0]``: (slab, row in slab, first
-        token, end token, full rows or 0, position in the row for a partial block). Memoised for the last write:
-        every layer of a step writes the same span of equal tables (they allocate in lockstep), so 27 of 28 layers
-        reuse it for one list comparison instead of a Python walk over the rows (host time of a GPU prefill)."""
-        last = self._last_spans
-        if last is not None and last[0] == (offset, total) and last[1] == rows:
-            return last[2]
+        token, end token, full rows or 0, position in the row for a partial block)."""
         bs = self.block_size
         spans = []
         done = index = 0
@@ -336,22 +344,7 @@ class RowStorage:
             spans.append((slab, local, done, done + count, 0, pos))
             done += count
             index += 1
-        self._last_spans = ((offset, total), list(rows), spans)
         return spans
-
-    def write_tokens(self, layer: int, rows: tuple[int, ...], offsets: tuple[int, ...], keys: mx.array,
-                     values: mx.array, indices: dict) -> None:
-        """One token per entry: ``keys``/``values`` [n, H, D], entry i into token ``offsets[i]`` of row ``rows[i]``.
-        One scatter per slab touched (a decode step's tail blocks usually share one or two slabs) instead of one
-        slice update per entry; each scatter is assigned back into its slab so MLX can donate the slab's buffer.
-        ``indices`` caches the device index arrays by (rows, offsets) (the caller's dict, kept for one step: layers
-        that write the same rows share them). Mutates the layer's slabs."""
-        groups = indices.get((rows, offsets))
-        if groups is None:
-            groups = indices[rows, offsets] = self._token_groups(rows, offsets)
-        for slab, local_rows, token_offsets, picks in groups:
-            for tensors, update in ((self.keys[layer], keys), (self.values[layer], values)):
-                tensors[slab][local_rows, token_offsets] = _picked(update, picks)
 
     def _token_groups(self, rows: tuple[int, ...], offsets: tuple[int, ...]) -> list[tuple]:
         """[(slab, local rows, token offsets, entry picks)], the index arrays as int32 mx.arrays, slabs in
@@ -382,9 +375,9 @@ class RowStorage:
         return span
 
     def copy_row(self, layer: int, src: int, dst: int, index: mx.array | None = None) -> None:
-        """Copy-on-write: row ``src`` (read from its own slab) into row ``dst``. The source is materialised first so
-        the destination slab's update can still donate its buffer when both rows share a slab. ``index``: the
-        source's row in its slab as a one-element array, if the caller made it already."""
+        """Copy-on-write in one layer: row ``src`` (read from its own slab) into row ``dst``. The source is
+        materialised first so the destination slab's update can still donate its buffer when both rows share a
+        slab. ``index``: the source's row in its slab as a one-element array, if the caller made it already."""
         src_slab, src_local = self._slab_for_row(src)
         dst_slab, dst_local = self._slab_for_row(dst)
         index = mx.array([src_local]) if index is None else index
@@ -393,6 +386,7 @@ class RowStorage:
             mx.eval(block)
             store_rows(tensors, dst_slab, dst_local, block)
 
+    # ---- reads -----------------------------------------------------------------------------------------------
     def gather(self, layer: int, rows: list[int], lo: int, hi: int) -> tuple[mx.array, mx.array, int]:
         """Tokens [lo, hi) of ``rows`` (in logical order; token 0 is the first token of ``rows[0]``) as K and V
         shaped [H, hi - lo, D], row-contiguous, and the number of runs. One read per maximal same-slab run (a
@@ -400,8 +394,7 @@ class RowStorage:
         the rows: the join (for one run, ``mx.contiguous``) is the only copy, and a run costs two graph ops, which
         matters because a prefill chunk gathers every layer (host time per op dominates on a GPU)."""
         reads = self._reads_for(rows)
-        geometry = self.geometry[layer]
-        heads, dim = geometry.n_kv_heads, geometry.head_dim
+        heads, dim = self.geometry.n_kv_heads, self.geometry.head_dim
         total = len(rows) * self.block_size
         out = []
         for tensors in (self.keys[layer], self.values[layer]):
@@ -417,12 +410,11 @@ class RowStorage:
 
     def _reads_for(self, rows: list[int]) -> list[tuple]:
         """The reads of ``rows``: per same-slab run (slab, (first, stop) slice bounds, or None and a take index).
-        Memoised by the rows themselves: a batched decode step gathers every sequence in every layer, and the
-        layers of a step read equal tables (they allocate in lockstep), so a memo of the last call alone missed
-        at every call of a batch (it alternated between sequences); keyed by the rows' tuple (one C-level copy
-        and hash), each sequence's split is walked once and reused by the other layers and by later steps until
-        its table changes. A split depends only on the rows and the fixed row mapping, so an entry never goes
-        stale; the memo is emptied when it reaches ``READS_MEMO_ENTRIES`` (tables that changed leave dead keys)."""
+        Memoised by the rows themselves, across steps: a decode step gathers every sequence (in every layer it
+        does not run fused), and a sequence's rows change only when it opens a block, so its split is walked once
+        and reused by the layers and the later steps until then. A split depends only on the rows and the fixed
+        row mapping, so an entry never goes stale; the memo is emptied when it reaches ``READS_MEMO_ENTRIES``
+        (tables that changed leave dead keys)."""
         key = tuple(rows)
         reads = self._reads_memo.get(key)
         if reads is not None:
@@ -435,18 +427,3 @@ class RowStorage:
             self._reads_memo.clear()
         self._reads_memo[key] = reads
         return reads
-
-    def read_row(self, layer: int, row: int) -> tuple[mx.array, mx.array]:
-        """Copies (own buffers, evaluated) of one row's K and V, [block_size, H, D]."""
-        slab, local = self._slab_for_row(row)
-        index = mx.array([local])
-        keys = mx.take(self.keys[layer][slab], index, axis=0)[0]
-        values = mx.take(self.values[layer][slab], index, axis=0)[0]
-        mx.eval(keys, values)
-        return keys, values
-
-    def write_row(self, layer: int, row: int, keys: mx.array, values: mx.array) -> None:
-        """Overwrite one whole row (restore path)."""
-        slab, local = self._slab_for_row(row)
-        store_rows(self.keys[layer], slab, local, keys[None])
-        store_rows(self.values[layer], slab, local, values[None])

@@ -26,17 +26,17 @@ class MonolithicStorage(RowStorage):
         """Every row lives in the single tensor: (0, row)."""
         return 0, row
 
-    def capacity_rows(self, layer: int) -> int:
+    def layer_capacity(self, layer: int) -> int:
         return self.keys[layer][0].shape[0] if self.keys[layer] else 0
 
     def ensure_rows(self, layer: int, rows: int) -> None:
         """Grow to ``rows`` rows by allocate-larger-and-copy. K then V: each new tensor is evaluated before the old
         one is dropped, so a growth holds at most one tensor's old+new pair of one layer at a time."""
-        old_rows = self.capacity_rows(layer)
+        old_rows = self.layer_capacity(layer)
         if rows <= old_rows:
             return
         for tensors in (self.keys[layer], self.values[layer]):
-            grown = self._zeros(layer, rows)
+            grown = self._zeros(rows)
             if old_rows:
                 grown[:old_rows] = tensors[0]
             mx.eval(grown)
@@ -51,7 +51,7 @@ class MonolithicStorage(RowStorage):
         """Allocate-smaller-and-copy: the tensor keeps rows ``[0, rows)``, K then V (each evaluated before the old
         one is dropped, so one old+new pair at a time). Returns the bytes MLX allocated for the copies (measured,
         ``allocated_during``: the smaller tensors)."""
-        old_rows = self.capacity_rows(layer)
+        old_rows = self.layer_capacity(layer)
         if rows >= old_rows:
             return 0
         allocated = 0
@@ -60,16 +60,16 @@ class MonolithicStorage(RowStorage):
             if rows == 0:
                 tensors.clear()
                 continue
-            smaller, nbytes = self._kept_prefix(layer, tensors[0], rows, start)
+            smaller, nbytes = self._kept_prefix(tensors[0], rows, start)
             tensors[0] = smaller
             allocated += nbytes
             self._allocated()
         self.slab_releases += (old_rows - rows) // MONOLITHIC_CHUNK_BLOCKS
         return allocated
 
-    def _kept_prefix(self, layer: int, old: mx.array, rows: int, start: mx.array) -> tuple[mx.array, int]:
+    def _kept_prefix(self, old: mx.array, rows: int, start: mx.array) -> tuple[mx.array, int]:
         """Rows ``[0, rows)`` of ``old`` in a fresh buffer (a plain slice, or assigning one whole, is a view that
         keeps the old buffer alive), evaluated; and the bytes MLX allocated for it."""
         (smaller,), nbytes = allocated_during(
-            lambda: [mx.slice_update(self._zeros(layer, rows), old[:rows], start, axes=(0,))], [old, start])
+            lambda: [mx.slice_update(self._zeros(rows), old[:rows], start, axes=(0,))], [old, start])
         return smaller, nbytes

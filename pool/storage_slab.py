@@ -19,20 +19,20 @@ class SlabStorage(RowStorage):
         """The one mapping every touch point uses: physical row -> (slab index, row in slab)."""
         return divmod(row, self.slab_blocks)
 
-    def capacity_rows(self, layer: int) -> int:
+    def layer_capacity(self, layer: int) -> int:
         return len(self.keys[layer]) * self.slab_blocks
 
     def ensure_rows(self, layer: int, rows: int) -> None:
-        """Append every slab needed so rows [0, rows) exist: zero-filled, not yet evaluated. The pool calls
-        :meth:`materialize` once its operation has presized every layer: one asynchronous evaluation for all
-        layers per growth (an ``mx.eval`` per layer made the host wait for the device 28 times per growth,
+        """Append every slab needed so rows [0, rows) exist: zero-filled, not yet evaluated. ``grow`` calls
+        :meth:`materialize` once every layer is presized: one asynchronous evaluation for all layers per growth
+        (an ``mx.eval`` per layer made the host wait for the device 28 times per growth,
         stalling a pipelined GPU prefill; :meth:`grow` then synchronises once to measure the growth)."""
         missing = -(-rows // self.slab_blocks) - len(self.keys[layer])
         if missing <= 0:
             return
         for _ in range(missing):
-            keys = self._zeros(layer, self.slab_blocks)
-            values = self._zeros(layer, self.slab_blocks)
+            keys = self._zeros(self.slab_blocks)
+            values = self._zeros(self.slab_blocks)
             self.keys[layer].append(keys)
             self.values[layer].append(values)
             self._unevaluated.extend((keys, values))

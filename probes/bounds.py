@@ -204,10 +204,14 @@ def _event_checks() -> dict:
 _EVENT_CHECKS: dict = {}
 
 
+NO_SEQUENCE = -1  # RequestDone.seq_id of a request that ended before it got a sequence (cancelled while waiting)
+
+
 def _check_request(event) -> None:
     check_counts((event.prompt_tokens, event.generated_tokens, event.shared_tokens), "a request's tokens",
                  MAX_SEQUENCE_TOKENS)
-    check_counts((event.req_id, event.seq_id), "a request's id")
+    check_counts((event.req_id,), "a request's id")
+    check_counts((event.seq_id,), "a request's sequence id", least=NO_SEQUENCE)
     if event.shared_tokens > event.prompt_tokens:
         raise ImpossibleValue(f"a request shares {event.shared_tokens:,} tokens of a {event.prompt_tokens:,}-token "
                               "prompt")

@@ -160,34 +160,34 @@ def check_snapshot(snap: PoolSnapshot, full: bool) -> None:
 
 
 def _check_rows(snap: PoolSnapshot) -> None:
-    """A full snapshot's row arrays: one entry per row of the capacity, within the replay bound."""
-    rows = sum(layer.capacity_rows for layer in snap.layers)
+    """A full snapshot's row arrays: every layer of one capacity (one row space), one entry per row of it, within
+    the replay bound."""
+    capacity = snap.layers[0].capacity_rows if snap.layers else 0
+    if any(layer.capacity_rows != capacity for layer in snap.layers):
+        raise ValueError("layers of different capacities (every layer holds the same rows)")
+    rows = capacity * len(snap.layers)
     if rows > limits.max_replay_rows():
         raise ValueError(f"{rows:,} pool rows, over the {limits.max_replay_rows():,} a reader holds "
                          "(SLABSCOPE_MAX_REPLAY_ROWS)")
-    for layer in snap.layers:
-        if layer.row_owner is None or layer.row_refcount is None:
-            raise ValueError("a full snapshot without its row arrays")
-        if not len(layer.row_owner) == len(layer.row_refcount) == layer.capacity_rows:
-            raise ValueError(f"row arrays of {len(layer.row_owner)} and {len(layer.row_refcount)} entries for "
-                             f"{layer.capacity_rows} rows")
+    if snap.row_owner is None or snap.row_refcount is None:
+        raise ValueError("a full snapshot without its row arrays")
+    if not len(snap.row_owner) == len(snap.row_refcount) == capacity:
+        raise ValueError(f"row arrays of {len(snap.row_owner)} and {len(snap.row_refcount)} entries for "
+                         f"{capacity} rows")
     for rows_of_seq in (snap.seq_rows or {}).values():
-        capacity = snap.layers[0].capacity_rows if snap.layers else 0
         if any(not 0 <= row < capacity for row in rows_of_seq):
-            raise ValueError("a sequence row outside the layer's capacity")
+            raise ValueError("a sequence row outside the capacity")
 
 
 def check_book_state(state: BookState) -> None:
     """Sizes a keyframe's bookkeeping state asks a replay to hold (its invariants are checked when restored)."""
     cfg = state.config
     check_count(cfg.num_layers, "book num_layers", limits.MAX_LAYERS)
-    if cfg.num_layers != len(state.layers):
-        raise ValueError(f"book state lists {len(state.layers)} layers for num_layers={cfg.num_layers}")
     per_layer = limits.rows_per_layer(cfg.num_layers)
     for name in ("block_size", "slab_blocks"):
         if not 1 <= getattr(cfg, name) <= MAX_DIMENSION:
             raise ValueError(f"book {name} {getattr(cfg, name)} is outside [1, {MAX_DIMENSION}]")
-    if cfg.slab_blocks > per_layer or any(layer.capacity > per_layer for layer in state.layers):
+    if cfg.slab_blocks > per_layer or state.rows.capacity > per_layer or len(state.rows.row_block) > per_layer:
         raise ValueError(f"a book of more than {per_layer:,} rows per layer over {cfg.num_layers} layers, over the "
                          f"{limits.max_replay_rows():,} a replay holds (SLABSCOPE_MAX_REPLAY_ROWS)")
 

@@ -1,7 +1,8 @@
 """Record payloads: the typed records each record kind holds, and the one place they are encoded and decoded.
 
-Format v2 payloads are msgpack of these Structs (``encode``); ``decode`` turns a record of either format into them,
-v1's JSON dicts going through ``probes.v1``. Every way a payload can be malformed (undecodable bytes, a wrong
+Format v3 payloads are msgpack of these Structs (``encode``); ``decode`` turns a record of any format into them:
+v2's msgpack differs only in its keyframes, which held the rows once per layer (``probes.legacy`` reads them through
+layer 0), and v1's JSON dicts go through ``probes.v1``. Every way a payload can be malformed (undecodable bytes, a wrong
 type, a missing field, an unknown op or event kind, an inconsistent book state, and what ``probes.checks`` and
 ``probes.block_checks`` find:
 a time that is not a session time, a NaN, a size past ``probes.limits``) ends here as one ``RecordingError`` line
@@ -27,12 +28,13 @@ from typing import Any, Union
 
 import msgspec
 
-from pool import AnyOp, BookState, PoolError, PoolGeometry, PoolSnapshot
+from pool import AnyOp, BookState, PoolConfig, PoolError, PoolSnapshot
 from probes import block_checks, checks
 from probes import format as fmt
 from probes.bounds import DEFAULT_BOUNDS, FigureBounds, ImpossibleValue
 from probes.errors import ImpossibleRecord, RecordingError
 from probes.events import MetaUpdate, Sample, timeline_types
+from probes.legacy import KeyframeRecordV2, book_state_from_layers, snapshot_from_layers
 from probes.v1 import adapted_snapshot, book_state_from_v1, events_from_v1, ops_from_v1, snapshot_from_v1
 
 SAMPLE_FIELDS = Sample.__struct_fields__
@@ -42,7 +44,7 @@ class Meta(msgspec.Struct, frozen=True):
 
     t_start: float = 0.0
     session_id: str | None = None  # None: a v1 recording (no session id)
-    geometry: PoolGeometry | None = None  # None: no pool (dense), or a v1 recording (see SessionModel.geometry)
+    geometry: PoolConfig | None = None  # None: no pool (dense), or a v1 recording (see SessionModel.geometry)
     sample_hz: float | None = None
     snapshot_hz: float | None = None
 
@@ -71,7 +73,15 @@ class SnapshotRecord(msgspec.Struct, frozen=True):
 
 
 class KeyframeRecord(SnapshotRecord, frozen=True):
+    """A full snapshot (row arrays once: every layer holds the same rows) and the bookkeeping's state."""
+
     book_state: BookState | None = None
+
+    @classmethod
+    def from_layers(cls, old: KeyframeRecordV2) -> "KeyframeRecord":
+        """A keyframe of format v1 or v2 (rows once per layer), read through layer 0 (``probes.legacy``)."""
+        state = None if old.book_state is None else book_state_from_layers(old.book_state)
+        return cls(old.t, old.step, old.tokens, old.op_index, snapshot_from_layers(old.snapshot), state)
 
 
 class EndRecord(msgspec.Struct, frozen=True):
@@ -92,16 +102,19 @@ class _Kind(msgspec.Struct):
 
 
 _ENCODER = msgspec.msgpack.Encoder()
-_DECODERS: dict[int, msgspec.msgpack.Decoder] = {}
+_DECODERS: dict[tuple, msgspec.msgpack.Decoder] = {}
 
 
 def encode(payload: object) -> bytes:
     return _ENCODER.encode(payload)
 
 
-def _v2_type(kind: int):
+def _msgpack_type(kind: int, version: int):
+    """The typed payload of a msgpack record (format v2 and later) of ``kind``."""
     if kind == fmt.EVENTS:
         return list[Union[(*timeline_types(), MetaUpdate)]]
+    if kind == fmt.KEYFRAME and version == 2:
+        return KeyframeRecordV2
     return {fmt.META: dict[str, Any], fmt.SAMPLES: SampleBlock, fmt.OPS: OpsRecord,
             fmt.SNAPSHOTS: list[SnapshotRecord], fmt.KEYFRAME: KeyframeRecord, fmt.END: EndRecord}[kind]
 
@@ -115,7 +128,9 @@ def decode(image: fmt.FileImage, ref: fmt.RecordRef, bounds: FigureBounds = DEFA
         if image.version >= 2 and ref.kind == fmt.EVENTS:
             payload = _events_v2(raw)
         elif image.version >= 2:
-            payload = _decoder(ref.kind).decode(raw)
+            payload = _decoder(ref.kind, image.version).decode(raw)
+            if isinstance(payload, KeyframeRecordV2):
+                payload = KeyframeRecord.from_layers(payload)
         else:
             payload = _from_v1(ref.kind, json.loads(raw))
         if ref.kind == fmt.META:
@@ -140,10 +155,11 @@ def decode(image: fmt.FileImage, ref: fmt.RecordRef, bounds: FigureBounds = DEFA
                                          f"{problem}") from None
 
 
-def _decoder(kind: int) -> msgspec.msgpack.Decoder:
-    decoder = _DECODERS.get(kind)
+def _decoder(kind: int, version: int = fmt.FORMAT_VERSION) -> msgspec.msgpack.Decoder:
+    key = (kind, version if kind == fmt.KEYFRAME else None)
+    decoder = _DECODERS.get(key)
     if decoder is None:
-        decoder = _DECODERS[kind] = msgspec.msgpack.Decoder(_v2_type(kind))
+        decoder = _DECODERS[key] = msgspec.msgpack.Decoder(_msgpack_type(kind, version))
     return decoder
 
 
@@ -191,7 +207,7 @@ def _from_v1(kind: int, obj):
         records = [dict(_expect(item, dict), snapshot=adapted_snapshot(item.get("snapshot"))) for item in obj]
         return msgspec.convert(records, list[SnapshotRecord], strict=False)
     if kind == fmt.KEYFRAME:
-        return _snapshot_record_from_v1(obj, KeyframeRecord)
+        return _keyframe_from_v1(obj)
     return msgspec.convert(_expect(obj, dict), EndRecord)
 
 
@@ -223,10 +239,9 @@ class _Stamp(msgspec.Struct, frozen=True):
     op_index: int
 
 
-def _snapshot_record_from_v1(item, record_type):
+def _keyframe_from_v1(item) -> KeyframeRecord:
     item = _expect(item, dict)
     stamp = msgspec.convert({key: item.get(key) for key in _Stamp.__struct_fields__}, _Stamp)
-    extra = {}
-    if record_type is KeyframeRecord and item.get("book") is not None:
-        extra["book_state"] = book_state_from_v1(item["book"])
-    return record_type(stamp.t, stamp.step, stamp.tokens, stamp.op_index, snapshot_from_v1(item["snapshot"]), **extra)
+    book = book_state_from_v1(item["book"]) if item.get("book") is not None else None
+    return KeyframeRecord.from_layers(KeyframeRecordV2(stamp.t, stamp.step, stamp.tokens, stamp.op_index,
+                                                       snapshot_from_v1(item["snapshot"]), book))

@@ -141,7 +141,8 @@ class Gates:
 
 
 def check_gates(rows: list[PhaseRow], gates: Gates) -> list[str]:
-    """Human-readable failures (empty: all gates pass). Each gate applies to every row that has the figure."""
+    """Human-readable failures (empty: all gates pass). Each gate applies to every row that has the figure, with
+    the verdict the TUI draws (``probes.figures.gate_verdict``: ok at or below the gate)."""
     checks = (("footprint_ratio", gates.max_ratio, "footprint ratio"),
               ("max_fragmentation", gates.max_fragmentation, "fragmentation"),
               ("mean_runs", gates.max_mean_runs, "mean gather runs"),
@@ -150,7 +151,7 @@ def check_gates(rows: list[PhaseRow], gates: Gates) -> list[str]:
     for row in rows:
         for attr, limit, what in checks:
             value = getattr(row, attr)
-            if limit is not None and value is not None and value > limit:
+            if limit is not None and value is not None and not figures.gate_verdict(value, limit).ok:
                 failures.append(f"{row.session} [{row.phase}]: {what} {value:.3f} > {limit}")
     return failures
 

@@ -101,13 +101,27 @@ class Dropped(TimelineEvent, tag="dropped"):
 
 class RequestDone(TimelineEvent, tag="request_done"):
     """A request finished: ``prompt_tokens`` of prompt (``shared_tokens`` of them taken from kept or cached K/V
-    instead of computed) and ``generated_tokens`` sampled."""
+    instead of computed) and ``generated_tokens`` sampled; ``finish_reason`` why (a server's requests: "length",
+    "stop", "disconnected", ...; None in recordings of scenario runs made before it was recorded). ``seq_id`` is -1
+    for a request that ended before it got a sequence (a server's request cancelled while it waited)."""
 
     req_id: int
     seq_id: int
     prompt_tokens: int
     generated_tokens: int
     shared_tokens: int = 0
+    finish_reason: str | None = None
+
+
+class RequestArrived(TimelineEvent, tag="request_arrived"):
+    """A server accepted a request (``slabscope serve``): ``prompt_tokens`` to prefill, at most ``max_tokens`` to
+    generate; ``waiting`` and ``running`` are the queue and the batch just after it joined the queue."""
+
+    req_id: int
+    prompt_tokens: int
+    max_tokens: int
+    waiting: int = 0
+    running: int = 0
 
 
 class ClockSync(TimelineEvent, tag="clock"):
@@ -126,6 +140,16 @@ class Shrunk(TimelineEvent, tag="shrink"):
     ``report.reclaimed`` is what the process footprint really fell by)."""
 
     report: ShrinkReport
+
+
+class RunStage(TimelineEvent, tag="stage"):
+    """Where a run is before its first phase, said at once (not held until the probes start) so a user waiting on
+    a live run sees it: "loading model" (``detail``: importing MLX, then the model's name), "rehearsal" (the
+    load-time rehearsal, app/workloads/rehearsal.py). Phases follow as ``PhaseEdge`` events (probes/progress.py
+    folds them all)."""
+
+    stage: str
+    detail: str = ""
 
 
 class ProbeOverhead(msgspec.Struct, frozen=True):

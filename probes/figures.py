@@ -14,6 +14,8 @@ The figures (each function's docstring is the definition):
 * ``declines`` (``declines``): decode-step layer decisions that went to gather instead of the fused kernel.
 * ``slabs`` (``slab_count``, ``slab_series``): slabs held over all layers.
 * ``probe cost`` (``probe_cost``): the probes' own share of wall time.
+* the gate verdict (``gate_verdict``): a footprint ratio against the user's gate ("ok" / "EXCEEDED"), over the
+  ``WHOLE_RUN`` (a live run: ``SO_FAR``) as ``compare`` gates it; a ratio up to the cursor is no verdict.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from dataclasses import dataclass, field
 from probes.events import FusedChange, GatherRuns, Step
 
 TOK_S_KINDS = ("busy", "prefill", "decode")
+WHOLE_RUN = "whole run"
+SO_FAR = "so far"  # a live run's whole run up to now
 LABELS = {
     "footprint": "max(act+cache)",
     "footprint_ratio": "footprint vs base",
@@ -60,7 +64,8 @@ OTHER_REASON = "gather: other"
 # ---- memory ----------------------------------------------------------------------------------------------------
 def peak_footprint(view, t0: float | None = None, t1: float | None = None) -> float | None:
     """**footprint**: the largest sampled max(active + cache) in the window, in bytes (MLX's own peak counter misses
-    the buffer cache, so slabscope samples both, 100 Hz by default). None when no sample fell in the window (never 0)."""
+    the buffer cache, so slabscope samples both, 100 Hz by default). None when no sample fell in the window (never
+    0)."""
     peak = view.peak("footprint", t0, t1)
     return peak.value if peak.t is not None else None
 
@@ -70,6 +75,28 @@ def footprint_ratio(peak: float | None, base_peak: float | None) -> float | None
     the whole run, or up to the cursor), the baseline being the dense session when there is one, else the first.
     None when either is missing."""
     return peak / base_peak if peak is not None and base_peak else None
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """A footprint ratio against the user's gate (``compare --max-ratio``, the TUI's ``--gate``): ``ok`` when
+    ``ratio <= gate``."""
+
+    ratio: float
+    gate: float
+
+    @property
+    def ok(self) -> bool:
+        return self.ratio <= self.gate
+
+    @property
+    def word(self) -> str:
+        return "ok" if self.ok else "EXCEEDED"
+
+
+def gate_verdict(ratio: float | None, gate: float) -> GateVerdict | None:
+    """The verdict on a ``footprint_ratio`` (None when the ratio is unknown)."""
+    return None if ratio is None else GateVerdict(ratio, gate)
 
 
 # ---- throughput ------------------------------------------------------------------------------------------------
@@ -244,9 +271,9 @@ def declines(view, t0: float | None = None, t1: float | None = None) -> Declines
     """**declines**: of the per-layer fused-kernel decisions of the decode steps in the window (one per layer per
     decode step: the decision in force, ``decision_steps``), those that went to gather; the *decline rate* is
     declines over decisions. None where the window holds no decision: no pool, a pool with no fused-kernel route
-    (every layer gathers and nothing was declined), or no decode step in the window. A recording whose worker emitted no ``FusedChange`` events but
-    whose pool counted decisions (a pool driven by a script) is counted from the pool counters of its snapshot
-    summaries (in force at the window's ends)."""
+    (every layer gathers and nothing was declined), or no decode step in the window. A recording whose worker
+    emitted no ``FusedChange`` events but whose pool counted decisions (a pool driven by a script) is counted from
+    the pool counters of its snapshot summaries (in force at the window's ends)."""
     if not view.events_of(FusedChange):
         return _counted_declines(view, t0, t1)
     fused = gather = 0

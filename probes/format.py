@@ -3,10 +3,13 @@
 Layout (little endian; see docs/recording-format.md for the decision and its trade-offs)::
 
     file header (16 bytes):   b"SLABSCOPEREC" | u16 format version | u16 reserved (0)
-    record header, v2 (28 b): b"\\xa5R" | u8 kind | u8 flags | u32 payload length | u32 sequence | u32 session tag
+    record header, v2+ (28 b): b"\\xa5R" | u8 kind | u8 flags | u32 payload length | u32 sequence | u32 session tag
                               | f64 t | u32 crc32
     record header, v1 (20 b): b"\\xa5R" | u8 kind | u8 flags | u32 payload length | f64 t | u32 crc32
-    payload: msgpack (v2) or UTF-8 JSON (v1), zlib-compressed when flags & FLAG_ZLIB
+    payload: msgpack (v2, v3) or UTF-8 JSON (v1), zlib-compressed when flags & FLAG_ZLIB
+
+v3 differs from v2 in its payloads only (``probes.codec``: keyframes hold the pool's rows once, not once per
+layer), so this module reads both the same way.
 
 The CRC covers the header before it and the payload. v2 numbers the records of a file 0, 1, 2, ... (META is 0) and
 stamps each with its session's tag (a CRC of the session id in the META record), so a duplicated, reordered,
@@ -31,7 +34,7 @@ from probes.damage import Damage, classify, next_valid_record
 from probes.errors import RecordingError
 
 MAGIC = b"SLABSCOPEREC"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 OLDEST_VERSION = 1
 FILE_HEADER = struct.Struct("<12sHH")
 RECORD_HEADER = struct.Struct("<2sBBIIIdI")  # v2

@@ -11,6 +11,10 @@ thread spends inside the probes (listener, emit, tick/snapshots), and per-sample
 multiprocessing queue's feeder thread, which pickles batches to the parent (``slabscope bench probes`` measures
 the total effect on throughput, feeder included). ``overhead()`` returns
 them; a ``probe_stats`` event carries them every ``stats_every_s`` and the END summary keeps the final figure.
+
+A long-running process (``slabscope serve``) bounds its recording per file with ``rotate_recording``: the file ends
+(END names the next one) and the recording continues, in order, in a new file that opens on its own (its own META
+and, for a pool, a keyframe first).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import msgspec
 
 from probes.events import (Done, Dropped, Event, MetaUpdate, OpBatch, ProbeOverhead, ProbeStats, SnapshotTaken,
                            WorkerError)
+from probes.errors import RecordingError
 from probes.meta import collect_meta
 from probes.recording import SessionRecorder, new_session_id
 from probes.transport import BatchSender
@@ -83,7 +88,7 @@ class WorkerProbes:
         keyframe now, so every later instant can be rebuilt from a keyframe plus ops."""
         self._pool = pool
         pool.add_op_listener(self._on_op)
-        self.meta["geometry"] = msgspec.to_builtins(pool.config.geometry())
+        self.meta["geometry"] = msgspec.to_builtins(pool.config)
         if self.sampler is not None:  # already started; otherwise start() takes it
             self.sampler.attach_pool(pool)
             self._take_snapshot()
@@ -109,6 +114,50 @@ class WorkerProbes:
         self._push(self.sampler.sample(self.step, self.tokens))
         self._thread = threading.Thread(target=self._run, name="slabscope-probes", daemon=True)
         self._thread.start()
+
+    # ---- recording files --------------------------------------------------------------------------------------
+    @property
+    def recording_path(self) -> str | None:
+        """The file the recording is written to now (None: not recording)."""
+        recorder = self.recorder
+        return recorder.path if recorder is not None else None
+
+    @property
+    def recording_bytes(self) -> int:
+        """Bytes written to the current recording file so far."""
+        recorder = self.recorder
+        return recorder.bytes_written if recorder is not None else 0
+
+    def rotate_recording(self, path: str | os.PathLike, meta: dict | None = None) -> None:
+        """Workload thread: continue the recording in a new file ``path`` (created as any recording is, by
+        ``SessionRecorder``). Everything emitted before this call goes to the current file, which then ends with an
+        END record whose summary names ``path``; everything after goes to ``path``, which starts with its own META
+        (this session's, ``meta`` merged in, a new session id) and, for a pool, a keyframe taken now, so either
+        file opens on its own. The switch happens at the probe thread's next file write."""
+        with self._lock:
+            self._buffer.append(_Rotation(os.fspath(path), dict(meta or {})))
+        if self._pool is not None:
+            self._keyframe_t = None  # the next snapshot carries the bookkeeping state: the new file's first keyframe
+            self._take_snapshot()
+
+    def _write_recording(self, pending: list) -> None:
+        """Probe thread: ``pending`` events to the recording, switching files at each rotation marker."""
+        chunk: list[Event] = []
+        for item in pending:
+            if isinstance(item, _Rotation):
+                self.recorder.write(chunk)
+                chunk = []
+                self._switch_file(item)
+            else:
+                chunk.append(item)
+        self.recorder.write(chunk)
+
+    def _switch_file(self, rotation: "_Rotation") -> None:
+        meta = {k: v for k, v in self.meta.items() if k not in ("session_id", "t_start", "format_version")}
+        meta.update(rotation.meta, session_id=new_session_id())
+        successor = SessionRecorder(rotation.path, meta, self._t_start)
+        self.recorder.close({"continued_in": os.path.basename(rotation.path)}, t=time.monotonic())
+        self.recorder = successor
 
     # ---- workload thread -------------------------------------------------------------------------------------
     def _push(self, event: Event) -> None:
@@ -218,10 +267,10 @@ class WorkerProbes:
         """``summary["recording"]``: where the run was recorded and what stopped the recording (None: nothing)."""
         return {"path": self.record_path, "error": self.record_error}
 
-    def _record_failed(self, exc: OSError, now: float, batch: list) -> None:
-        """The recording cannot be written (disk full, a file-size limit): stop writing it, keep the workload
-        running, say so once (an error event, and ``record_error`` in the summary)."""
-        self.record_error = f"recording stopped: {exc.strerror or exc} ({self.record_path})"
+    def _record_failed(self, exc: Exception, now: float, batch: list) -> None:
+        """The recording cannot be written (disk full, a file-size limit, a rotation's file name taken): stop writing
+        it, keep the workload running, say so once (an error event, and ``record_error`` in the summary)."""
+        self.record_error = f"recording stopped: {getattr(exc, 'strerror', None) or exc} ({self.record_path})"
         try:
             self.recorder.abandon()  # what was written stays readable (a torn tail at most); the lock is dropped
         except OSError:
@@ -257,21 +306,24 @@ class WorkerProbes:
         report new queue drops as an event."""
         with self._lock:
             pending, self._buffer = self._buffer, []
-        batch = [item.event() if isinstance(item, _PendingOps) else item for item in pending]
+        items = [item.event() if isinstance(item, _PendingOps) else item for item in pending]
+        batch = [item for item in items if not isinstance(item, _Rotation)]  # markers are for the file only
         drops = self.sender.dropped_batches
         if drops != self._reported_drops:
-            batch.append(Dropped(t=time.monotonic(), step=self.step, tokens=self.tokens, batches=drops,
-                                 events=self.sender.dropped_events))
+            dropped = Dropped(t=time.monotonic(), step=self.step, tokens=self.tokens, batches=drops,
+                              events=self.sender.dropped_events)
+            batch.append(dropped)
+            items.append(dropped)
             self._reported_drops = drops
         if self.recorder is not None and self.record_error is None:
-            self._file_pending.extend(batch)
+            self._file_pending.extend(items)
             now = time.monotonic()
             if final or now >= self._next_file_write:
                 self._next_file_write = now + self.file_flush_s
                 pending, self._file_pending = self._file_pending, []
                 try:
-                    self.recorder.write(pending)
-                except OSError as exc:  # disk full, etc.
+                    self._write_recording(pending)
+                except (OSError, RecordingError) as exc:  # disk full, a name taken (a rotation), etc.
                     self._record_failed(exc, now, batch)
         if batch:
             self.sender.send(batch)
@@ -294,6 +346,15 @@ class WorkerProbes:
             else 0.0,
             dropped_batches=self.sender.dropped_batches,
         )
+
+
+class _Rotation:
+    """Where the recording continues (``rotate_recording``): a marker in the event buffer, never sent or recorded."""
+
+    __slots__ = ("path", "meta")
+
+    def __init__(self, path: str, meta: dict) -> None:
+        self.path, self.meta = path, meta
 
 
 class _PendingOps:

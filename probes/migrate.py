@@ -1,14 +1,16 @@
-"""Rewriting a format-v1 recording as format v2, record by record (mlx-free).
+"""Rewriting a format-v1 or v2 recording as the current format (v3), record by record (mlx-free).
 
-Every v1 record is decoded into its typed payload (``probes.codec.decode``, the same path a reader takes) and
-written again, same kind, same time, same order, with a new session id; the copy is then checked against the
-original (samples, events, snapshot summaries, the op log, and the pool rebuilt at every snapshot instant). v1
-files stay readable, so this is optional: v2 files are smaller and open faster (docs/recording-format.md).
+Every record is decoded into its typed payload (``probes.codec.decode``, the same path a reader takes: a v1/v2
+keyframe's rows per layer are read through layer 0) and written again, same kind, same time, same order, with a
+new session id; the copy is then checked against the original (samples, events, snapshot summaries, the op log,
+and the pool rebuilt at every snapshot instant). Older files stay readable, so this is optional: v3 files are
+smaller (keyframes hold the rows once) and open faster (docs/recording-format.md).
 """
 
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import msgspec
 
@@ -20,24 +22,31 @@ from probes.recording import new_session_id
 from probes.replay import Session
 
 
-def migrate(src: str | os.PathLike, dst: str | os.PathLike, force: bool = False) -> tuple[int, int]:
-    """Write ``src`` (format v1) as ``dst`` (format v2); returns (bytes before, bytes after). The copy is written
-    to a temporary file beside ``dst``, checked against the original, synced and only then given ``dst``'s name
-    (``probes.outfile.write_atomically``): ``dst`` is never ``src`` (symlinks and hard links included), an
-    existing ``dst`` is replaced only with ``force``, and a failure leaves ``dst`` as it was. ``RecordingError``
-    when ``src`` is not a readable v1 recording or the copy does not reproduce it; ``OutputError`` when ``dst`` is
-    refused or cannot be written."""
+class Migration(NamedTuple):
+    before: int        # bytes of the source
+    after: int         # bytes of the copy
+    from_version: int  # the source's format
+
+
+def migrate(src: str | os.PathLike, dst: str | os.PathLike, force: bool = False) -> Migration:
+    """Write ``src`` (format v1 or v2) as ``dst`` (the current format); returns the sizes and the source's format.
+    The copy is written to a temporary file beside ``dst``, checked against the original, synced and only then
+    given ``dst``'s name (``probes.outfile.write_atomically``): ``dst`` is never ``src`` (symlinks and hard links
+    included), an existing ``dst`` is replaced only with ``force``, and a failure leaves ``dst`` as it was.
+    ``RecordingError`` when ``src`` is not a readable older recording or the copy does not reproduce it;
+    ``OutputError`` when ``dst`` is refused or cannot be written."""
     outfile.check_target(dst, force, inputs=[src])  # before any work
     image = fmt.FileImage(src)
-    if image.version != 1:
-        raise RecordingError(src, f"is format v{image.version}: only v1 recordings are migrated")
+    if image.version >= fmt.FORMAT_VERSION:
+        raise RecordingError(src, f"is format v{image.version}: only older recordings (v1, v2) are migrated")
     if image.damage is not None:
         raise RecordingError(src, f"{image.damage}; only intact recordings are migrated")
     original = Session(image)
     if original.damage is not None:  # an impossible value found while decoding (probes.bounds)
         raise RecordingError(src, f"{original.damage}; only intact recordings are migrated")
-    meta = dict(original.meta, session_id=new_session_id(), migrated_from_format=1)
-    if original.geometry is not None:  # v2 keeps the pool geometry in META (a v1 file named it in its snapshots)
+    meta = dict(original.meta, session_id=new_session_id(), migrated_from_format=image.version,
+                format_version=fmt.FORMAT_VERSION)
+    if original.geometry is not None:  # v2+ keeps the pool geometry in META (a v1 file named it in its snapshots)
         meta["geometry"] = msgspec.to_builtins(original.geometry)
     records = [(fmt.META, 0.0, codec.encode(meta))]
     for ref in image.refs[1:]:
@@ -51,7 +60,7 @@ def migrate(src: str | os.PathLike, dst: str | os.PathLike, force: bool = False)
         _check_same(original, Session.open(temp), os.fspath(dst))
 
     outfile.write_atomically(dst, write_and_check, force=force, inputs=[src])
-    return len(image.data), len(blob)
+    return Migration(len(image.data), len(blob), image.version)
 
 
 def _check_same(a: Session, b: Session, name: str) -> None:

@@ -68,6 +68,8 @@ class RunMetrics:
 
         disable_created_metrics()  # a _created series per counter doubled the output and carries nothing here
 
+        self.registry = registry  # more families may share it (slabscope serve's request gauges)
+
         def gauge(name, doc, labels=("backend",)):
             return Gauge(f"slabscope_{name}", doc, labels, registry=registry)
 

@@ -144,7 +144,7 @@ def _check_replayed(model, book, keyframe, recorded, replayed: int) -> None:
     if recorded is not None and recorded.t >= keyframe.t and replayed < recorded.op_index:
         raise RecordingError(model.source, f"the snapshot at {recorded.t:.3f} s counts {recorded.op_index} ops "
                                            f"before it; the op log replays only up to op {replayed}")
-    rows = sum(layer.capacity for layer in book.layers)
+    rows = book.capacity * book.num_layers
     if rows > limits.max_replay_rows():
         raise RecordingError(model.source, f"the replayed pool reserves {rows:,} rows, over the "
                                            f"{limits.max_replay_rows():,} a reader holds (SLABSCOPE_MAX_REPLAY_ROWS)")

@@ -99,14 +99,15 @@ class MemorySampler:
         self.total_cost_s = 0.0
 
     def attach_pool(self, pool) -> None:
-        """Read ``pool``'s byte counters (live_bytes, reserved_bytes, slab_count) in every sample from now on."""
+        """Read ``pool``'s bytes now (``PagedKVPool.bytes_now``: live, reserved, slabs) in every sample from now on."""
         self.pool = pool
 
     def _pool_bytes(self) -> tuple[int, int, int]:
         pool = self.pool
         if pool is None:
             return 0, 0, 0
-        return pool.live_bytes(), pool.reserved_bytes(), pool.slab_count()
+        now = pool.bytes_now()
+        return now.live, now.reserved, now.slabs
 
     def sample(self, step: int, tokens: int) -> Sample:
         """Take one sample now; updates the running maxima and cost totals."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pool.config import blocks_for_tokens, capacity_for
+from pool.config import PoolConfig, blocks_for_tokens, capacity_for
 from pool.errors import SizeLimitError
 from probes import figures
 from pool.limits import (MemoryLimits, check_buffer, check_pool_capacity, elements_per_row, format_bytes,
@@ -50,8 +50,8 @@ class PoolTimeline:
     whatif_peak_capacity: int        # rows per layer at the what-if replay's largest
     max_context: int                 # longest sequence (tokens) the recording wrote
     max_batch: int                   # most sequences live at once
-    base: dict
-    cfg: dict
+    base: PoolConfig
+    cfg: PoolConfig
     bytes_per_row: int               # K+V per row under the what-if geometry
     geometry: object                 # pool.config.LayerGeometry (dtype, heads, head_dim)
     skipped: list[str] = field(default_factory=list)
@@ -76,12 +76,12 @@ def pool_timeline(view, **overrides) -> PoolTimeline:
                 max_context = max(max_context, entry.op.start + entry.op.num_tokens)
                 max_batch = max(max_batch, len(recorded.bookkeeping.seqs))
             i += 1
-        peak_capacity = max(peak_capacity, max(layer.capacity for layer in whatif.bookkeeping.layers))
+        peak_capacity = max(peak_capacity, whatif.bookkeeping.capacity)
         rec_bytes.append(recorded.reserved_bytes())
         what_bytes.append(whatif.reserved_bytes())
     for entry in ops[i:]:  # ops after the last sample still size the pool
         whatif.step(entry)
-        peak_capacity = max(peak_capacity, max(layer.capacity for layer in whatif.bookkeeping.layers))
+        peak_capacity = max(peak_capacity, whatif.bookkeeping.capacity)
     if whatif.bookkeeping.geometry is None:
         raise ReplayError("the session never wrote K/V into its pool: nothing to size")
     return PoolTimeline(times, rec_bytes, what_bytes, peak_capacity, max_context, max_batch, base, cfg,
@@ -136,11 +136,11 @@ def pool_problem(batch: int, context: int, timeline: PoolTimeline, room: int, ma
     cfg = timeline.cfg
     if room < 0:
         return f"the non-pool memory alone exceeds this size by {format_bytes(-room)}"
-    rows = batch * blocks_for_tokens(context, cfg["block_size"])
-    capacity = capacity_for(cfg["design"], cfg["slab_blocks"], rows)
+    rows = batch * blocks_for_tokens(context, cfg.block_size)
+    capacity = capacity_for(cfg.design, cfg.slab_blocks, rows)
     limits = MemoryLimits(room, room if max_buffer is None else min(max_buffer, room), "what-if")
     try:
-        check_pool_capacity(cfg["design"], cfg["slab_blocks"], [capacity] * cfg["num_layers"],
+        check_pool_capacity(cfg.design, cfg.slab_blocks, [capacity] * cfg.num_layers,
                             timeline.bytes_per_row, limits)
     except SizeLimitError as exc:
         return str(exc)
@@ -187,15 +187,15 @@ def peak_buffer_problem(timeline: PoolTimeline, max_buffer: int | None) -> str |
 def buffer_flags(timeline: PoolTimeline, capacity_rows: int, max_buffer: int | None, what: str) -> list[str]:
     """The hard limits the largest K/V tensor of a pool with ``capacity_rows`` rows per layer passes (empty: none)."""
     cfg, geometry = timeline.cfg, timeline.geometry
-    elements = largest_buffer_elements(cfg["design"], cfg["slab_blocks"], [capacity_rows], cfg["block_size"],
+    elements = largest_buffer_elements(cfg.design, cfg.slab_blocks, [capacity_rows], cfg.block_size,
                                        geometry.n_kv_heads, geometry.head_dim)
-    unit = "slab" if cfg["design"] == "slab" else "monolithic layer tensor"
+    unit = "slab" if cfg.design == "slab" else "monolithic layer tensor"
     flags = []
     problem = index_range_problem(elements, f"{what}: one {unit} (K or V)")
     if problem:
         flags.append(problem + ": the fused kernel declines it (gather)")
     if max_buffer is not None:
-        rows = largest_buffer_rows(cfg["design"], cfg["slab_blocks"], [capacity_rows])
+        rows = largest_buffer_rows(cfg.design, cfg.slab_blocks, [capacity_rows])
         try:
             check_buffer(rows * timeline.bytes_per_row // 2, MemoryLimits(0, max_buffer, "the device's largest "
                                                                           "buffer"), f"{what}: one {unit}")
@@ -207,8 +207,8 @@ def buffer_flags(timeline: PoolTimeline, capacity_rows: int, max_buffer: int | N
 def tensor_figures(timeline: PoolTimeline, capacity_rows: int) -> tuple[int, int]:
     """(elements, bytes) of the largest K (or V) tensor of a pool with ``capacity_rows`` rows per layer."""
     cfg, geometry = timeline.cfg, timeline.geometry
-    rows = largest_buffer_rows(cfg["design"], cfg["slab_blocks"], [capacity_rows])
-    return rows * elements_per_row(cfg["block_size"], geometry.n_kv_heads, geometry.head_dim), \
+    rows = largest_buffer_rows(cfg.design, cfg.slab_blocks, [capacity_rows])
+    return rows * elements_per_row(cfg.block_size, geometry.n_kv_heads, geometry.head_dim), \
         rows * timeline.bytes_per_row // 2
 
 

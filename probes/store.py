@@ -22,12 +22,13 @@ from typing import Callable, Iterator, NamedTuple
 
 import msgspec
 
-from pool import Op, PoolGeometry, PoolSnapshot
+from pool import Op, PoolConfig, PoolSnapshot
 from probes.block_checks import check_meta_geometry
 from probes.codec import KeyframeRecord, Meta, SnapshotRecord, meta_of
 from probes.columns import SampleColumns
-from probes.events import (Done, Dropped, Event, MetaUpdate, OpBatch, PhaseEdge, ProbeOverhead, ProbeStats, Sample,
-                           SnapshotTaken, Step, TimelineEvent, WorkerError, rebased)
+from probes.events import (Done, Dropped, Event, MetaUpdate, OpBatch, PhaseEdge, ProbeOverhead, ProbeStats, RunStage,
+                           Sample, SnapshotTaken, Step, TimelineEvent, WorkerError, rebased)
+from probes.progress import RunProgress
 
 MAX_SUMMARIES = 2400     # live snapshot summaries kept before the older half is thinned (every other dropped)
 RECENT_FULL = 32         # live full snapshots kept (the view following a live run needs no rebuild)
@@ -108,6 +109,8 @@ class SessionModel:
         self.skipped_events: dict[str, int] = {}
         self.damage = None  # probes.damage.Damage: a recording read up to damage in its file (probes.replay.Session)
         self.received = 0  # items appended (live)
+        self.progress = RunProgress()  # where the run is (stage, phase, requests, ETA): fed as the model fills
+        self.stop_requested = False  # someone asked this run to stop (the TUI's x): its end reads "stopped"
         self._meta = Meta()
         self._t_start: float | None = None
         self._by_type: dict[type, list] = {}
@@ -128,6 +131,9 @@ class SessionModel:
         if isinstance(item, MetaUpdate):
             self._add_meta(item)
             return
+        if isinstance(item, RunStage) and self._t_start is None:  # said before the session's clock starts
+            self.add_event(msgspec.structs.replace(item, t=0.0))
+            return
         t0 = self._clock(item.t)
         match item:
             case Sample():
@@ -139,8 +145,11 @@ class SessionModel:
                 self._add_snapshot(item, item.t - t0)
             case Done():
                 self.summary = rebased(item, t0)
+                self.progress.fold(self.summary)
             case _:
                 self.add_event(rebased(item, t0))
+                return
+        self.progress.advance(item.t - t0, item.tokens)
 
     def _clock(self, t: float) -> float:
         if self._t_start is None:
@@ -155,6 +164,7 @@ class SessionModel:
     def set_meta(self, meta: dict) -> None:
         self._meta = meta_of(meta)
         self.meta = meta
+        self.progress.fold(MetaUpdate(t=self.progress.last_t or 0.0, meta=meta))
 
     def add_event(self, event: TimelineEvent) -> None:
         """A timeline event with a relative ``t`` (late metadata merges into ``meta``)."""
@@ -163,6 +173,7 @@ class SessionModel:
             return
         self.events.append(event)
         self._by_type.setdefault(type(event), []).append(event)
+        self.progress.fold(event)
 
     def _add_snapshot(self, item: SnapshotTaken, t: float) -> None:
         snap = item.snapshot
@@ -202,7 +213,7 @@ class SessionModel:
         return self._meta.session_id
 
     @property
-    def geometry(self) -> PoolGeometry | None:
+    def geometry(self) -> PoolConfig | None:
         """The pool's configuration (None: no pool). v1 recordings had no ``geometry`` entry: their ``pool`` entry
         (when it names the layers) or their first snapshot summary says it (decoded at open: asking never decodes
         anything lazily, so it cannot fail)."""
@@ -211,15 +222,15 @@ class SessionModel:
         pool = self.meta.get("pool")
         if isinstance(pool, dict) and pool.get("num_layers") and pool.get("design"):
             try:
-                geometry = msgspec.convert({k: pool[k] for k in PoolGeometry.__struct_fields__ if k in pool},
-                                           PoolGeometry)
+                geometry = msgspec.convert({k: pool[k] for k in PoolConfig.__struct_fields__ if k in pool},
+                                           PoolConfig)
                 check_meta_geometry(geometry)
                 return geometry
             except (msgspec.ValidationError, ValueError):
                 pass  # a malformed v1 ``pool`` entry: the snapshots say it
         if self.snapshots:
             snap = self.snapshots[0].snapshot
-            return PoolGeometry(snap.num_layers, snap.block_size, snap.slab_blocks, snap.design)
+            return PoolConfig(snap.num_layers, snap.block_size, snap.slab_blocks, snap.design)
         return None
 
     @property
@@ -237,8 +248,19 @@ class SessionModel:
         return self.summary is not None
 
     @property
+    def stopped(self) -> bool:
+        """The run ended because it was asked to: its summary says ``cancelled``, or it was asked to stop
+        (``stop_requested``) and then ended, reporting or ended from outside (the parent's death report)."""
+        if self.summary is not None and self.summary.summary.get("cancelled"):
+            return True
+        error = self.error
+        return self.stop_requested and (self.complete or (error is not None and error.origin == "parent"))
+
+    @property
     def status(self) -> str:
-        """'error', 'done', 'running' or 'waiting' (nothing received yet)."""
+        """'stopped', 'error', 'done', 'running' or 'waiting' (nothing received yet)."""
+        if self.stopped:
+            return "stopped"
         if self.error is not None:
             return "error"
         if self.complete:

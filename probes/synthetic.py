@@ -14,13 +14,14 @@ from typing import Callable
 
 import msgspec
 
-from pool import PoolGeometry
+from pool import PoolConfig
 from probes.events import OpBatch, Sample, SnapshotTaken, Step
 from probes.recording import SessionRecorder
 
 
 class ScriptedTraffic:
-    """Deterministic traffic on ``target``. ``write(seq_id, start, num_tokens)`` is called after every
+    """Deterministic traffic on ``target`` (reads it through ``step_view``, which both offer). ``write(seq_id,
+    start, num_tokens)`` is called after every
     ``prepare_write`` (tests write real K/V there); ``max_live`` bounds concurrent sequences."""
 
     def __init__(self, target, seed: int = 0, write: Callable[[int, int, int], None] | None = None,
@@ -35,9 +36,12 @@ class ScriptedTraffic:
         self.handles: list = []
 
     def _append(self, seq: int, num_tokens: int) -> None:
-        start = self.target.seq_length(seq)
+        start = self._view(seq).lengths[0]
         self.target.prepare_write(seq, start, num_tokens)
         self.write(seq, start, num_tokens)
+
+    def _view(self, seq: int):
+        return self.target.step_view([seq])
 
     def _admit(self) -> None:
         seq = self.next_seq
@@ -59,7 +63,7 @@ class ScriptedTraffic:
             src = rng.choice(self.live)
             dst = self.next_seq
             self.next_seq += 1
-            self.target.clone(src, dst, rng.randint(0, self.target.seq_length(src)))
+            self.target.clone(src, dst, rng.randint(0, self._view(src).lengths[0]))
             self.live.append(dst)
         elif self.live and roll < 0.14:
             seq = self.live.pop(rng.randrange(len(self.live)))
@@ -74,8 +78,8 @@ class ScriptedTraffic:
             self._append(seq, 1)
 
     def _trim(self, seq: int) -> None:
-        block_size = self.target.block_size if hasattr(self.target, "block_size") else self.target.config.block_size
-        length, start = self.target.seq_length(seq), self.target.logical_start(seq)
+        view = self._view(seq)
+        block_size, length, start = view.block_size, view.lengths[0], view.logical_starts[0]
         keep = (length // 2) // block_size * block_size
         if keep >= start:
             self.target.trim(seq, keep)
@@ -93,7 +97,7 @@ def write_synthetic_session(path, seconds: float = 3600.0, sample_hz: float = 10
     book.add_op_listener(ops.append)
     book.set_geometry("float32", 2, 64, 2 * 2 * 64 * 16 * 4)
     traffic = ScriptedTraffic(book, seed=seed, max_live=8, prefill=(16, 400))
-    geometry = PoolGeometry(num_layers, 16, 32, "slab")
+    geometry = PoolConfig(num_layers, 16, 32, "slab")
     meta = {"scenario": "synthetic-hour", "backend": "slab", "model": "none", "sample_hz": sample_hz,
             "snapshot_hz": snapshot_hz, "geometry": msgspec.to_builtins(geometry)}
     rec = SessionRecorder(path, meta, 0.0)

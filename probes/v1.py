@@ -2,7 +2,8 @@
 
 Recordings written before the typed data model (format v1) hold JSON dicts: ops ``{"op", ..., "t", "i"}``, pool
 snapshots with ``num_slabs`` and string keys, book states. ``*_from_v1`` turn them into the typed records through
-``msgspec.convert`` (validated: a wrong type or a missing field raises ``msgspec.ValidationError``).
+``msgspec.convert`` (validated: a wrong type or a missing field raises ``msgspec.ValidationError``); keyframes into
+the shapes of their time (``probes.legacy``), which hold the rows once per layer.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from typing import Union
 
 import msgspec
 
-from pool import AnyOp, BookState, Op, PoolSnapshot
+from pool import AnyOp, Op
 from probes.events import MetaUpdate, timeline_types
+from probes.legacy import BookStateV2, PoolSnapshotV2
 
 _OP_STAMPS = ("t", "i")
 
@@ -29,9 +31,10 @@ def ops_from_v1(ops: list) -> list[Op]:
     return msgspec.convert([{k: v for k, v in op.items() if k not in _OP_STAMPS} for op in ops], list[AnyOp])
 
 
-def snapshot_from_v1(snap: dict) -> PoolSnapshot:
-    """A v1 snapshot (full or summary) as a typed one: ``num_slabs`` was the name of ``num_chunks``."""
-    return msgspec.convert(adapted_snapshot(snap), PoolSnapshot, strict=False)
+def snapshot_from_v1(snap: dict) -> PoolSnapshotV2:
+    """A v1 snapshot (full or summary) as a typed one of its time (rows per layer: ``probes.legacy`` reads it
+    through layer 0): ``num_slabs`` was the name of ``num_chunks``."""
+    return msgspec.convert(adapted_snapshot(snap), PoolSnapshotV2, strict=False)
 
 
 def adapted_snapshot(snap: dict) -> dict:
@@ -49,8 +52,9 @@ def _layer_from_v1(layer: dict) -> dict:
     return out
 
 
-def book_state_from_v1(state: dict) -> BookState:
-    return msgspec.convert(state, BookState, strict=False)
+def book_state_from_v1(state: dict) -> BookStateV2:
+    """A v1 book state as a typed one of its time (one copy per layer: ``probes.legacy`` reads it through layer 0)."""
+    return msgspec.convert(state, BookStateV2, strict=False)
 
 
 def events_from_v1(events: list) -> list:

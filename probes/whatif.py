@@ -28,7 +28,9 @@ import bisect
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pool import BlockBook, PoolError, ShrinkPolicy, apply_op
+import msgspec
+
+from pool import BlockBook, PoolConfig, PoolError, apply_op
 from pool.errors import BudgetExceeded
 from pool.config import chunk_rows
 from pool.gather_runs import table_runs, visible_rows
@@ -58,8 +60,8 @@ class WhatIfPoint:
 
 @dataclass
 class WhatIfResult:
-    config: dict
-    recorded_config: dict
+    config: PoolConfig
+    recorded_config: PoolConfig
     points: list[WhatIfPoint] = field(default_factory=list)
     ops_replayed: int = 0
     skipped: list[str] = field(default_factory=list)  # ops the new geometry cannot execute, with the reason
@@ -74,11 +76,11 @@ class WhatIfResult:
         pairs = sum(hist.values())
         last = pts[-1] if pts else None
         return {
-            "config": self.config,
+            "config": config_figures(self.config),
             "ops_replayed": self.ops_replayed,
             "ops_skipped": len(self.skipped),
             "max_slabs": self.max_slabs,
-            "final_slabs": last.layer0["num_slabs"] * self.config["num_layers"] if last else 0,
+            "final_slabs": last.layer0["num_slabs"] * self.config.num_layers if last else 0,
             "max_slabs_per_layer": max((p.layer0["num_slabs"] for p in pts), default=0),
             "final_slabs_per_layer": last.layer0["num_slabs"] if last else 0,
             "peak_bytes_reserved": max((p.stats["bytes_reserved"] for p in pts), default=0),
@@ -104,7 +106,7 @@ class WhatIfResult:
 @dataclass
 class DecodeStep:
     """One decode step found in the op log: its sequences, the same-slab runs each one's attention walks in the
-    replayed pool (layer 0; layers allocate in lockstep), and the time of its last write."""
+    replayed pool (one block table per sequence, shared by every layer), and the time of its last write."""
 
     t: float
     seqs: list[int]
@@ -156,13 +158,21 @@ class DecodeSteps:
 
 
 def _seq_runs(book, seq_id: int) -> int:
-    visible = visible_rows(book.block_rows(0, seq_id), book.logical_start(seq_id), book.seq_length(seq_id),
-                           book.block_size)
+    table = book.table(seq_id)
+    visible = visible_rows(table.rows, table.logical_start, table.length, book.block_size)
     return table_runs(visible, book.design, book.slab_blocks)
 
 
-def recorded_config(view) -> dict:
-    """The pool geometry the session ran with (``SessionModel.geometry``: the metadata, else the first snapshot)."""
+def config_figures(config: PoolConfig) -> dict:
+    """A pool configuration as the flat figures ``slabscope whatif`` prints (its shrink policy spelled out)."""
+    return {"num_layers": config.num_layers, "block_size": config.block_size, "slab_blocks": config.slab_blocks,
+            "design": config.design, "shrink": config.shrink.mode, "shrink_budget": config.shrink.budget_bytes,
+            "shrink_max_fill": config.shrink.max_fill, "open_blocks": config.open_blocks}
+
+
+def recorded_config(view) -> PoolConfig:
+    """The pool configuration the session ran with (``SessionModel.geometry``: the metadata, else the first
+    snapshot)."""
     geometry = view.geometry
     if geometry is None:
         backend = view.meta.get("backend")
@@ -170,36 +180,34 @@ def recorded_config(view) -> dict:
             raise ReplayError(f"the recording of this {backend} pool ends before it recorded the pool's geometry "
                               "(a v1 file cut before its first snapshot): nothing to replay")
         raise ReplayError(f"session has no pool (backend {backend or 'unknown'}): nothing to replay")
-    return {"num_layers": geometry.num_layers, "block_size": geometry.block_size,
-            "slab_blocks": geometry.slab_blocks, "design": geometry.design, "shrink": geometry.shrink.mode,
-            "shrink_budget": geometry.shrink.budget_bytes, "shrink_max_fill": geometry.shrink.max_fill,
-            "open_blocks": geometry.open_blocks}
+    return geometry
 
 
 def replay_config(view, *, slab_blocks: int | None = None, block_size: int | None = None,
                   design: str | None = None, shrink: str | None = None,
-                  shrink_budget: int | None = None) -> tuple[dict, dict]:
-    """(recorded geometry, what-if geometry): the recorded one with the given overrides (None keeps a value).
-    ``shrink``/``shrink_budget``: the shrink policy run at the recorded shrink points (pool/shrink_types.py)."""
+                  shrink_budget: int | None = None) -> tuple[PoolConfig, PoolConfig]:
+    """(recorded configuration, what-if configuration): the recorded one with the given overrides (None keeps a
+    value). ``shrink``/``shrink_budget``: the shrink policy run at the recorded shrink points
+    (pool/shrink_types.py)."""
     base = recorded_config(view)
-    cfg = dict(base)
-    for name, value in (("slab_blocks", slab_blocks), ("block_size", block_size), ("design", design),
-                        ("shrink", shrink), ("shrink_budget", shrink_budget)):
-        if value is not None:
-            cfg[name] = value
-    return base, cfg
+    policy = base.shrink
+    if shrink is not None:
+        policy = msgspec.structs.replace(policy, mode=shrink)
+    if shrink_budget is not None:
+        policy = msgspec.structs.replace(policy, budget_bytes=shrink_budget)
+    changes = {name: value for name, value in (("slab_blocks", slab_blocks), ("block_size", block_size),
+                                                ("design", design)) if value is not None}
+    return base, base.replace(shrink=policy, **changes)
 
 
 class Replay:
-    """A fresh ``BlockBook`` of geometry ``cfg`` re-executing a session's op log one op at a time (``step``),
-    adapting what the geometry changes; ``result`` collects the ops it cannot execute."""
+    """A fresh ``BlockBook`` of configuration ``cfg`` re-executing a session's op log one op at a time (``step``),
+    adapting what the configuration changes; ``result`` collects the ops it cannot execute."""
 
-    def __init__(self, cfg: dict, base: dict) -> None:
+    def __init__(self, cfg: PoolConfig, base: PoolConfig) -> None:
         try:  # bounded like any replay: an op asking for more rows than a reader holds is an error, not a hang
-            policy = ShrinkPolicy(cfg["shrink"], cfg["shrink_budget"], cfg["shrink_max_fill"])
-            self.bookkeeping = BlockBook(cfg["num_layers"], cfg["block_size"], cfg["design"], cfg["slab_blocks"],
-                                         limits.rows_per_layer(cfg["num_layers"]), shrink=policy,
-                                         open_blocks=cfg.get("open_blocks", "low"))
+            cfg.validate()
+            self.bookkeeping = BlockBook.from_config(cfg, max_blocks_per_layer=limits.rows_per_layer(cfg.num_layers))
         except PoolError as exc:
             raise ReplayError(str(exc)) from None
         self.cfg, self.base = cfg, base
@@ -211,7 +219,8 @@ class Replay:
 
     def reserved_bytes(self) -> int:
         """K+V bytes of the capacity reserved now (rows x the replay's bytes per row)."""
-        return sum(layer.capacity for layer in self.bookkeeping.layers) * self.bookkeeping.bytes_per_row
+        book = self.bookkeeping
+        return book.capacity * book.num_layers * book.bytes_per_row
 
 
 def run_whatif(view, *, slab_blocks: int | None = None, block_size: int | None = None,
@@ -234,7 +243,7 @@ def run_whatif(view, *, slab_blocks: int | None = None, block_size: int | None =
         steps.before(entry, book)
         replay.step(entry)
         steps.after(entry)
-        result.max_slabs = max(result.max_slabs, sum(layer.capacity for layer in book.layers) // per_slab)
+        result.max_slabs = max(result.max_slabs, book.capacity * book.num_layers // per_slab)
     steps.close(book)
     for op_index, t in marks[mark:]:
         result.points.append(_measure(book, (op_index, t)))
@@ -242,13 +251,13 @@ def run_whatif(view, *, slab_blocks: int | None = None, block_size: int | None =
     return result
 
 
-def _replay_one(book, entry, handles: dict, cfg: dict, base: dict, result: WhatIfResult) -> None:
+def _replay_one(book, entry, handles: dict, cfg: PoolConfig, base: PoolConfig, result: WhatIfResult) -> None:
     """Apply one op, adapting what the new geometry changes; record ops it cannot execute."""
     match entry.op:
-        case SetSlabBlocks() if cfg["slab_blocks"] != base["slab_blocks"]:
+        case SetSlabBlocks() if cfg.slab_blocks != base.slab_blocks:
             return  # the what-if fixes its own slab size
         case StorageInit(dtype=dtype, n_kv_heads=heads, head_dim=dim, bytes_per_row=bpr) if book.geometry is None:
-            book.set_geometry(dtype, heads, dim, int(bpr * cfg["block_size"] / base["block_size"]))
+            book.set_geometry(dtype, heads, dim, int(bpr * cfg.block_size / base.block_size))
             return
     try:
         if apply_op(book, entry.op, handles):
@@ -261,13 +270,14 @@ def _replay_one(book, entry, handles: dict, cfg: dict, base: dict, result: WhatI
         if isinstance(entry.op, Trim):  # a trim aligned to the recorded block size may not align to the new one
             result.skipped.append(f"op {entry.i}: {exc}")
             return
-        raise ReplayError(f"op {entry.i} ({entry.op.name}) cannot be replayed with {cfg}: {exc}") from None
+        raise ReplayError(f"op {entry.i} ({entry.op.name}) cannot be replayed with {config_figures(cfg)}: "
+                          f"{exc}") from None
 
 
 def _measure(book, mark: tuple[int, float]) -> WhatIfPoint:
     op_index, t = mark
-    capacity = book.layers[0].capacity
-    free, holes, largest, fragmentation = free_figures(book, 0)
+    capacity = book.capacity
+    free, holes, largest, fragmentation = free_figures(book)
     layer0 = {"num_slabs": capacity // chunk_rows(book.design, book.slab_blocks), "capacity_rows": capacity,
               "free_rows": free, "holes": holes, "largest_free_run": largest, "fragmentation": fragmentation}
     counters = book.counters.to_dict()
@@ -303,7 +313,8 @@ def _decode_mismatches(recorded: list, replayed: list[DecodeStep]) -> list[str]:
         measured = dict(zip(event.seq_ids, event.runs_max))
         replay = dict(zip(step.seqs, step.runs))
         if measured != replay:
-            problems.append(f"decode step {number} (t={event.t:.3f}) gather runs: recorded {measured}, replayed {replay}")
+            problems.append(f"decode step {number} (t={event.t:.3f}) gather runs: recorded {measured}, "
+                            f"replayed {replay}")
     if len(replayed) != len(recorded):
         problems.append(f"{len(recorded)} recorded decode steps, {len(replayed)} found in the op log")
     return problems

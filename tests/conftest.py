@@ -1,5 +1,6 @@
 """Suite-wide setup: load OpenBLAS before anything imports mlx (fp32 matmul is ~30x faster with it on CPU); the
-``cli`` fixture (one in-process ``slabscope`` invocation)."""
+``cli`` fixture (one in-process ``slabscope`` invocation); the embedded model, loaded once for the whole session
+(tests/models and tests/workloads both read it, never change it)."""
 
 import os
 
@@ -31,3 +32,11 @@ def cli(capsys):
         return code, out, err.strip().splitlines()
 
     return run
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The embedded SmolLM2-135M-Instruct, fp32 on CPU, loaded once per test session (~2-3 s) and shared."""
+    from app.models import load_model
+
+    return load_model("smollm2-135m", dtype="float32", device="cpu")

@@ -4,7 +4,8 @@
 
     cli         app.cli, app.__main__    parses the command line, dispatches to a command
     commands    app.commands             one module per sub-command, and what several of them share
-    tui, bench  app.tui, app.bench       the dashboard; the benchmarks (peers: neither imports the other)
+    tui, bench, app.tui, app.bench,      the dashboard; the benchmarks; the server and load generator
+    serve       app.serve                (peers: none imports another)
     workloads   app.workloads            the pool as an mlx-lm cache, engines, scenarios, worker processes
     models      app.models               model loading, the BLAS and MLX bootstrap
 
@@ -25,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # module prefix -> (its group, its layer; 0 is the top): the longest matching prefix places a module
 LAYERS = {"app.__main__": ("cli", 0), "app.cli": ("cli", 0), "app.commands": ("commands", 1), "app.tui": ("tui", 2),
-          "app.bench": ("bench", 2), "app.workloads": ("workloads", 3), "app.models": ("models", 4),
+          "app.bench": ("bench", 2), "app.serve": ("serve", 2), "app.workloads": ("workloads", 3), "app.models": ("models", 4),
           "app": ("app", 5)}
 INSTALLED = ("app", "pool", "probes")
 

@@ -63,7 +63,8 @@ def test_web_on_a_free_port_serves_on_that_port(cli, no_server):
         probe.bind(("127.0.0.1", 0))
         free = probe.getsockname()[1]
     code, _, err = cli(["web", "--host", "127.0.0.1", "--port", str(free)])
-    assert code == 0 and no_server == [free] and err[-1].endswith(f"at http://127.0.0.1:{free}")
+    assert code == 0 and no_server == [free]
+    assert [line for line in err if line.endswith(f"at http://127.0.0.1:{free}")], err
 
 
 def test_web_with_the_real_server_on_a_taken_port_exits_with_one_line(taken_port):

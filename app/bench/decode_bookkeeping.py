@@ -6,9 +6,13 @@ work is timed); each figure is the best of 7 repeats of ``--number`` calls, in m
 
 * ``prepare_write x B``: the step's ``prepare_write`` of one token per sequence (the span inside blocks the
   sequence owns alone: the common decode case);
-* ``token_slots``: where each sequence's token goes in every layer;
-* ``fused_decisions``: the per-layer fused-kernel decisions;
-* ``run_counts``: the same-slab runs per sequence of a step every layer of which ran through one launch plan.
+* ``write_slots``: where each sequence's token goes (resolved once, for every layer);
+* ``fused_decision``: the step's fused-kernel decision (one, for every layer);
+* ``step_view``: the rows, lengths and logical starts every layer's launch reads (one view per step);
+* ``run_counts``: the same-slab runs per sequence of the step (from its view).
+
+``per step`` is their sum: what the bookkeeping costs a decode step. The pool keeps one row space (every layer holds
+a block at the same row), so none of these grows with ``--layers``; compare ``--layers 1`` and ``--layers 28``:
 
     slabscope bench bookkeeping --layers 28 --batch 16 --context 2300
 
@@ -31,12 +35,13 @@ def build_pool(layers: int, batch: int, context: int):
     from pool import PagedKVPool, PoolConfig
 
     pool = PagedKVPool(PoolConfig(num_layers=layers, block_size=16, slab_blocks=32))
-    rows = mx.zeros((context, 1, 8), dtype=mx.float32)
+    rows = mx.zeros((1, context, 1, 8), dtype=mx.float32)
     for seq_id in range(batch):
         pool.add_sequence(seq_id)
         pool.prepare_write(seq_id, 0, context)
+        slots = pool.write_slots([seq_id], [0], context)
         for layer in range(layers):
-            pool.write(layer, seq_id, 0, rows, rows)
+            pool.write(layer, slots, rows, rows)
     return pool
 
 
@@ -46,20 +51,16 @@ def timings(pool, batch: int, context: int, number: int) -> dict[str, float]:
 
     seq_ids, starts = list(range(batch)), [context - 1] * batch
     step = PagedStep(pool, seq_ids, starts, 1, batched=True)
-    step.plans = _OnePlan()  # as after a step whose every layer ran through one launch plan
-    step.served = set(range(pool.config.num_layers))
+    step.view  # noqa: B018 - built once, as the step's plan builds it; run_counts reads it
     calls = {
         f"prepare_write x {batch}": lambda: [pool.prepare_write(s, context - 1, 1) for s in seq_ids],
-        "token_slots": lambda: pool.token_slots(seq_ids, starts),
-        "fused_decisions": lambda: pool.fused_decisions(dtype="float32", head_dim=8, batch_size=batch,
-                                                        context_len=context),
+        "write_slots": lambda: pool.write_slots(seq_ids, starts, 1),
+        "fused_decision": lambda: pool.fused_decision(dtype="float32", head_dim=8, batch_size=batch,
+                                                      context_len=context),
+        "step_view": lambda: pool.step_view(seq_ids),
         "run_counts": step.run_counts,
     }
     return {name: min(timeit.repeat(fn, number=number, repeat=7)) / number * 1e6 for name, fn in calls.items()}
-
-
-class _OnePlan:
-    built = 1
 
 
 MAX_TOKEN_ROWS = 1 << 26  # layers x sequences x tokens: 64 B of K/V each, so at most 4 GiB of pool
@@ -72,12 +73,14 @@ def run_bookkeeping_bench(layers: int, batch: int, context: int, number: int) ->
         raise ValueError(f"{layers} layers x {batch} sequences x {context} tokens is "
                          f"{layers * batch * context:,} token rows; at most {MAX_TOKEN_ROWS:,}")
     pool = build_pool(layers, batch, context)
-    return {"layers": layers, "batch": batch, "context": context, "number": number,
-            "us_per_call": timings(pool, batch, context, number)}
+    figures = timings(pool, batch, context, number)
+    return {"layers": layers, "batch": batch, "context": context, "number": number, "us_per_call": figures,
+            "us_per_step": sum(figures.values())}
 
 
 def format_report(result: dict) -> str:
     lines = [f"decode bookkeeping of one step: {result['layers']} layers, {result['batch']} sequences of "
              f"{result['context']} tokens; best of 7 x {result['number']} calls, us per call"]
     lines += [f"{name:22s} {us:8.1f} us" for name, us in result["us_per_call"].items()]
+    lines.append(f"{'per step':22s} {result['us_per_step']:8.1f} us")
     return "\n".join(lines)

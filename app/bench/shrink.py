@@ -26,6 +26,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from app.bench.progress import as_clock
+
 POLICIES = ("off", "release", "compact")
 MIN_RUNS_FOR_VERDICT = 5  # app/bench/throughput.py's rule: fewer runs per side name no winner
 
@@ -132,15 +134,17 @@ def recovery_figures(session, target: float, within_s: float, burst: str = "burs
 
 def recovery_rounds(config: ShrinkBenchConfig, progress=None) -> dict:
     """{policy: [figures per round]}: rounds interleaved, the policy order rotating, each run a fresh process."""
-    say = progress or (lambda text: None)
+    clock = as_clock(progress, config.rounds * len(config.policies))
     out: dict = {policy: [] for policy in config.policies}
     order = list(config.policies)
     with tempfile.TemporaryDirectory(prefix="slabscope-bench-shrink-") as directory:
         for index in range(config.rounds):
             shift = index % len(order)
             for policy in order[shift:] + order[:shift]:
+                label = f"recovery round {index + 1} {policy}"
+                clock.start(f"{label}: a fresh process")
                 out[policy].append(recovery_run(config, policy, directory))
-                say(f"recovery round {index + 1} {policy}: {_recovery_line(out[policy][-1], config)}")
+                clock.done(label, _recovery_line(out[policy][-1], config))
     return out
 
 
@@ -175,15 +179,21 @@ def throughput_rounds(config: ShrinkBenchConfig, progress=None) -> tuple[dict, d
     """(warm-up {policy: figures}, {policy: [figures per round]}) in this process, off vs the chosen policy."""
     from app.models import load_model
 
-    say = progress or (lambda text: None)
-    loaded = load_model(config.model, dtype=config.dtype, device=config.device, seed=config.seed)
     policies = ["off", config.throughput_policy]
-    warmup = {policy: throughput_run(config, policy, loaded) for policy in policies}
+    clock = as_clock(progress, len(policies) * (1 + config.rounds))
+    clock.note(f"loading model {config.model}…")
+    loaded = load_model(config.model, dtype=config.dtype, device=config.device, seed=config.seed)
+    warmup = {}
+    for policy in policies:
+        clock.start(f"throughput warm-up {policy}")
+        warmup[policy] = throughput_run(config, policy, loaded)
+        clock.done(f"throughput warm-up {policy}", _throughput_line(warmup[policy]))
     rounds: dict = {policy: [] for policy in policies}
     for index in range(config.rounds):
         for policy in policies if index % 2 == 0 else policies[::-1]:
+            clock.start(f"throughput round {index + 1} {policy}")
             rounds[policy].append(throughput_run(config, policy, loaded))
-            say(f"throughput round {index + 1} {policy}: {_throughput_line(rounds[policy][-1])}")
+            clock.done(f"throughput round {index + 1} {policy}", _throughput_line(rounds[policy][-1]))
     return warmup, rounds
 
 
@@ -207,20 +217,21 @@ def _fresh_child(config: ShrinkBenchConfig, policy: str, queue) -> None:
 
 def fresh_throughput(config: ShrinkBenchConfig, progress=None, timeout_s: float = 1800.0) -> dict:
     """{policy: [figures per fresh process]}, off and the chosen policy alternating."""
-    say = progress or (lambda text: None)
     ctx = mp.get_context("spawn")
     out: dict = {policy: [] for policy in ("off", config.throughput_policy)}
+    clock = as_clock(progress, len(out) * config.fresh_rounds)
     for index in range(config.fresh_rounds):
         for policy in out:
             queue = ctx.Queue()
             child = ctx.Process(target=_fresh_child, args=(config, policy, queue), daemon=True)
+            clock.start(f"fresh {index + 1} {policy}: a new process loads the model and runs")
             child.start()
             result = queue.get(timeout=timeout_s)
             child.join(10)
             if "error" in result:
                 raise RuntimeError(f"fresh {policy} run failed: {result['error']}")
             out[policy].append(result["ok"])
-            say(f"fresh {index + 1} {policy}: {_throughput_line(result['ok'])}")
+            clock.done(f"fresh {index + 1} {policy}", _throughput_line(result["ok"]))
     return out
 
 

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 
 from app.bench.engine_memory import is_out_of_memory, out_of_memory_result, release
+from app.bench.progress import RunClock, as_clock
 from app.bench.stats import spread_by_field
 from app.bench.workload import BenchWorkload, check_engines
 
@@ -121,23 +122,26 @@ def load(config: BenchConfig):
 
 def warm_runs(config: BenchConfig, progress=None) -> tuple[dict, dict]:
     """(warm-up round {engine: figures}, rounds {engine: [figures per round]}) in this process."""
+    clock = as_clock(progress, len(config.engines) * (1 + config.rounds))
+    clock.note(f"loading model {config.model}…")
     loaded, requests = load(config)
-    say = progress or (lambda text: None)
     warmup = {}
     for engine in config.engines:
-        warmup[engine] = guarded_run(engine, config, loaded, requests, say, "warm-up")
+        warmup[engine] = guarded_run(engine, config, loaded, requests, clock, "warm-up")
     rounds: dict = {engine: [] for engine in config.engines}
     engines = list(config.engines)
     for index in range(config.rounds):
         shift = index % len(engines)
         for engine in engines[shift:] + engines[:shift]:
-            rounds[engine].append(guarded_run(engine, config, loaded, requests, say, f"round {index + 1}"))
+            rounds[engine].append(guarded_run(engine, config, loaded, requests, clock, f"round {index + 1}"))
     return warmup, rounds
 
 
-def guarded_run(engine: str, config: BenchConfig, loaded, requests, say, where: str) -> dict:
+def guarded_run(engine: str, config: BenchConfig, loaded, requests, clock: RunClock, where: str) -> dict:
     """One warm run of ``engine``: its figures, or its out-of-memory result (any other error propagates); then
-    what the run left is released before the next engine runs, and both are said on one progress line."""
+    what the run left is released before the next engine runs, and both are said on one progress line (``clock``:
+    '[k/N] where engine…' before, its figures and the estimated time left after)."""
+    clock.start(f"{where} {engine}")
     try:
         figures = run_engine(engine, config, loaded, requests)
     except Exception as exc:  # noqa: BLE001 - only an out-of-memory is a result; the rest re-raises
@@ -146,7 +150,7 @@ def guarded_run(engine: str, config: BenchConfig, loaded, requests, say, where: 
         figures = out_of_memory_result(exc)
     freed = release()
     figures["released"] = freed.to_json()
-    say(f"{where} {engine}: {_line(figures)}; {freed.line()}")
+    clock.done(f"{where} {engine}", f"{_line(figures)}; {freed.line()}")
     return figures
 
 
@@ -165,13 +169,14 @@ def _fresh_child(engine: str, config: BenchConfig, queue) -> None:
 
 def fresh_runs(config: BenchConfig, progress=None, timeout_s: float = 900.0) -> dict:
     """{engine: [figures per fresh process]}: each run in a newly spawned process (nothing cached in memory)."""
-    say = progress or (lambda text: None)
+    clock = as_clock(progress, len(config.engines) * config.fresh_rounds)
     ctx = mp.get_context("spawn")
     out: dict = {engine: [] for engine in config.engines}
     for index in range(config.fresh_rounds):
         for engine in config.engines:
             queue = ctx.Queue()
             child = ctx.Process(target=_fresh_child, args=(engine, config, queue), daemon=True)
+            clock.start(f"fresh {index + 1} {engine}: a new process loads the model and runs")
             child.start()
             try:
                 result = queue.get(timeout=timeout_s)
@@ -181,7 +186,7 @@ def fresh_runs(config: BenchConfig, progress=None, timeout_s: float = 900.0) -> 
             if child.is_alive():
                 child.kill()
             out[engine].append(fresh_result(engine, result))
-            say(f"fresh {index + 1} {engine}: {_line(out[engine][-1])}")
+            clock.done(f"fresh {index + 1} {engine}", _line(out[engine][-1]))
     return out
 
 
@@ -250,8 +255,9 @@ def run_bench(config: BenchConfig, progress=None) -> dict:
     import mlx.core as mx
 
     started = time.strftime("%Y-%m-%d %H:%M:%S")
-    warmup, rounds = warm_runs(config, progress)
-    fresh = fresh_runs(config, progress) if config.fresh_rounds else {}
+    clock = RunClock(len(config.engines) * (1 + config.rounds + config.fresh_rounds), progress)
+    warmup, rounds = warm_runs(config, clock)
+    fresh = fresh_runs(config, clock) if config.fresh_rounds else {}
     warm_stats = {engine: summarize(runs) for engine, runs in rounds.items()}
     fresh_stats = {engine: summarize(runs) for engine, runs in fresh.items()}
     return {"started": started, "device": str(mx.default_device()), "mlx": mx.__version__,

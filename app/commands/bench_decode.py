@@ -127,7 +127,7 @@ def measure_cell(args, mx, backend: str, batch: int, context: int, tuning) -> di
     sets = max(1, min(MAX_SETS, math.ceil(L2_ROTATION_BYTES / kv_bytes)))
     cells = _cell_inputs(args, mx, batch, context, sets)
     scale = args.head_dim ** -0.5
-    plans = [plan_for_pool(pool, 0, ids, scale=scale, tuning=tuning) for pool, ids, *_ in cells]
+    plans = [plan_for_pool(pool, ids, scale=scale, tuning=tuning) for pool, ids, *_ in cells]
     metas = [mx.array(p.meta) for p in plans]
     timing = dict(sets=sets, warmup=args.warmup, repeats=args.repeats, inner=args.inner)
 
@@ -139,20 +139,20 @@ def measure_cell(args, mx, backend: str, batch: int, context: int, tuning) -> di
 
     def fused(i):
         pool, ids, q, _, _ = cells[i]
-        view = pool.layer_view(0)
-        return kernel(q, view.keys, view.values, plans[i], meta=metas[i])
+        keys, values = pool.slabs(0)
+        return kernel(q, keys, values, plans[i], meta=metas[i])
 
     def sdpa(i):
         _, _, q, k, v = cells[i]
         return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)
 
-    result = {"batch": batch, "context": context, "kv_bytes": kv_bytes, "slabs": cells[0][0].layer_view(0).num_slabs,
+    result = {"batch": batch, "context": context, "kv_bytes": kv_bytes, "slabs": cells[0][0].num_slabs(),
               "splits": plans[0].num_splits}
     medians = _time_methods({"gather": gather, "fused": fused, "sdpa": sdpa}, mx, **timing)
     result.update({f"{name}_us": value for name, value in medians.items()})
     start = time.perf_counter()
     for _ in range(20):
-        plan_for_pool(cells[0][0], 0, cells[0][1], scale=scale, tuning=tuning)
+        plan_for_pool(cells[0][0], cells[0][1], scale=scale, tuning=tuning)
     result["plan_us"] = (time.perf_counter() - start) / 20 * 1e6
     check = fused_decode(cells[0][0], 0, cells[0][1], cells[0][2], scale=scale, backend=backend, plan=plans[0])
     ref = sdpa(0)

@@ -205,9 +205,8 @@ def _measure_gathers(pool) -> tuple[int, int]:
     measured = model = 0
     for seq in pool.sequence_ids():
         for layer in range(pool.config.num_layers):
-            view = pool.layer_view(layer)
-            got, allocated = allocated_during(lambda: list(pool.gather_visible(layer, seq)[:2]),
-                                              [*view.keys, *view.values])
+            keys, values = pool.slabs(layer)
+            got, allocated = allocated_during(lambda: list(pool.gather_visible(layer, seq)[:2]), [*keys, *values])
             measured += allocated
             model += sum(array.nbytes for array in got)
     return measured, model
@@ -218,13 +217,13 @@ def _prefill(mx, pool, seq: int, keys, values, sampler) -> None:
     sample after each layer)."""
     pool.add_sequence(seq)
     pool.prepare_write(seq, 0, keys.shape[0])
+    slots = pool.write_slots([seq], [0], keys.shape[0])
     for layer in range(pool.config.num_layers):
         # A distinct array per layer, as a model's projections produce: MLX lets a slice update that covers a
         # whole slab alias its input's buffer, so writing one shared input into every layer would undercount.
         scale = 1.0 + (seq * pool.config.num_layers + layer) / 1024
-        pool.write(layer, seq, 0, keys * scale, values * scale)
-        view = pool.layer_view(layer)
-        mx.eval(*view.keys, *view.values)
+        pool.write(layer, slots, keys[None] * scale, values[None] * scale)
+        mx.eval(*[tensor for tensors in pool.slabs(layer) for tensor in tensors])
         sampler.sample()
 
 

@@ -76,7 +76,7 @@ def _fill(mx, pool, args) -> dict:
     for seq in list(pool.sequence_ids())[1::4]:
         pool.release(seq)  # leave holes between the survivors: fragmented free rows
     donor = pool.sequence_ids()[0]
-    pool.clone(donor, state["next"], pool.seq_length(donor) // 2)
+    pool.clone(donor, state["next"], pool.step_view([donor]).lengths[0] // 2)
     state["next"] += 1
     parked = pool.sequence_ids()[1]
     pool.detach(parked)
@@ -92,16 +92,17 @@ def _new_sequence(mx, pool, state, tokens: int) -> None:
 
 def _write(mx, pool, seq: int, start: int, tokens: int) -> None:
     pool.prepare_write(seq, start, tokens)
-    keys = mx.ones((tokens, 1, 8), dtype=mx.float16)
+    slots = pool.write_slots([seq], [start], tokens)
+    keys = mx.ones((1, tokens, 1, 8), dtype=mx.float16)
     for layer in range(pool.config.num_layers):
-        pool.write(layer, seq, start, keys, keys)
+        pool.write(layer, slots, keys, keys)
 
 
 def _decode_step(mx, pool, state) -> None:
-    for seq in pool.sequence_ids():
-        _write(mx, pool, seq, pool.seq_length(seq), 1)
-    views = [pool.layer_view(layer) for layer in range(pool.config.num_layers)]
-    mx.eval(*[slab for view in views for slab in view.keys])
+    seqs = pool.sequence_ids()
+    for seq, length in zip(seqs, pool.step_view(seqs).lengths):
+        _write(mx, pool, seq, length, 1)
+    mx.eval(*[slab for layer in range(pool.config.num_layers) for slab in pool.slabs(layer)[0]])
 
 
 def _time(pool, repeat: int, before) -> list[float]:

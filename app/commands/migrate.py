@@ -1,5 +1,5 @@
-"""``slabscope migrate OLD NEW``: rewrite a format-v1 recording as format v2 (smaller, faster to open), checked
-record by record against the original (``probes.migrate``)."""
+"""``slabscope migrate OLD NEW``: rewrite a format-v1 or v2 recording as the current format, v3 (smaller, faster to
+open), checked record by record against the original (``probes.migrate``)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,13 @@ OPEN_ALL = ("import sys, time; from probes.replay import Session; t = time.perf_
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("migrate", help="rewrite a format-v1 recording as format v2",
-                       description="Decodes every record of a v1 recording and writes it again as v2 (typed "
-                       "msgpack payloads, record numbers and a session tag), then checks that the copy shows the "
-                       "same samples, events, ops and pool states. v1 files stay readable; v2 ones are smaller.")
-    p.add_argument("old", help="a format-v1 recording (.slabrec)")
-    p.add_argument("new", help="the v2 file to write (a new file unless --force; never OLD itself)")
+    p = sub.add_parser("migrate", help="rewrite a format-v1 or v2 recording as format v3",
+                       description="Decodes every record of a v1 or v2 recording and writes it again as v3 (typed "
+                       "msgpack payloads, record numbers and a session tag; keyframes hold the pool's rows once, "
+                       "not once per layer), then checks that the copy shows the same samples, events, ops and pool "
+                       "states. Older files stay readable; v3 ones are smaller.")
+    p.add_argument("old", help="a format-v1 or v2 recording (.slabrec)")
+    p.add_argument("new", help="the v3 file to write (a new file unless --force; never OLD itself)")
     p.add_argument("--force", action="store_true",
                    help="replace NEW when it exists (never OLD itself: same file by path, symlink or hard link)")
     p.add_argument("--time", type=positive_int, default=None, metavar="ROUNDS",
@@ -31,30 +32,33 @@ def add_parser(sub) -> None:
 
 def main(args) -> int:
     from probes.errors import RecordingError
+    from probes.format import FORMAT_VERSION
     from probes.migrate import migrate
 
     output_file(args.new, "new")
     try:
-        before, after = migrate(args.old, args.new, force=args.force)
+        done = migrate(args.old, args.new, force=args.force)
     except RecordingError as exc:  # (OutputError, a refused or failed write: one line, exit 1, in app.cli)
         print(f"slabscope migrate: {exc}", file=sys.stderr)
         return 1
-    print(f"{args.old}: {before:,} bytes (v1) -> {args.new}: {after:,} bytes (v2), {after / before - 1:+.1%}; "
-          "samples, events, snapshot summaries, ops and the pool at every snapshot instant checked equal")
+    labels = (f"v{done.from_version}", f"v{FORMAT_VERSION}")
+    print(f"{args.old}: {done.before:,} bytes ({labels[0]}) -> {args.new}: {done.after:,} bytes ({labels[1]}), "
+          f"{done.after / done.before - 1:+.1%}; samples, events, snapshot summaries, ops and the pool at every "
+          "snapshot instant checked equal")
     if args.time:
-        for label, times in _open_times([args.old, args.new], args.time).items():
+        for label, times in _open_times([args.old, args.new], labels, args.time).items():
             ms = [1e3 * t for t in times]
             print(f"open + op log + pool at the middle, fresh process ({label}): median {statistics.median(ms):.1f} ms "
                   f"[{min(ms):.1f}, {max(ms):.1f}] over {len(ms)} rounds")
     return 0
 
 
-def _open_times(paths: list[str], rounds: int) -> dict[str, list[float]]:
+def _open_times(paths: list[str], labels: tuple[str, str], rounds: int) -> dict[str, list[float]]:
     """Seconds to open each file and read everything a view needs, each round in a fresh interpreter (imports not
     counted), the files alternating; round 0 is a warm-up."""
-    out: dict[str, list[float]] = {"v1": [], "v2": []}
+    out: dict[str, list[float]] = {label: [] for label in labels}
     for index in range(rounds + 1):
-        for label, path in zip(("v1", "v2"), paths):
+        for label, path in zip(labels, paths):
             result = subprocess.run([sys.executable, "-c", OPEN_ALL, path], capture_output=True, text=True,
                                     check=True)
             if index:

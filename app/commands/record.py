@@ -61,33 +61,40 @@ def add_parser(sub) -> None:
 
 
 class _Progress:
-    """Folds a worker's events into one status line per backend (phase, step, tokens, footprint); hands each to
-    ``metrics`` (``probes.prometheus.RunMetrics``, labelled with the backend) when given."""
+    """Folds a worker's events into one status line per backend (``probes.progress``: stage or phase, requests
+    k/N, tokens, estimated time left; then the step and the footprint now); hands each to ``metrics``
+    (``probes.prometheus.RunMetrics``, labelled with the backend) when given. A new stage or phase is shown at
+    once."""
 
     def __init__(self, backend: str, stream, metrics=None) -> None:
+        from probes.progress import RunProgress
+
         self.backend, self.stream, self.metrics = backend, stream, metrics
-        self.phase, self.step, self.tokens, self.footprint = "-", 0, 0, 0
+        self.run = RunProgress()
+        self.step, self.footprint = 0, 0
         self._last_print = 0.0
+        self._shown_stage = ""
         self.tty = stream.isatty()
 
     def on_event(self, event) -> None:
-        from probes.events import PhaseEdge, Sample, WorkerError
+        from probes.events import Sample, WorkerError
 
         if self.metrics is not None:
             self.metrics.observe(event, self.backend)
+        self.run.fold(event)
         match event:
-            case PhaseEdge(edge="start", name=name):
-                self.phase = name
             case Sample(footprint=footprint):
                 self.footprint = footprint
             case WorkerError(text=text):
                 self.stream.write(f"\n[{self.backend}] error: {text}\n")
         self.step = max(self.step, event.step)
-        self.tokens = max(self.tokens, event.tokens)
+        if self.run.stage != self._shown_stage:  # a new stage or phase: said now, not at the next tick
+            self._shown_stage = self.run.stage
+            self._last_print = 0.0
 
     def line(self) -> str:
-        return (f"[{self.backend:<10}] phase {self.phase:<12} step {self.step:>6} tokens {self.tokens:>8} "
-                f"max(act+cache) now {self.footprint / MIB:8.1f} MiB")
+        tail = f"  step {self.step}, act+cache now {self.footprint / MIB:.1f} MiB" if self.run.phase_index >= 0 else ""
+        return f"[{self.backend:<10}] {self.run.text(time.monotonic())}{tail}"
 
     def show(self, force: bool = False) -> None:
         now = time.monotonic()

@@ -142,7 +142,9 @@ def _run_and_print(args, spec: RunSpec, progress: "Progress") -> int:
 def _run_here(spec: RunSpec, progress: "Progress") -> dict:
     """In this process, with the probes (memory samples, snapshots, --record) delivering events to ``progress``."""
     from app.models.blas import enable_openblas
+    from probes.events import RunStage
 
+    progress.on_event(RunStage(t=time.monotonic(), stage="loading model", detail="importing MLX"))  # seconds
     enable_openblas()
     from app.workloads.runner import run_workload
     from app.workloads.worker_sink import make_sink
@@ -176,21 +178,28 @@ def _run_in_worker(spec: RunSpec, progress: "Progress") -> dict | None:
 
 
 class Progress:
-    """Prints phase edges and a progress line every ~2 s; keeps the meta event for the summary; hands every event
-    to ``observe`` too (the metrics endpoint), when given."""
+    """Prints where the run is as it goes (``probes.progress``: loading model, rehearsal, each phase edge, then
+    every ~2 s the step, requests k/N, tokens and the estimated time left); keeps the meta event for the summary;
+    hands every event to ``observe`` too (the metrics endpoint), when given."""
 
     def __init__(self, out, observe=None):
+        from probes.progress import RunProgress
+
         self.out = out
         self.meta: dict = {}
         self._last = 0.0
         self._observe = observe
+        self.run = RunProgress()
 
     def on_event(self, event) -> None:
-        from probes.events import LogLine, MetaUpdate, PhaseEdge, Step, WorkerError
+        from probes.events import LogLine, MetaUpdate, PhaseEdge, RunStage, Step, WorkerError
 
         if self._observe is not None:
             self._observe(event)
+        self.run.fold(event)
         match event:
+            case RunStage():
+                print(self.run.text(), file=self.out, flush=True)
             case MetaUpdate(meta=meta):
                 self.meta = meta
                 model = meta.get("model", {})
@@ -202,7 +211,7 @@ class Progress:
             case Step() if time.monotonic() - self._last > 2.0:
                 self._last = time.monotonic()
                 print(f"  step {event.step:>5} {event.type:<7} batch {event.batch:>2} {event.num_tokens:>4} tok in "
-                      f"{event.wall_s * 1e3:7.1f} ms  (total {event.tokens} tok)", file=self.out, flush=True)
+                      f"{event.wall_s * 1e3:7.1f} ms | {self.run.text(event.t)}", file=self.out, flush=True)
             case LogLine(text=text):
                 print(f"log: {text}", file=self.out, flush=True)
             case WorkerError(text=text, traceback=tb):
@@ -224,10 +233,8 @@ def print_summary(summary: dict, meta: dict, out) -> None:
     w(f"total: {summary['prefill_tokens'] + summary['decode_tokens']} tokens ({summary['prefill_tokens']} prefill + "
       f"{summary['decode_tokens']} decode) in {summary['wall_s']:.2f} s, {summary['tok_s']:.1f} tok/s busy, "
       f"{summary['steps']} steps, {summary['requests_finished']} requests")
-    fp = summary["footprint"]
-    w(f"footprint: max(active+cache) {fp['max_footprint_bytes'] / MIB:.1f} MiB (max active "
-      f"{fp['max_active_bytes'] / MIB:.1f}, max cache {fp['max_cache_bytes'] / MIB:.1f}); "
-      f"MLX peak {fp['mlx_peak_bytes'] / MIB:.1f} MiB; RSS peak {fp['max_rss_bytes'] / MIB:.1f} MiB")
+    for line in footprint_lines(summary["footprint"]):
+        w(line)
     pool = summary.get("pool")
     if pool:
         c, s = pool["counters"], pool["stats"]
@@ -272,3 +279,23 @@ def print_summary(summary: dict, meta: dict, out) -> None:
     if prefix:
         w(f"prefix cache: {prefix['hits']}/{prefix['lookups']} hits, {prefix['cached_tokens']} cached tokens, "
           f"{prefix['shared_blocks']} shared blocks")
+
+
+def footprint_lines(fp: dict) -> list[str]:
+    """The footprint as sampled, then MLX's own peak counter and what a gap between them means: the sampler reads
+    max(active+cache) at step boundaries and misses what lasts less than the time between two reads, while MLX's
+    counter catches every active peak but not the buffer cache. Neither bounds the true footprint alone."""
+    sampled, counter = fp["max_footprint_bytes"], fp["mlx_peak_bytes"]
+    where = f"at {fp['samples']} step boundaries" if fp.get("samples") else "in-process"
+    lines = [f"footprint: max(active+cache) {sampled / MIB:.1f} MiB, sampled {where} (max active "
+             f"{fp['max_active_bytes'] / MIB:.1f}, max cache {fp['max_cache_bytes'] / MIB:.1f}); RSS peak "
+             f"{fp['max_rss_bytes'] / MIB:.1f} MiB"]
+    if counter > sampled:
+        lines.append(f"MLX's peak counter: {counter / MIB:.1f} MiB of active memory alone, above the sampled "
+                     "footprint: a short peak fell between two samples, so the footprint reached at least "
+                     f"{counter / MIB:.1f} MiB (the counter misses the buffer cache; the sampler misses what lasts "
+                     "less than a step)")
+    else:
+        lines.append(f"MLX's peak counter: {counter / MIB:.1f} MiB of active memory alone (it misses the buffer "
+                     "cache, which the sampled footprint includes)")
+    return lines

@@ -76,7 +76,7 @@ def _overrides(args) -> dict:
 
 def _pool(args) -> dict:
     from app.workloads.scenarios import load_scenario
-    from app.workloads.spec import DEFAULT_BLOCK_SIZE, DEFAULT_SLAB_BLOCKS
+    from pool.config import DEFAULT_BLOCK_SIZE, DEFAULT_SLAB_BLOCKS
 
     suggested = load_scenario(args.scenario, _overrides(args)).pool
     return {"block_size": args.block_size or suggested.get("block_size", DEFAULT_BLOCK_SIZE),

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 
 from pool.units import format_bytes, mib
 from probes.sizing import FitRow, FootprintModel, PoolTimeline
+from probes.whatif import config_figures
 
 @dataclass
 class Sizing:
@@ -19,7 +20,8 @@ class Sizing:
 
     def to_json(self) -> dict:
         t = self.timeline
-        return {"recorded_config": t.base, "whatif_config": t.cfg, "bytes_per_row": t.bytes_per_row,
+        return {"recorded_config": config_figures(t.base), "whatif_config": config_figures(t.cfg),
+                "bytes_per_row": t.bytes_per_row,
                 "recorded_max_context": t.max_context, "recorded_max_batch": t.max_batch,
                 "footprint": {**asdict(self.model), "recorded_peak_is": "measured", "whatif_peak_is": "model"},
                 "fit": [asdict(row) for row in self.rows], "max_buffer_bytes": self.max_buffer,
@@ -42,10 +44,10 @@ def sizing(session, args) -> Sizing:
     rows = fit_table(model, timeline, memories, max_buffer)
     flags = buffer_flags(timeline, timeline.whatif_peak_capacity, max_buffer, "at the what-if peak")
     for row in rows:
-        largest = max(row.largest_batch * -(-timeline.max_context // timeline.cfg["block_size"]), 0)
+        largest = max(row.largest_batch * -(-timeline.max_context // timeline.cfg.block_size), 0)
         from pool.config import capacity_for
 
-        capacity = capacity_for(timeline.cfg["design"], timeline.cfg["slab_blocks"], largest)
+        capacity = capacity_for(timeline.cfg.design, timeline.cfg.slab_blocks, largest)
         flags += buffer_flags(timeline, capacity, None, f"at the largest batch for {_size(row.memory)}")
     return Sizing(timeline, model, rows, max_buffer, source, list(dict.fromkeys(flags)))
 
@@ -63,18 +65,18 @@ def print_sizing(s: Sizing) -> None:
 
     t, m = s.timeline, s.model
     cfg = t.cfg
-    geometry = f"{cfg['design']}, block {cfg['block_size']}, slab {cfg['slab_blocks']}"
+    geometry = f"{cfg.design}, block {cfg.block_size}, slab {cfg.slab_blocks}"
     print(f"\nsizing ({geometry}):")
     print(f"  peak footprint, recorded (measured): {_mib(m.recorded_peak)}")
     print(f"  peak footprint, what-if (model: measured footprint + replayed pool difference): {_mib(m.whatif_peak)}"
           f" at t={m.whatif_peak_t:.2f} s, pool reserved then {_mib(m.pool_at_peak)} (replayed)")
     outside = " + RSS outside MLX (unified memory)" if m.unified else ""
     print(f"  non-pool memory (measured: peak of footprint - pool reserved{outside}): {_mib(m.nonpool_peak)}")
-    per_token = t.bytes_per_row / cfg["block_size"] * cfg["num_layers"]
-    print(f"  per sequence: {per_token / 1024:,.1f} KiB of K+V per token over {cfg['num_layers']} layers "
+    per_token = t.bytes_per_row / cfg.block_size * cfg.num_layers
+    print(f"  per sequence: {per_token / 1024:,.1f} KiB of K+V per token over {cfg.num_layers} layers "
           f"({t.geometry.dtype}, {t.geometry.n_kv_heads} KV heads x {t.geometry.head_dim}); recorded: up to "
           f"{t.max_batch} sequences, {t.max_context} tokens")
-    if cfg["design"] == "monolithic" and t.base["design"] != "monolithic":
+    if cfg.design == "monolithic" and t.base.design != "monolithic":
         print("  not modelled: grow-by-copy's transient old+new tensors and the freed buffers MLX keeps cached on "
               "a GPU (a lower bound)")
     from probes.tables import Column, render_table

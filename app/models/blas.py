@@ -7,6 +7,10 @@ blas``). The interposition only works if it happens before mlx's shared
 library is loaded, so this module must never import mlx at import time, and ``enable_openblas`` refuses (and
 says so) once mlx is in ``sys.modules``.
 
+``SLABSCOPE_BLAS=reference`` keeps MLX's bundled reference BLAS (nothing is loaded): the numerics tests run under
+it as well as under OpenBLAS's kernels (docs/testing.md, "Numerics"). Any other value than ``openblas`` (the
+default) or ``reference`` is refused.
+
 Thread count: OpenBLAS reads ``OPENBLAS_NUM_THREADS`` when it is loaded. Two workers side by side on two cores
 should each set it to 1 *before* calling ``enable_openblas``.
 """
@@ -21,6 +25,8 @@ import time
 from app.models.mlx_env import apply_mlx_defaults
 
 OPENBLAS_PATH = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
+BLAS_ENV = "SLABSCOPE_BLAS"  # "openblas" (default) or "reference"
+BLAS_CHOICES = ("openblas", "reference")
 
 # Module state: the handle we loaded (kept alive so the library is never unloaded) and the line describing it.
 _openblas_handle: ctypes.CDLL | None = None
@@ -51,7 +57,8 @@ def _mlx_imported() -> bool:
 
 
 def enable_openblas(path: str = OPENBLAS_PATH) -> str:
-    """Load OpenBLAS globally (Linux, before mlx) and return one line describing the BLAS MLX will use.
+    """Load OpenBLAS globally (Linux, before mlx) and return one line describing the BLAS MLX will use; with
+    ``SLABSCOPE_BLAS=reference`` load nothing (ValueError for a value that is neither choice).
 
     Idempotent: a second call returns the same line. Mutates process state by dlopen-ing ``path`` once and by
     setting slabscope's MLX environment defaults (``mlx_env.py``: they too must precede mlx's start). Never
@@ -60,6 +67,12 @@ def enable_openblas(path: str = OPENBLAS_PATH) -> str:
     global _openblas_handle, _blas_line
     apply_mlx_defaults()
     if _blas_line is not None:
+        return _blas_line
+    choice = os.environ.get(BLAS_ENV, "openblas")
+    if choice not in BLAS_CHOICES:
+        raise ValueError(f"{BLAS_ENV}={choice!r}: expected one of {', '.join(BLAS_CHOICES)}")
+    if choice == "reference" and sys.platform.startswith("linux"):
+        _blas_line = f"BLAS: MLX bundled reference BLAS ({BLAS_ENV}=reference)"
         return _blas_line
     if sys.platform == "darwin":
         _blas_line = "BLAS: Apple Accelerate (macOS; model matmuls run on Metal when the GPU is used)"

@@ -1,8 +1,8 @@
 """What the views draw, derived from typed pool snapshots (``pool.PoolSnapshot``) and sessions (``SessionModel``).
 
 No Textual, no mlx: plain data in, plain data out, unit-tested in tests/tui/test_analysis.py. Nothing here
-re-implements a pool or probes computation: row states come from ``pool.row_state`` (which knows every owner code,
-caller-held rows included), free runs and fragmentation from ``pool.free_rows``, same-slab runs from
+re-implements a pool or probes computation: row states come from ``pool.row_state`` (which knows every owner
+code), free runs and fragmentation from ``pool.free_rows``, same-slab runs from
 ``pool.gather_runs``, the accounting split from ``probes.sampler``. What stays here is display arithmetic: slab
 cells, totals over layers, the next request's need, who freed a run.
 """
@@ -34,11 +34,10 @@ class SlabCell:
     live: int = 0
     shared: int = 0
     held: int = 0    # only prefix handles
-    caller: int = 0  # only the caller (restored, not yet adopted)
 
     @property
     def used(self) -> int:
-        return self.live + self.shared + self.held + self.caller
+        return self.live + self.shared + self.held
 
     @property
     def free(self) -> int:
@@ -55,11 +54,12 @@ def rows_per_slab(snap: PoolSnapshot) -> int:
 
 
 def slab_cells(snap: PoolSnapshot, layer: LayerSnapshot) -> list[SlabCell]:
-    """Per-slab occupancy of one layer (needs a full snapshot: per-row arrays)."""
+    """Per-slab occupancy of one layer (needs a full snapshot: per-row arrays; every layer holds the snapshot's
+    rows)."""
     per = rows_per_slab(snap)
     cells = [SlabCell(per) for _ in range(layer.num_chunks)]
     live, shared, free = RowState.LIVE, RowState.SHARED, RowState.FREE
-    for row, state in enumerate(map(row_state, layer.row_owner or [], layer.row_refcount or [])):
+    for row, state in enumerate(map(row_state, snap.row_owner or [], snap.row_refcount or [])):
         if state is free:
             continue
         slab = row // per
@@ -70,10 +70,8 @@ def slab_cells(snap: PoolSnapshot, layer: LayerSnapshot) -> list[SlabCell]:
             cell.live += 1
         elif state is shared:
             cell.shared += 1
-        elif state is RowState.HANDLE:
-            cell.held += 1
         else:
-            cell.caller += 1
+            cell.held += 1
     return cells
 
 
@@ -85,28 +83,28 @@ class PoolTotals:
     live_rows: int
     shared_rows: int
     held_rows: int
-    caller_rows: int
     free_rows: int
     bytes_reserved: int
     bytes_in_use: int
 
 
 def pool_totals(snap: PoolSnapshot) -> PoolTotals:
-    """Slabs, rows by state and bytes over all layers of ``snap``."""
-    slabs = live = shared = held = caller = free = 0
-    for layer in snap.layers:
-        for cell in slab_cells(snap, layer):
-            slabs += 1
-            live, shared, held = live + cell.live, shared + cell.shared, held + cell.held
-            caller, free = caller + cell.caller, free + cell.free
-    return PoolTotals(slabs, live, shared, held, caller, free, snap.stats.bytes_reserved, snap.stats.bytes_in_use)
+    """Slabs, rows by state and bytes over all layers of ``snap`` (every layer holds the same rows: one layer's
+    cells, times the layers)."""
+    cells = slab_cells(snap, snap.layers[0]) if snap.layers else []
+    layers = len(snap.layers)
+    return PoolTotals(len(cells) * layers, sum(c.live for c in cells) * layers, sum(c.shared for c in cells) * layers,
+                      sum(c.held for c in cells) * layers, sum(c.free for c in cells) * layers,
+                      snap.stats.bytes_reserved, snap.stats.bytes_in_use)
 
 
-def free_runs(layer: LayerSnapshot) -> list[tuple[int, int]]:
-    """Maximal runs of free rows as (first_row, length), over the layer's whole capacity (``pool.free_rows``)."""
-    owners, refs = layer.row_owner or [], layer.row_refcount or []
+def free_runs(snap: PoolSnapshot) -> list[tuple[int, int]]:
+    """Maximal runs of free rows as (first_row, length), over the whole capacity (``pool.free_rows``; every layer
+    holds these rows)."""
+    owners, refs = snap.row_owner or [], snap.row_refcount or []
+    capacity = snap.layers[0].capacity_rows if snap.layers else 0
     free = [row for row, (owner, ref) in enumerate(zip(owners, refs)) if row_state(owner, ref) is RowState.FREE]
-    return pool_free_runs(free, len(owners), max(layer.capacity_rows, len(owners)))
+    return pool_free_runs(free, len(owners), max(capacity, len(owners)))
 
 
 def gather_runs(rows: list[int], per_slab: int) -> list[tuple[int, int]]:
@@ -115,7 +113,7 @@ def gather_runs(rows: list[int], per_slab: int) -> list[tuple[int, int]]:
 
 
 def runs_per_sequence(snap: PoolSnapshot) -> dict[int, int]:
-    """Same-slab runs of each sequence's rows (layer 0; the monolithic design's one tensor is one run)."""
+    """Same-slab runs of each sequence's rows (every layer's; the monolithic design's one tensor is one run)."""
     return {seq: table_runs(rows, snap.design, snap.slab_blocks) for seq, rows in (snap.seq_rows or {}).items()}
 
 
@@ -170,7 +168,7 @@ def free_run_origin(model: SessionModel, layer_index: int, first_row: int, lengt
         snap = model.snapshot_at(record.t)
         if snap is None or layer_index >= len(snap.layers):
             continue
-        owners = snap.layers[layer_index].row_owner or []
+        owners = snap.row_owner or []  # every layer holds the same rows
         holders = [owners[r] for r in rows if r < len(owners) and owners[r] >= 0]
         if holders:
             seq = max(set(holders), key=holders.count)

@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from textual.app import App, ComposeResult
-from textual.binding import Binding
 from textual.widgets import Footer, TabbedContent, TabPane
 
+from app.tui import keys
+from app.tui.notices import Announcements
 from app.tui.data import SessionSet, ViewState, refresh_guarded
 from app.tui.ingest import RunController
 from app.tui.rank_live import RankRunChoice, new_run_dir
+from app.tui.screens.glossary import GlossaryScreen
 from app.tui.screens.help import HelpScreen
 from app.tui.screens.run_form import RunChoice, RunFormScreen
 from app.tui import sources
@@ -41,20 +43,8 @@ TABS = [("memory", "Memory", MemoryView), ("slabs", "Slabs", OccupancyView), ("f
         FragmentationView), ("gather", "Gather", GatherView), ("fused", "Fused", FusedView),
         ("inspect", "Inspector", InspectorView)]
 X_MODES = ("time", "step", "tokens")
-LONG_HELP = {  # action -> what the help screen says (the footer keeps the short description)
-    "new_run": "new live run: form for scenario, model, backends, block size, slab size, gate",
-    "stop_run": "stop the live run (cancels the worker processes)",
-    "toggle_pause": "live: pause / resume the view (workers keep running); replay: play / pause",
-    "toggle_record": "start / stop recording the live run (one session file per backend)",
-    "step(-1)": "cursor one pool snapshot back (pauses a live view)",
-    "step(1)": "cursor one pool snapshot forward",
-    "jump_peak": "jump to the moment of peak footprint, max(active+cache)",
-    "go_live": "back to following live data",
-    "cycle_x": "memory x axis: time / decode step / tokens",
-    "cycle_pool": "which pool session the pool views show (slab / monolithic / a rank)",
-    "cycle_rank": "pool views: the next rank of a distributed run (same aligned instant)",
-    "toggle_theme": "dark / light theme",
-}
+WEB_TAB_NOTE = ("this browser tab runs its own live run: every tab of slabscope web starts its own (recordings "
+                "saved with R, and --open, are shared)")
 
 
 @dataclass
@@ -77,31 +67,13 @@ class AppOptions:
     rank_args: tuple[str, ...] = ()  # more ``record --ranks`` flags for live distributed runs (tests: --set)
 
 
-class SlabscopeApp(App):
+class SlabscopeApp(Announcements, keys.LiveOnlyKeys, App):
     """The slabscope dashboard."""
 
     TITLE = "slabscope"
     CSS_PATH = str(CSS_FILE)
-    BINDINGS = [
-        Binding("question_mark", "help", "help"),
-        Binding("n", "new_run", "new run"),
-        Binding("x", "stop_run", "stop"),
-        Binding("space", "toggle_pause", "pause/play"),
-        Binding("R", "toggle_record", "record"),
-        Binding("left_square_bracket", "step(-1)", "step back"),
-        Binding("right_square_bracket", "step(1)", "step fwd"),
-        Binding("P", "jump_peak", "peak"),
-        Binding("L", "go_live", "live", show=False),
-        Binding("t", "cycle_x", "x axis"),
-        Binding("b", "cycle_pool", "pool backend"),
-        Binding("w", "cycle_rank", "rank"),
-        Binding("D", "toggle_theme", "dark/light", show=False),
-        Binding("s", "show_tab('sessions')", "sessions", show=False),
-        *[Binding(str(i + 1), f"show_tab('{tab[0]}')", tab[1], show=False) for i, tab in enumerate(TABS)],
-        Binding("7", "show_tab('sessions')", "Sessions", show=False),
-        Binding("8", "show_tab('ranks')", "Ranks", show=False),
-        Binding("q", "quit", "quit"),
-    ]
+    BINDINGS = keys.BINDINGS
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]  # 80x24: the Memory view keeps its chart (CSS)
 
     def __init__(self, options: AppOptions | None = None) -> None:
         super().__init__()
@@ -111,7 +83,7 @@ class SlabscopeApp(App):
         sources.prepare_worker_spawning()  # before Textual captures stderr (see its docstring)
         self.controller = RunController(self.store, self.options.worker_factory or sources.make_worker)
         self.cursor: float | None = None  # None: follow live data
-        self.mode = "IDLE"  # LIVE | PAUSED | REPLAY | IDLE
+        self._mode = "IDLE"  # LIVE | PAUSED | REPLAY | IDLE (the ``mode`` property)
         self.playing = False
         self.x_mode = "time"
         self.pool_name: str | None = None
@@ -132,7 +104,7 @@ class SlabscopeApp(App):
                 yield RanksView(id="view-ranks")
         yield Scrubber(id="scrubber")
         yield StatusBar(id="status")
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.set_interval(1.0 / REFRESH_HZ, self.refresh_views)
@@ -142,6 +114,8 @@ class SlabscopeApp(App):
             self.start_run(RunChoice(self.options.scenario, self.options.model, list(self.options.backends),
                                      self.options.block_size, self.options.slab_blocks, self.gate,
                                      self.options.ranks, self.options.launch_backend, self.options.shrink))
+            if self.is_web:
+                self.notify(WEB_TAB_NOTE, timeout=15)
         self.refresh_views()
 
     # ---- the refresh tick ----------------------------------------------------------------------------------
@@ -175,12 +149,14 @@ class SlabscopeApp(App):
         return base if base.query(TabbedContent) else None
 
     def _mode_label(self) -> str:
+        """The mode, and for a live run whose every session has ended, how it ended (never before it has)."""
         if self.opening is not None:
             return self.opening_text or "OPENING"
         if self.mode == "REPLAY":
             return "REPLAY ▶" if self.playing else "REPLAY ‖"
-        if self.mode == "LIVE" and not self.controller.running and self.store.sessions:
-            return "LIVE (finished)"
+        states = {model.status for model in self.store.sessions.values()}
+        if self.mode in ("LIVE", "PAUSED") and states and states <= {"done", "error", "stopped"}:
+            return f"{self.mode} ({'stopped' if 'stopped' in states else 'finished'})"
         return self.mode
 
     def _advance_playback(self) -> None:
@@ -188,39 +164,6 @@ class SlabscopeApp(App):
             self.cursor = min(self.store.duration(), self.cursor + PLAY_SPEED / REFRESH_HZ)
             if self.cursor >= self.store.duration():
                 self.playing = False
-
-    def _report_crashes(self) -> None:
-        """A worker that failed (or a recording whose op log does not replay) gets one error notification with its
-        message and the tail of its traceback."""
-        generation = self.store.generation
-        for model in self.store.sessions.values():
-            error = model.error
-            if error is not None and (generation, model.label) not in self._announced:
-                self._announced.add((generation, model.label))
-                tail = "\n".join(error.traceback.strip().splitlines()[-4:])
-                self.notify(f"{model.label}: {error.text}" + (f"\n{tail}" if tail else ""), severity="error",
-                            timeout=30)
-        for label, problem in list(self.store.problems.items()):
-            if (generation, "problem", label) not in self._announced:
-                self._announced.add((generation, "problem", label))
-                self.notify(problem, severity="error", timeout=30)
-
-    def _report_rank_run(self) -> None:
-        """A distributed run whose ``record`` ended before any run was on screen (a bad flag, a launch that failed):
-        one error notification with the last thing it printed."""
-        ranks = self.controller.ranks
-        key = (self.store.generation, "ranks")
-        if ranks is None or not ranks.done or self.store.sessions or key in self._announced:
-            return
-        self._announced.add(key)
-        said = next((line for line in reversed(ranks.output) if line.strip()), "no output")
-        self.notify(f"slabscope record --ranks ended without a rank recording: {said}", severity="error", timeout=30)
-
-    def _report_recordings(self) -> None:
-        ingest = self.controller.ingest
-        if ingest is not None and ingest.record_error:
-            self.notify(ingest.record_error, severity="error")
-            ingest.record_error = None
 
     def _primary_session(self):
         frame = self.frame()
@@ -273,16 +216,22 @@ class SlabscopeApp(App):
         initial = RunChoice(self.options.scenario, self.options.model, list(self.options.backends),
                             self.options.block_size, self.options.slab_blocks, self.gate, self.options.ranks,
                             self.options.launch_backend, self.options.shrink)
-        self.push_screen(RunFormScreen(scenarios, initial, check=sources.check_run_choice), self._on_form_done)
+        self.push_screen(RunFormScreen(scenarios, initial, check=sources.check_run_choice, models=sources.known_models(),
+                                       defaults=sources.scenario_defaults), self._on_form_done)
 
     def _on_form_done(self, choice: RunChoice | None) -> None:
         if choice is not None:
             self.start_run(choice)
 
     def action_stop_run(self) -> None:
-        if self.controller.running:
-            self.controller.stop()
-            self.notify("stopping workers…")
+        """Stop the live run; its sessions end as "stopped" (asked for), not as failures."""
+        if not self.controller.running:
+            self.notify("the live run has ended already")
+            return
+        for model in self.store.sessions.values():
+            model.stop_requested = True
+        self.controller.stop()
+        self.notify("stopping the run…")
 
     def action_toggle_record(self) -> None:
         if self.controller.ranks is not None and self.mode in ("LIVE", "PAUSED"):
@@ -399,10 +348,20 @@ class SlabscopeApp(App):
         self.refresh_views()
 
     def action_help(self) -> None:
-        sections = [("app", [b for b in self.BINDINGS if isinstance(b, Binding)])]
+        sections = [("app", keys.help_bindings())]
         for cls in (InspectorView, SessionsView):
             sections.append((cls.__name__.removesuffix("View").lower(), list(cls.BINDINGS)))
-        self.push_screen(HelpScreen(sections, LONG_HELP))
+        self.push_screen(HelpScreen(sections, keys.LONG_HELP))
+
+    def action_glossary(self, topic: str = "") -> None:
+        """The glossary (what every figure and word means), opened at ``topic`` (a view's name: its terms) or at
+        the visible view's terms."""
+        if isinstance(self.screen, GlossaryScreen):
+            return
+        base = self._base_screen()
+        if not topic and base is not None:
+            topic = (base.query_one(TabbedContent).active or "tab-memory").removeprefix("tab-")
+        self.push_screen(GlossaryScreen(topic))
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         """Focus the tab's main widget so its keys work at once, then redraw it."""
@@ -421,10 +380,16 @@ class SlabscopeApp(App):
 
     def open_recordings(self, paths: list[Path], as_run: bool = False) -> None:
         """Load session files (or directories of them) into the store (stops any live run) and enter replay at the
-        peak moment. The rank recordings of a distributed run open as one run (``sources.open_recordings``). Many
-        files open off the UI thread (``app/tui/opening.py``), so keys (q) keep working meanwhile."""
+        end of the sessions (``P`` jumps to the peak). The rank recordings of a distributed run open as one run
+        (``sources.open_recordings``). Many files open off the UI thread (``app/tui/opening.py``), so keys (q) keep
+        working meanwhile. Recordings still being written (a running ``slabscope serve --record DIR``) are followed
+        live instead."""
+        from app.tui.live_follow import live_paths
         from app.tui.opening import BackgroundOpen, in_background
 
+        if not as_run and live_paths(paths):
+            self.follow_recordings(paths)
+            return
         files = sources.expand_paths(paths)
         if self.opening is not None:
             self.opening.cancel()
@@ -433,7 +398,7 @@ class SlabscopeApp(App):
             return
         self.opening = BackgroundOpen(self, paths, files, as_run, lambda opened: self._install_opened(opened, paths),
                                       self._opening_step).start()
-        self.notify(f"opening {len(files):,} recordings; q quits at any time")
+        self.notify(f"opening {len(files):,} recording{'s' if len(files) != 1 else ''}; q quits at any time")
         self.refresh_views()
 
     def _opening_step(self, count: int, total: int) -> None:
@@ -453,12 +418,22 @@ class SlabscopeApp(App):
         for session in opened.plain:
             self.store.add(session)
         self.mode, self.playing, self.pool_name = "REPLAY", False, None
-        self.cursor = self._primary_peak() or self.store.duration()
+        self.cursor = self.store.duration()  # the end: the whole-run verdict and the cursor's figures agree
         self.notify(f"replaying {', '.join(Path(p).name for p in paths)}")
         for session in [*(s for run in opened.runs for s in run.sessions), *opened.plain]:
             if session.damage is not None:
                 self.notify(f"{session.path}: {session.damage}; showing the {session.duration:.1f} s before it",
                             severity="warning", timeout=30)
+        self.refresh_views()
+
+    def follow_recordings(self, paths: list[Path]) -> None:
+        """Follow the recordings being written in ``paths`` (a live server's): views follow them live, requests
+        show as they arrive and finish."""
+        follower = self.controller.follow(paths)
+        self.mode, self.cursor, self.playing, self.pool_name = "LIVE", None, False, None
+        urls = sorted({str(s.meta.get("serve", {}).get("url", "")) for s in follower.shown.values()} - {""})
+        self.notify(f"following {', '.join(Path(p).name for p in paths)} live" + (f" ({', '.join(urls)})"
+                                                                                    if urls else ""))
         self.refresh_views()
 
     async def action_quit(self) -> None:

@@ -69,6 +69,16 @@ class SessionSet:
         self.sessions = {**self.sessions, label: model}  # a new dict: a view iterating the old one is unaffected
         return label
 
+    def swap(self, old: SessionModel, new: SessionModel) -> bool:
+        """Show ``new`` in ``old``'s place, under its label (a followed server's next recording segment); False
+        when ``old`` is not on screen."""
+        for label, model in self.sessions.items():
+            if model is old:
+                new.label = label
+                self.sessions = {k: (new if k == label else v) for k, v in self.sessions.items()}
+                return True
+        return False
+
     def add_run(self, run: RankRun, generation: int | None = None) -> bool:
         """Show every rank of ``run`` (labelled "slab r0", ...) with its clock; refused (False) when
         ``generation`` is given and the set has been reset since."""

@@ -124,13 +124,14 @@ class RunController:
         self.ingest: IngestThread | None = None
         self.handles: dict[str, Any] = {}
         self.ranks: RankRecordRun | None = None
+        self.follower = None  # RecordingFollower of recordings being written (slabscope --open of a live server)
         self.scenario = ""
         self._lifecycle: list[threading.Thread] = []
 
     @property
     def running(self) -> bool:
         return any(getattr(h, "alive", False) for h in self.handles.values()) or \
-            (self.ranks is not None and self.ranks.alive)
+            (self.ranks is not None and self.ranks.alive) or (self.follower is not None and self.follower.growing)
 
     @property
     def recording(self) -> bool:
@@ -157,9 +158,23 @@ class RunController:
         self.ranks = RankRecordRun(self.store, choice, out).start()
         return self.ranks
 
+    def follow(self, paths: list[Path]):
+        """Stop any current run, reset the session set and follow the recordings being written in ``paths``
+        (``app.tui.live_follow``); returns the follower."""
+        from app.tui.live_follow import RecordingFollower
+
+        self.stop()
+        self.store.reset()
+        self.handles, self.ingest, self.ranks = {}, None, None
+        self.follower = RecordingFollower(self.store, paths).start()
+        return self.follower
+
     def stop(self) -> None:
         """Cancel the workers (in the background) and stop ingesting once they are gone; stop a distributed run's
-        ranks (in the background too)."""
+        ranks (in the background too); stop following recordings."""
+        if self.follower is not None:
+            self.follower.stop()
+            self.follower = None
         if self.ranks is not None and self.ranks.alive:
             self._in_background(self.ranks.stop)
         handles, ingest = list(self.handles.values()), self.ingest

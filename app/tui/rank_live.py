@@ -78,6 +78,7 @@ class RankRecordRun:
         self.process: subprocess.Popen | None = None
         self.sessions: dict[Path, GrowingSession] = {}
         self.start_error: str | None = None
+        self.passes = 0  # follower passes completed (open, read, show, mark): what a test waits on
         self._pending: dict[Path, str] = {}      # files not readable yet (no metadata record written so far)
         self._shown: set[str] = set()            # run ids on screen
         self._wake = threading.Event()
@@ -159,6 +160,7 @@ class RankRecordRun:
                     del self.sessions[path]
             self._show_runs(final=finished)
             self._mark_dead(finished)
+            self.passes += 1
             if finished:
                 return
             self._wake.wait(POLL_S)

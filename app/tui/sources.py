@@ -35,6 +35,23 @@ def default_scenario() -> str:
     return DEFAULT_SCENARIO
 
 
+def known_models() -> list[str]:
+    """The model names a live run accepts by name (the embedded model, the synthetic ones); a local mlx-lm
+    directory is accepted too (mlx-free)."""
+    from app.models.registry import list_models
+
+    return list_models()
+
+
+def scenario_defaults(name: str) -> dict:
+    """The pool parameters a live run of scenario ``name`` uses when block and slab sizes are left empty: the
+    scenario's [pool] table, else slabscope's defaults (mlx-free: reads the scenario's TOML file)."""
+    from app.workloads.scenarios import load_scenario
+    from app.workloads.spec import RunSpec, resolved_pool_params
+
+    return resolved_pool_params(RunSpec(scenario=name), load_scenario(name).pool)
+
+
 def prepare_worker_spawning() -> None:
     """Start multiprocessing's resource tracker now, while sys.stderr is still the real stream.
 
@@ -165,6 +182,18 @@ def list_recordings(directory: Path, *, files: list[Path] | None = None, cancel=
         if progress is not None:
             progress(index + 1, len(files))
     return infos
+
+
+def list_folders(directory: Path) -> list[Path]:
+    """What the Sessions view lists above the recordings of ``directory``: its parent (shown as ``..``), then its
+    subfolders by name (hidden ones left out), all resolved."""
+    here = Path(directory).resolve()
+    try:
+        subfolders = sorted((p.resolve() for p in here.iterdir() if p.is_dir() and not p.name.startswith(".")),
+                            key=lambda p: p.name)
+    except OSError:  # gone, not a folder, or not readable: nothing to go into
+        subfolders = []
+    return ([here.parent] if here.parent != here else []) + subfolders
 
 
 def load_recording(path: Path, name: str | None = None) -> SessionModel:

@@ -99,8 +99,9 @@ class PagedBackend:
         bs = self.pool.config.block_size
         # a resumed conversation's shared partial block is not really held: its first write copies it
         pending_copy = lambda s: int(s.num_shared % bs != 0 and s.num_cached == s.num_shared)  # noqa: E731
-        held = lambda s: len(self.pool.block_ids(0, s.seq_id)) - pending_copy(s)  # noqa: E731
-        return sum(max(0, self._final_blocks(s) - held(s)) for s in self._running.values())
+        running = list(self._running.values())
+        view = self.pool.step_view([s.seq_id for s in running])
+        return sum(max(0, self._final_blocks(s) - (len(rows) - pending_copy(s))) for s, rows in zip(running, view.rows))
 
     def release(self, seq: Sequence) -> None:
         """Drop a finished sequence; its full blocks go to the prefix cache first (if enabled); a conversation
@@ -114,7 +115,7 @@ class PagedBackend:
         self._reserve_admitted()
         step = PagedStep(self.pool, [seq.seq_id], [start], num_tokens, batched=False)
         if self.kernel is not None:  # the pool may just have appended a slab: build the next kernels meanwhile
-            self.kernel.prefetch(self.pool.num_buffers(0))
+            self.kernel.prefetch(self.pool.num_slabs())
         return step.caches()
 
     def decode_caches(self, seqs: tuple[Sequence, ...], starts: list[int] | None = None) -> list:
@@ -125,7 +126,7 @@ class PagedBackend:
         self._reserve_admitted()
         step = PagedStep(self.pool, [s.seq_id for s in seqs], starts, 1, batched=True)
         if self.decisions is not None:
-            context = max(n - self.pool.logical_start(sid) for n, sid in zip(step.lengths, step.seq_ids))
+            context = max(n - start for n, start in zip(step.lengths, step.view.logical_starts))
             step.set_fused(self.decisions.decide(len(seqs), context), self.kernel)
         self._decode_step = step
         return step.caches()

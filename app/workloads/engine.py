@@ -14,6 +14,7 @@ from typing import Callable
 
 import mlx.core as mx
 
+from app.workloads.sampling import sample_batch
 from app.workloads.scheduler import DecodeBatch, PrefillPlan, Scheduler
 from app.workloads.shrink_points import ShrinkTally, timed_point
 
@@ -42,14 +43,20 @@ class Engine:
 
     ``logits_hook(seq_ids, logits)`` (tests/parity) receives every decode step's [B, vocab] logits.
 
-    Decode steps are pipelined like mlx-lm's ``generate_step``: when the step just dispatched cannot change the
-    batch (no sequence reaches its fixed length, none has stop tokens, nothing can be admitted), the next step's
-    graph is built from the still-lazy sampled tokens and handed to ``mx.async_eval`` *before* this step's tokens
-    are materialised for bookkeeping, so host-side Python overlaps device work. Each ``step()`` call still
+    Decode steps are pipelined like mlx-lm's ``generate_step``: when the step just dispatched is not expected to
+    change the batch (no sequence reaches its fixed length, nothing can be admitted; a stop token drops its row of
+    the step after it), the next step's graph is built from the still-lazy sampled tokens and handed to
+    ``mx.async_eval`` *before* this step's tokens are materialised for bookkeeping, so host-side Python overlaps
+    device work. Each ``step()`` call still
     completes exactly one forward pass; the next one may already be in flight (``_inflight``), in which case the
     backend already holds K/V room (and, on the pool, blocks) for one token more than ``seq.num_cached``.
     Prefill chunks overlap the same way: each is dispatched with ``mx.async_eval`` and the previous one is
     awaited after it, so a prefill step's wall time is its host work plus the wait for the chunk before it.
+
+    Serving: requests may be submitted to the scheduler between any two ``step()`` calls (they join at the next
+    step that is not pipelined); ``cancel`` ends requests between steps, first completing an in-flight step that
+    writes for one of them. Each request samples by its own ``Request.sampling`` (``app.workloads.sampling``;
+    None: ``sampler``).
     """
 
     def __init__(self, model, backend, scheduler: Scheduler, *, sampler=None, logits_hook=None, cache_trim=None):
@@ -88,6 +95,20 @@ class Engine:
         if pending:
             mx.eval(*pending)
         self._inflight = self._prefill_inflight = None
+
+    def cancel(self, req_ids) -> StepResult | None:
+        """End the requests ``req_ids`` (waiting or running; unknown ids are ignored) and release their K/V. A
+        pipelined decode step in flight that writes for one of them is completed first, without dispatching its
+        successor: its StepResult is returned (its tokens are real for every other sequence of its batch and must
+        be reported like any step's), else None."""
+        ids = set(req_ids)
+        drained = None
+        inflight = self._inflight
+        if inflight is not None and any(s.request.req_id in ids for s in inflight.plan.seqs):
+            drained = self._complete(inflight, self._chain_t0, pipeline=False)
+        for req_id in ids:
+            self.scheduler.cancel(req_id)
+        return drained
 
     def _forward(self) -> StepResult | None:
         """One forward pass, as ``step`` describes (without the shrink point)."""
@@ -151,37 +172,52 @@ class Engine:
         caches = self.backend.decode_caches(plan.seqs, starts)
         logits = self.model(inputs, cache=caches)[:, -1, :]
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        sampled = self.sampler(logprobs)
+        sampled = self._sample(plan, starts, logprobs)
         mx.async_eval(sampled, logits, *_cache_state(caches))
         return _Dispatched(plan, starts, logits, sampled, self.backend.finish_decode())
 
-    def _complete(self, step: _Dispatched, t0: float) -> StepResult:
-        """Dispatch the successor of ``step`` when the batch cannot change, then materialise ``step``'s tokens
-        and record them (scheduler, logits hook). Wall time runs from ``t0`` (the call's start, or the previous
-        pipelined step's completion, so time spent outside ``step()`` while the device works is counted)."""
+    def _sample(self, plan: DecodeBatch, starts: list[int], logprobs: mx.array) -> mx.array:
+        """The step's tokens: the engine's sampler for the batch, or each request's own (``Request.sampling``),
+        drawing the token whose index in the request's output follows from its write position."""
+        settings = [s.request.sampling for s in plan.seqs]
+        if all(setting is None for setting in settings):
+            return self.sampler(logprobs)
+        indices = [start - s.prefill_end for s, start in zip(plan.seqs, starts)]
+        return sample_batch(logprobs, settings, indices, self.sampler)
+
+    def _complete(self, step: _Dispatched, t0: float, pipeline: bool = True) -> StepResult:
+        """Dispatch the successor of ``step`` when the batch cannot change (and ``pipeline``), then materialise
+        ``step``'s tokens and record them (scheduler, logits hook). Wall time runs from ``t0`` (the call's start, or
+        the previous pipelined step's completion, so time spent outside ``step()`` while the device works is
+        counted)."""
         self._inflight = None
-        if self._batch_unchanged_after(step.plan):
+        if pipeline and self._batch_unchanged_after(step.plan):
             starts = [n + 1 for n in step.starts]
             self._inflight = self._dispatch(step.plan, starts, step.sampled[:, None])
         tokens = step.sampled.tolist()  # waits for this step only
+        live = [i for i, s in enumerate(step.plan.seqs) if not s.finished]  # a row past a stop token is dropped
         if self.logits_hook is not None:
-            self.logits_hook([s.seq_id for s in step.plan.seqs], step.logits)
+            rows = step.logits if len(live) == len(tokens) else step.logits[mx.array(live)]
+            self.logits_hook([step.plan.seqs[i].seq_id for i in live], rows)
         finished = self.scheduler.complete_decode(step.plan, tokens)
         now = time.perf_counter()
         self._chain_t0 = now
-        batch = len(step.plan.seqs)
-        return StepResult("decode", batch, batch, now - t0, finished, step.events)
+        return StepResult("decode", len(live), len(live), now - t0, finished, step.events)
 
     def _batch_unchanged_after(self, plan: DecodeBatch) -> bool:
-        """True when completing ``plan`` cannot change the next plan: no sequence ends at this token (fixed
-        lengths; stop tokens are unknown until sampled), and nothing waits that admission could take."""
+        """True when completing ``plan`` is expected to leave the next plan as it is: no sequence reaches its fixed
+        length at this token, and nothing waits that admission could take. A stop token or stop condition is
+        unknown until sampled: the successor is dispatched anyway (stops are rare) and, when one hits, the stopped
+        sequence's row of the successor is dropped (``_complete``; the scheduler skips finished sequences) and the
+        pipeline restarts from the new batch. A conversation turn that keeps its K/V is never run past its end."""
         scheduler = self.scheduler
         if scheduler.may_admit():
             return False
         running = scheduler.running
         if len(plan.seqs) != len(running) or any(a is not b for a, b in zip(plan.seqs, running)):
             return False
-        return all(not s.request.stop_tokens and len(s.generated) + 1 < s.request.max_new_tokens
+        return all(len(s.generated) + 1 < s.request.max_new_tokens
+                   and not (s.request.keep_kv and (s.request.stop_tokens or s.request.stop_when is not None))
                    for s in plan.seqs)
 
 

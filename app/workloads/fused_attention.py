@@ -8,8 +8,8 @@ decode step's attention to the fused kernel when the layer's cache is a paged ca
 mlx-lm's own function for everything else (prefill, dense caches, gather-mode layers).
 
 The decision is the pool's (``pool.fused_decision``: env switch, GPU backend, registered ``KernelCaps``, dtype,
-head_dim, batch, slab count, context): asked once per layer per decode step, after ``prepare_write`` so the slab
-count is the one the kernel will read. This module imports mlx only through the paged cache it type-checks.
+head_dim, batch, slab count, context): asked once per decode step for every layer, after ``prepare_write`` so the
+slab count is the one the kernel will read. This module imports mlx only through the paged cache it type-checks.
 """
 
 from __future__ import annotations
@@ -165,9 +165,9 @@ NOT_ROUTABLE = "model module does not call scaled_dot_product_attention by name"
 
 
 class DecodeDecisions:
-    """Owns each layer's last emitted decision; asks the pool once per layer per decode step and queues a
-    ``fused`` event whenever a layer's (use_fused, reason) changes. ``dtype``/``head_dim``: the K/V geometry
-    (the pool's once written, else the model's)."""
+    """Owns each layer's last emitted decision; asks the pool once per decode step (one decision serves every
+    layer: they hold the same slabs) and queues a ``fused`` event for every layer whose (use_fused, reason)
+    changes. ``dtype``/``head_dim``: the K/V geometry (the pool's once written, else the model's)."""
 
     def __init__(self, pool, *, dtype: str, head_dim: int, routable: bool, readiness=None):
         self.pool = pool
@@ -177,19 +177,18 @@ class DecodeDecisions:
         self.events: list[FusedChange] = []  # not stamped yet: the runner stamps them with the step
 
     def decide(self, batch_size: int, context_len: int) -> list[bool]:
-        """Per layer: True to run the fused kernel this step. Counts in the pool's decision counters (the pool
-        evaluates the rule once per distinct slab geometry, not once per layer: ``fused_decisions``)."""
+        """Per layer: True to run the fused kernel this step (the pool's one decision, counted for every layer in
+        its decision counters)."""
         geometry = self.pool.geometry
         dtype, head_dim = (geometry.dtype, geometry.head_dim) if geometry else (self.dtype, self.head_dim)
-        decisions = self.pool.fused_decisions(dtype=dtype, head_dim=head_dim, batch_size=batch_size,
-                                              context_len=context_len, readiness=self.readiness)
-        out = []
-        for layer, decision in enumerate(decisions):
-            use, reason = decision.use_fused, decision.reason
-            if use and not self.routable:
-                use, reason = False, NOT_ROUTABLE
+        decision = self.pool.fused_decision(dtype=dtype, head_dim=head_dim, batch_size=batch_size,
+                                            context_len=context_len, readiness=self.readiness)
+        use, reason = decision.use_fused, decision.reason
+        if use and not self.routable:
+            use, reason = False, NOT_ROUTABLE
+        num_layers = self.pool.config.num_layers
+        for layer in range(num_layers):
             if self.last.get(layer) != (use, reason):
                 self.last[layer] = (use, reason)
                 self.events.append(FusedChange(layer=layer, use_fused=use, reason=reason))
-            out.append(use)
-        return out
+        return [use] * num_layers

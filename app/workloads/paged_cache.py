@@ -14,26 +14,27 @@ same padding, same mask -> same attention arithmetic.
 
 Step protocol (owned by ``PagedStep``): the caller creates one ``PagedStep`` per forward pass, which calls
 ``pool.prepare_write`` once per sequence *before* the model runs (so a budget error happens before any compute
-and changes nothing); each layer's ``update_and_fetch`` then calls ``pool.write_batch`` (all sequences at once) and
+and changes nothing) and resolves the step's write targets once (``pool.write_slots``: every layer holds the same
+rows); each layer's ``update_and_fetch`` then calls ``pool.write`` (all sequences at once) and
 ``pool.gather_visible``.
 
-Fused decode (``PagedStep.set_fused``, decided per layer by ``app.workloads.fused_attention.DecodeDecisions``): a
-fused layer's ``update_and_fetch`` only writes (no gather, no padded batch) and hands back the new token's K/V
+Fused decode (``PagedStep.set_fused``, decided once per step by ``app.workloads.fused_attention.DecodeDecisions``):
+a fused layer's ``update_and_fetch`` only writes (no gather, no padded batch) and hands back the new token's K/V
 untouched; the paged SDPA installed in the model's module then calls ``PagedStep.fused_attention``, which runs
-the kernel on the pool's slabs through the block tables, with one launch plan per step shared by every layer
-whose tables match (``app.workloads.step_plans``). ``check_served`` proves every fused layer's attention
-went that way (a model that bypassed the paged SDPA would otherwise attend to one token only).
+the kernel on the layer's slabs through the block tables. The step's one ``pool.step_view`` and the one launch plan
+built from it serve every layer (one row space: the tables are the same in every layer by construction).
+``check_served`` proves every fused layer's attention went that way (a model that bypassed the paged SDPA would
+otherwise attend to one token only).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import create_attention_mask
 
-from app.workloads.step_plans import StepPlans
 from pool.gather_runs import table_runs, visible_rows
 
 
@@ -59,9 +60,8 @@ class PagedStep:
         self.batched = batched
         for seq_id, start in zip(self.seq_ids, self.starts):
             pool.prepare_write(seq_id, start, self.num_tokens)
-        # one-token batched steps (decode) write through slots resolved once, one scatter per slab per layer
-        self.slots = pool.token_slots(self.seq_ids, self.starts) if batched and self.num_tokens == 1 else None
-        self._token_indices: dict = {}  # device index arrays of this step's token writes, shared by layers
+        self.slots = pool.write_slots(self.seq_ids, self.starts, self.num_tokens)  # one resolution, every layer
+        self._view = None  # pool.step_view of this step (built when first needed; the same for every layer)
         self.lengths = [s + self.num_tokens for s in self.starts]  # visible length after this step
         self.width = max(self.lengths)  # T of the returned K/V (BatchKVCache's _idx after the update)
         self.left_padding = [self.width - n for n in self.lengths]
@@ -71,8 +71,7 @@ class PagedStep:
         self.fused = [False] * num_layers  # per layer: attention runs on the fused kernel this step
         self.kernel = None                 # KernelRoute when any layer is fused
         self.served: set[int] = set()      # fused layers whose attention the kernel computed
-        self.gather_runs: dict[int, list[int]] = {}  # layer -> same-slab runs read per sequence (gathered layers)
-        self.plans: StepPlans | None = None  # fused launch plans of this step (built at the first fused layer)
+        self.plans: dict[float, StepPlan] = {}  # the fused launch plan of this step, by softmax scale
 
     def set_fused(self, flags: list[bool], kernel) -> None:
         """Mark layers whose attention runs on ``kernel`` (a ``KernelRoute``); only one-token batched decode."""
@@ -82,6 +81,13 @@ class PagedStep:
             raise ValueError(f"expected {len(self.fused)} per-layer flags, got {len(flags)}")
         self.fused = list(flags)
         self.kernel = kernel if any(flags) else None
+
+    @property
+    def view(self):
+        """The step's ``pool.step_view`` (rows, lengths, logical starts, slab geometry): one for every layer."""
+        if self._view is None:
+            self._view = self.pool.step_view(self.seq_ids)
+        return self._view
 
     def caches(self) -> list["PagedLayerCache"]:
         """One cache object per layer, to pass as ``cache=`` to the model."""
@@ -109,21 +115,17 @@ class PagedStep:
         # copy its whole slab (monolithic: the whole tensor). Measured: ~30x more time in writes.
         # pool layout is [tokens, heads, dim]; mlx-lm's is [batch, heads, tokens, dim]: one transpose per batch,
         # and one pool call per layer (geometry checked once), not one per sequence
-        if self.slots is not None:
-            batch, heads, _, dim = keys.shape  # one token: [B, H, 1, D] is [B, H, D] in the same element order
-            self.pool.write_tokens(layer, self.slots, keys.reshape(batch, heads, dim),
-                                   values.reshape(batch, heads, dim), self._token_indices)
+        if self.num_tokens == 1:
+            batch, heads, _, dim = keys.shape  # one token: [B, H, 1, D] is [B, 1, H, D] in the same element order
+            self.pool.write(layer, self.slots, keys.reshape(batch, 1, heads, dim), values.reshape(batch, 1, heads, dim))
         else:
-            self.pool.write_batch(layer, self.seq_ids, self.starts, keys.transpose(0, 2, 1, 3),
-                                  values.transpose(0, 2, 1, 3))
+            self.pool.write(layer, self.slots, keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3))
         if self.fused[layer]:
             return keys, values  # the kernel reads the slabs itself; nothing to gather (see fused_attention)
-        gathered, runs = [], []
+        gathered = []
         for seq_id in self.seq_ids:
             result = self.pool.gather_visible(layer, seq_id)
             gathered.append((result.keys, result.values))
-            runs.append(result.num_runs)
-        self.gather_runs[layer] = runs
         # The pool hands back row-contiguous [H, T, D] arrays: exactly the layout of a dense cache's [B, H, T, D]
         # (SDPA's CPU path sums in a different order for other layouts: measured, not byte-equal). One sequence
         # without padding is used as is; a batch is copied right-aligned into a zero-filled buffer (zeros =
@@ -145,10 +147,10 @@ class PagedStep:
         kernel = self.kernel
         if not kernel.accepts_plan:
             return kernel.run(self.pool, layer, self.seq_ids, queries, scale=scale, backend=kernel.backend)
-        if self.plans is None:
-            self.plans = StepPlans(self.pool, self.seq_ids)
-        entry = self.plans.entry(layer, scale)  # one plan for every layer with the same tables (verified)
-        # the plan's prepared launch serves every layer it fits
+        entry = self.plans.get(float(scale))
+        if entry is None:  # the first fused layer: one plan for every layer (the same rows in all of them)
+            entry = self.plans[float(scale)] = StepPlan.of(self.view, scale)
+        # the plan's prepared launch serves every layer it fits (slab count and shapes: checked per launch)
         launches = {"launches": entry.launches} if kernel.accepts_launches else {}
         return kernel.run(self.pool, layer, self.seq_ids, queries, scale=scale, backend=kernel.backend,
                           plan=entry.plan, meta=entry.meta, **launches)
@@ -161,45 +163,29 @@ class PagedStep:
                                "does not call mlx-lm's scaled_dot_product_attention")
 
     def run_counts(self) -> tuple[list[int], list[int]]:
-        """Same-slab runs per sequence this step: (layer 0, max over layers). Gathered layers report what the
-        gathers read; fused layers what the kernel walks (the block table's runs, computed here)."""
-        if self.plans is not None and self.plans.built == 1 and len(self.served) == len(self.fused):
-            # every layer was fused through one plan, verified equal to its own tables: layer 0 speaks for all
-            # (one view of every sequence: a view per sequence cost ~7 us each of host time per decode step)
-            view = self.pool.layer_view(0, self.seq_ids)
-            runs = [self._runs_of(rows, start, length)
-                    for rows, start, length in zip(view.rows, view.logical_starts, view.lengths)]
-            return runs, list(runs)
-        first: list[int] = []
-        most = [0] * len(self.seq_ids)
-        seen: dict[int, tuple[list[int], int]] = {}  # seq -> (rows, runs) last counted: layers share tables
-        for layer in range(len(self.fused)):
-            runs = self.gather_runs.get(layer)
-            if runs is None:
-                runs = [self._table_runs(layer, seq_id, seen) for seq_id in self.seq_ids]
-            if layer == 0:
-                first = runs
-            most = [max(a, b) for a, b in zip(most, runs)]
-        return first, most
+        """Same-slab runs per sequence this step: (layer 0, max over layers). Every layer holds the same rows, so
+        both are the runs of the step view's tables (what a gather or the kernel reads over the visible blocks)."""
+        config, view = self.pool.config, self.view
+        runs = [table_runs(visible_rows(rows, start, length, config.block_size), config.design, config.slab_blocks)
+                for rows, start, length in zip(view.rows, view.logical_starts, view.lengths)]
+        return runs, list(runs)
 
-    def _table_runs(self, layer: int, seq_id: int, seen: dict) -> int:
-        """Same-slab runs of a sequence's visible blocks in ``layer`` (what a gather or the kernel reads). A table
-        equal to the one counted last for this sequence (the usual case: layers allocate in lockstep) reuses its
-        count: one C-level list comparison per layer instead of a slice and a walk."""
-        view = self.pool.layer_view(layer, (seq_id,))
-        rows, span = view.rows[0], (view.logical_starts[0], view.lengths[0])
-        last = seen.get(seq_id)
-        if last is not None and last[1] == span and last[0] == rows:
-            return last[2]
-        runs = self._runs_of(rows, *span)
-        seen[seq_id] = (list(rows), span, runs)  # a copy: the next layer's list is compared against it
-        return runs
 
-    def _runs_of(self, rows: list[int], logical_start: int, length: int) -> int:
-        """Same-slab runs of the blocks covering tokens ``[logical_start, length)`` of ``rows``."""
-        config = self.pool.config
-        return table_runs(visible_rows(rows, logical_start, length, config.block_size), config.design,
-                          config.slab_blocks)
+class StepPlan(NamedTuple):
+    """The fused launch plan of one step (``pool.kernels.plan.DecodePlan``), its ``meta`` as an ``mx.array`` and
+    ``launches``, the dict the kernel fills with the launch it prepares at the first layer
+    (``pool.kernels.paged_decode_cuda.CudaLaunch``: checks, variant lookup, shapes, grid) for the others."""
+
+    plan: object
+    meta: object
+    launches: dict
+
+    @classmethod
+    def of(cls, view, scale: float) -> "StepPlan":
+        from pool.kernels.paged_decode import plan_for_view
+
+        plan = plan_for_view(view, scale=scale)
+        return cls(plan, mx.array(plan.meta), {})
 
 
 def _padded_batch(parts: list[mx.array], width: int) -> mx.array:

@@ -28,6 +28,7 @@ class ParentWatch:
         self.on_orphaned = on_orphaned
         self.poll_s, self.grace_s = poll_s, grace_s
         self.orphaned = False
+        self.checks = 0  # parent-id reads that found the parent alive (what a test waits on)
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="slabscope-parent-watch", daemon=True)
 
@@ -40,6 +41,7 @@ class ParentWatch:
 
     def _run(self) -> None:
         while os.getppid() == self.parent_pid:
+            self.checks += 1
             if self._stopped.wait(self.poll_s):
                 return
         self.orphaned = True

@@ -49,6 +49,7 @@ class RankWatchdog:
         self._read_fd = self._write_fd = -1
         self._thread: threading.Thread | None = None
         self.fired: str | None = None
+        self.checked_silence_s = 0.0  # the silence the latest check saw and let pass (what a test waits on)
 
     def install(self) -> "RankWatchdog":
         """Main thread only (signal handlers): route stop signals to the watchdog thread and start it."""
@@ -94,6 +95,8 @@ class RankWatchdog:
                            "dead or unreachable, and mlx collectives wait forever on a lost peer", EXIT_PEER_TIMEOUT)
             elif os.getppid() != self._parent:
                 self._fire(f"the launcher (pid {self._parent}) is gone", EXIT_ORPHANED)
+            else:
+                self.checked_silence_s = silent
 
     def _fire(self, text: str, code: int) -> None:
         self.fired = text

@@ -22,7 +22,7 @@ from app.workloads.scenarios import Scenario, load_scenario
 from app.workloads.session import WorkloadSession, build_session
 from app.workloads.shrink_points import timed_point
 from app.workloads.spec import RunSpec
-from probes.events import Event, LogLine, MetaUpdate, PhaseEdge, RequestDone, Step
+from probes.events import Event, LogLine, MetaUpdate, PhaseEdge, RequestDone, RunStage, Step
 
 Emit = Callable[[Event], None]
 Tick = Callable[[int, int], None]
@@ -50,7 +50,11 @@ def run_workload(spec: RunSpec, emit: Emit, tick: Tick | None = None, stop: thre
     if stop is None and hasattr(tick, "is_set"):  # the contract's short form run_workload(spec, emit, stop)
         tick, stop = None, tick
     scenario = load_scenario(spec.scenario, spec.overrides)  # validated before any model loading
-    session = build_session(spec, scenario, loaded=loaded, logits_hook=logits_hook, kernel_route=kernel_route)
+    stage = lambda name, detail="": emit(RunStage(t=time.monotonic(), stage=name, detail=detail))  # noqa: E731
+    if loaded is None:
+        stage("loading model", spec.model)
+    session = build_session(spec, scenario, loaded=loaded, logits_hook=logits_hook, kernel_route=kernel_route,
+                            on_stage=stage)
     try:
         runner = _Runner(spec, scenario, session, emit, tick or (lambda s, t: None), stop, check_integrity)
         meta = session.meta()
@@ -142,7 +146,8 @@ class _Runner:
         for seq in result.finished:
             self.emit(self.stamped(RequestDone(req_id=seq.request.req_id, seq_id=seq.seq_id,
                                                prompt_tokens=len(seq.request.prompt),
-                                               generated_tokens=len(seq.generated), shared_tokens=seq.num_shared)))
+                                               generated_tokens=len(seq.generated), shared_tokens=seq.num_shared,
+                                               finish_reason=seq.finish_reason)))
         if self.check:
             self.session.check_integrity()
         self.tick(self.step, self.tokens)

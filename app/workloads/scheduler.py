@@ -13,13 +13,20 @@ sampled token is never in the cache until it is fed back.
 Policy: FIFO admission while ``running < concurrency`` and the backend can hold the prompt; prefill has
 priority over decode (one chunk of the oldest prefilling sequence per step, nano-vllm style); otherwise all
 decoding sequences advance together in admission order.
+
+Serving (``app/serve``) adds requests while others run (``submit`` between steps), ends a request early
+(``cancel``: a client that went away, a stop string), gives each request its own stop condition (``stop_when``)
+and sampling (``sampling``, read by the engine), and hands a request that cannot fit even an empty pool to
+``reject_fn`` instead of raising. Every sequence says why it finished (``finish_reason``).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
+
+FINISH_REASONS = ("length", "stop", "cancelled")
 
 
 @dataclass
@@ -34,6 +41,9 @@ class Request:
     stop_tokens: frozenset[int] = frozenset()  # sampling one of these ends the request (EOS for generation)
     kv_key: str | None = None  # conversation whose kept K/V this request resumes from / keeps (multiturn)
     keep_kv: bool = False      # keep this request's K/V after it finishes (a later turn resumes from it)
+    sampling: Any = None       # app.workloads.sampling.Sampling of this request (None: the engine's sampler)
+    # called with the sequence after each sampled token is appended; True ends the request ("stop")
+    stop_when: Callable[["Sequence"], bool] | None = None
 
     def __post_init__(self):
         if not self.prompt:
@@ -58,6 +68,7 @@ class Sequence:
     num_shared: int = 0  # tokens taken from the prefix cache at admission
     generated: list[int] = field(default_factory=list)
     finished: bool = False
+    finish_reason: str | None = None  # one of FINISH_REASONS once finished
 
     @property
     def prefill_end(self) -> int:
@@ -92,16 +103,18 @@ class Scheduler:
 
     ``admit_fn(seq) -> bool`` asks the backend to take a new sequence (it may attach a cached prefix and set
     ``seq.num_cached``/``seq.num_shared``); False means "not now" (budget), and the request waits.
-    ``release_fn(seq)`` drops a finished sequence from the backend.
+    ``release_fn(seq)`` drops a finished sequence from the backend. ``reject_fn(request)`` (optional) takes a
+    request the backend refuses with nothing else running (it can never fit); without it that is a RuntimeError.
     """
 
     def __init__(self, *, prefill_chunk: int, admit_fn: Callable[[Sequence], bool],
-                 release_fn: Callable[[Sequence], None]):
+                 release_fn: Callable[[Sequence], None], reject_fn: Callable[[Request], None] | None = None):
         if prefill_chunk < 1:
             raise ValueError("prefill_chunk must be >= 1")
         self.prefill_chunk = prefill_chunk
         self.admit_fn = admit_fn
         self.release_fn = release_fn
+        self.reject_fn = reject_fn
         self.waiting: deque[Request] = deque()
         self.running: list[Sequence] = []
         self.finished: list[Sequence] = []
@@ -136,6 +149,10 @@ class Scheduler:
             request = self.waiting[0]
             seq = Sequence(self._next_seq_id, request, list(request.prompt))
             if not self.admit_fn(seq):
+                if not self.running and self.reject_fn is not None:
+                    self.waiting.popleft()  # it can never fit: the next request may
+                    self.reject_fn(request)
+                    continue
                 if not self.running:
                     raise RuntimeError(
                         f"request {request.req_id} ({len(request.prompt)} prompt tokens) does not fit the pool "
@@ -161,28 +178,55 @@ class Scheduler:
         plan.seq.num_cached = plan.start + plan.num_tokens
 
     def complete_decode(self, plan: DecodeBatch, sampled: list[int]) -> list[Sequence]:
-        """Record one sampled token per sequence; finished sequences are released and returned."""
+        """Record one sampled token per sequence; finished sequences are released and returned. A sequence that
+        finished before this step completed (a stop token in the step before, whose successor was already
+        dispatched) gets nothing: its token is past its end."""
         if len(sampled) != len(plan.seqs):
             raise ValueError("one sampled token per decoding sequence")
         done = []
         for seq, token in zip(plan.seqs, sampled):
+            if seq.finished:
+                continue
             seq.num_cached += 1
             seq.generated.append(int(token))
             seq.tokens.append(int(token))
-            if len(seq.generated) >= seq.request.max_new_tokens or int(token) in seq.request.stop_tokens:
-                done.append(seq)
+            request = seq.request
+            if int(token) in request.stop_tokens or (request.stop_when is not None and request.stop_when(seq)):
+                seq.finish_reason = "stop"
+            elif len(seq.generated) >= request.max_new_tokens:
+                seq.finish_reason = "length"
+            else:
+                continue
+            done.append(seq)
         for seq in done:
             self.finish(seq)
         return done
 
-    def finish(self, seq: Sequence) -> None:
-        """Mark ``seq`` finished, release it from the backend and enqueue its follow-ups (multiturn)."""
+    def finish(self, seq: Sequence, reason: str | None = None) -> None:
+        """Mark ``seq`` finished (``reason`` overrides the one its last token gave), release it from the backend
+        and enqueue its follow-ups (multiturn; not for a cancelled request)."""
         seq.finished = True
+        if reason is not None:
+            seq.finish_reason = reason
         self.running.remove(seq)
         self.release_fn(seq)
         self.finished.append(seq)
-        if seq.request.on_finish is not None:
+        if seq.request.on_finish is not None and seq.finish_reason != "cancelled":
             self.submit(seq.request.on_finish(seq))
+
+    def cancel(self, req_id: int) -> Sequence | Request | None:
+        """End request ``req_id`` now: a waiting request leaves the queue (returned as is), a running sequence is
+        finished as "cancelled" and released from the backend (returned). None when no such request is waiting or
+        running. The caller makes sure no dispatched step still writes for it (``Engine.cancel`` does)."""
+        for request in self.waiting:
+            if request.req_id == req_id:
+                self.waiting.remove(request)
+                return request
+        for seq in self.running:
+            if seq.request.req_id == req_id:
+                self.finish(seq, "cancelled")
+                return seq
+        return None
 
     def check_integrity(self) -> None:
         """Raise AssertionError if the scheduler's own state is inconsistent."""

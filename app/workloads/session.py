@@ -139,7 +139,6 @@ def make_backend(spec: RunSpec, loaded, pool_params: dict, *, kernel_route=None,
     and ``kernel_route``, already started), or mlx-lm's dense caches."""
     if spec.backend == "dense":
         return DenseBackend(loaded.num_layers)
-    from pool.config import PoolConfig
     from pool.device_limits import device_limits
     from pool.limits import check_first_allocation
     from pool.pool import PagedKVPool
@@ -151,11 +150,7 @@ def make_backend(spec: RunSpec, loaded, pool_params: dict, *, kernel_route=None,
     limits = device_limits()  # a slab the device cannot hold is refused here, before anything runs
     check_first_allocation(loaded.num_layers, spec.backend, pool_params["block_size"], pool_params["slab_blocks"],
                            loaded.n_kv_heads, loaded.head_dim, DTYPES[loaded.dtype].size, limits)
-    pool = PagedKVPool(PoolConfig(num_layers=loaded.num_layers, block_size=pool_params["block_size"],
-                                  slab_blocks=pool_params["slab_blocks"], design=spec.backend,
-                                  max_blocks_per_layer=spec.max_blocks_per_layer, shrink=spec.shrink_policy(),
-                                  open_blocks=spec.pool_open_blocks()),
-                       limits=limits)
+    pool = PagedKVPool(spec.pool_config(loaded.num_layers, pool_params), limits=limits)
     prefix = PrefixCache(pool, pool_params["block_size"]) if pool_params.get("prefix_cache") else None
     align = math.lcm(pool_params["block_size"], pool_params.get("prefill_chunk", pool_params["block_size"]))
     if kernel_route is not None:
@@ -174,10 +169,11 @@ def _query_heads(loaded) -> int:
 
 
 def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook=None,
-                  temperature: float = 0.0, top_p: float = 0.0, kernel_route=None) -> WorkloadSession:
+                  temperature: float = 0.0, top_p: float = 0.0, kernel_route=None, on_stage=None) -> WorkloadSession:
     """Load the model (unless given), build backend, scheduler, engine and prompt source. Paged backends
     register the fused kernels (``kernel_route``: a ``KernelRoute``, default the real ones) and install the paged
-    SDPA in the model's module; ``WorkloadSession.close`` restores it."""
+    SDPA in the model's module; ``WorkloadSession.close`` restores it. ``on_stage(name)`` is told when the
+    load-time rehearsal starts (a user waiting on the run sees it)."""
     pool_params = resolved_pool_params(spec, scenario.pool)
     if loaded is None:
         from app.models import load_model
@@ -200,7 +196,7 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
         backend = make_backend(spec, loaded, pool_params, kernel_route=kernel_route,
                                routable=sdpa_module is not None)
         rehearsal = _rehearse(spec, scenario, loaded, pool_params, sampler, kernel_route=kernel_route,
-                              routable=sdpa_module is not None)
+                              routable=sdpa_module is not None, on_stage=on_stage)
     except BaseException:  # e.g. a slab the device cannot hold, a failing rehearsal: leave the model as it was
         from app.workloads.fused_attention import uninstall_paged_sdpa
 
@@ -222,7 +218,7 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
 
 
 def _rehearse(spec: RunSpec, scenario: Scenario, loaded, pool_params: dict, sampler, *, kernel_route,
-              routable: bool):
+              routable: bool, on_stage=None):
     """The load-time rehearsal (``app/workloads/rehearsal.py``) on a throwaway backend, scheduler and engine of
     the run's kind, one batch per request phase; its ``RehearsalReport``, or None when it does not run (a CPU device,
     $SLABSCOPE_REHEARSAL=0, no request phase). The throwaway objects die with this call, then MLX's cache is emptied."""
@@ -233,6 +229,8 @@ def _rehearse(spec: RunSpec, scenario: Scenario, loaded, pool_params: dict, samp
     batches = rehearsal.rehearsal_batches(scenario, loaded, spec.seed)
     if not batches:
         return None
+    if on_stage is not None:
+        on_stage("rehearsal", f"{len(batches)} batch{'es' if len(batches) > 1 else ''}")
     report = _rehearse_on_throwaway(spec, loaded, pool_params, sampler, batches, kernel_route, routable)
     rehearsal.clear_after_rehearsal()
     return report

@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from app.workloads.limits import check_rate
-from pool.config import OPEN_BLOCKS
+from pool.config import DEFAULT_BLOCK_SIZE, DEFAULT_SLAB_BLOCKS, OPEN_BLOCKS, PoolConfig
 from pool.shrink_types import DEFAULT_SHRINK_BUDGET, SHRINK_MODES, ShrinkPolicy
 
 BACKENDS = ("slab", "monolithic", "dense")
@@ -86,6 +86,15 @@ class RunSpec:
         origin's presize-per-span growth, the behaviour it exists to show."""
         return self.backend == "slab" and self.shrink == "off"
 
+    def pool_config(self, num_layers: int, pool_params: dict) -> PoolConfig:
+        """The pool this run builds for a model of ``num_layers`` layers: block and slab sizes resolved by
+        ``resolved_pool_params`` (the spec's, else the scenario's, else ``PoolConfig``'s defaults), the spec's
+        design, budget, shrink policy and open blocks. The one place a run's choices become a ``PoolConfig``."""
+        return PoolConfig(num_layers=num_layers, block_size=pool_params["block_size"],
+                          slab_blocks=pool_params["slab_blocks"], design=self.backend,
+                          max_blocks_per_layer=self.max_blocks_per_layer, shrink=self.shrink_policy(),
+                          open_blocks=self.pool_open_blocks())
+
     def pool_open_blocks(self) -> str:
         """The pool's ``open_blocks`` (pool/config.py): the spec's, or for "auto" "high" where the pool reserves
         ahead (its open blocks share the reservation's top slab, so a decode step's token writes touch one slab
@@ -99,13 +108,12 @@ def _positive_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
-DEFAULT_BLOCK_SIZE = 32
-DEFAULT_SLAB_BLOCKS = 32
-DEFAULT_PREFILL_CHUNK = 256
+DEFAULT_PREFILL_CHUNK = 256  # the engine's (block and slab sizes default in pool.config, PoolConfig's fields)
 
 
 def resolved_pool_params(spec: RunSpec, scenario_pool: dict) -> dict:
-    """block_size / slab_blocks / prefill_chunk / prefix_cache: the spec's value, else the scenario's, else the default."""
+    """block_size / slab_blocks / prefill_chunk / prefix_cache: the spec's value, else the scenario's, else the default
+    (``PoolConfig``'s for the pool's sizes; ``RunSpec.pool_config`` builds the pool's configuration from them)."""
     def pick(name: str, default: int) -> int:
         value = getattr(spec, name)
         if value is None:

@@ -32,7 +32,7 @@ from pathlib import Path
 import msgspec
 
 from app.workloads.spec import RunSpec
-from probes.events import Done, Event, Sample, WorkerError
+from probes.events import Done, Event, RunStage, Sample, WorkerError
 from probes.transport import decode_batch
 
 QUEUE_BATCHES = 4096
@@ -248,6 +248,7 @@ def _worker_main(spec: RunSpec, out_queue, stop_event, log_path: str, parent_pid
     from app.workloads.worker_sink import make_sink
 
     sink = make_sink(out_queue, spec)
+    sink.emit(RunStage(stage="loading model", detail="importing MLX"))  # the next imports take seconds
     if parent_pid is not None:
         _watch_parent(parent_pid, out_queue, stop_event, sink)
     try:

@@ -2,15 +2,16 @@
 
 ``make_sink(queue, spec)`` returns an object with ``emit(event)``, ``tick(step, tokens)``,
 ``attach(meta, session)`` (called by ``run_workload`` once model and pool exist) and ``finish(summary)``
-(sends ``Done``). Before ``attach``, events are held (the probes send the metadata first when they start); a run
-that fails before ``attach`` sends what it held and ``Done`` straight to the queue.
+(sends ``Done``). Before ``attach``, events are held (the probes send the metadata first when they start), except
+``RunStage`` events, sent at once (a user waiting on the run sees it load); a run that fails before ``attach``
+sends what it held and ``Done`` straight to the queue.
 """
 
 from __future__ import annotations
 
 import time
 
-from probes.events import Done, Event, MetaUpdate
+from probes.events import Done, Event, MetaUpdate, RunStage
 from probes.transport import encode_batch
 
 
@@ -39,7 +40,9 @@ class ProbesSink:
 
     def emit(self, event: Event) -> None:
         if self.probes is None:
-            if not isinstance(event, MetaUpdate):  # the probes send their own metadata (built from ours) at start
+            if isinstance(event, RunStage):  # where the run is, said now: nobody should wait on a silent worker
+                _deliver(self.queue, [event if event.t else _stamp(event, time.monotonic())])
+            elif not isinstance(event, MetaUpdate):  # the probes send their own metadata (built from ours) at start
                 self._held.append(event)
             return
         self.probes.emit(event)

@@ -32,7 +32,7 @@ def main() -> int:
     loaded = load_model("synthetic:qwen3-0.6b", dtype="bfloat16", device="gpu", seed=0)
     state = written_state(loaded, 8, 4096)
     make, finish = paged_factory(loaded, state, design="monolithic" if variant == "monolithic" else "slab",
-                                  slab_blocks=32, slices=False)
+                                  slab_blocks=32)
     tokens, position = mx.array([[7]] * 8), 4096
     cudart = _cudart()
     for i in range(4):

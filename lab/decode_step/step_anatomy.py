@@ -9,8 +9,7 @@ random bytes for every backend, no prefill), then ``--steps`` decode steps run o
 * pipelined steps (the next step is built and dispatched before the previous one's tokens are read, as the
   engine and mlx-lm do): ms per step, the throughput figure.
 
-Variants: ``dense`` (mlx-lm BatchKVCache), ``slab`` (fused kernel, one scatter per slab per layer), ``slab-slices``
-(fused kernel, the per-sequence slice-update writes of prefill spans: what decode used before), ``slab128``
+Variants: ``dense`` (mlx-lm BatchKVCache), ``slab`` (fused kernel, one scatter per slab per layer), ``slab128``
 (slabs of 128 blocks: 4x fewer kernel inputs), ``monolithic`` (fused). Figures are medians over steps after
 ``--warmup`` steps (which pay MLX's kernel compiles).
 
@@ -25,7 +24,7 @@ import json
 import statistics
 import time
 
-VARIANTS = ("dense", "slab", "slab-slices", "slab128", "monolithic")
+VARIANTS = ("dense", "slab", "slab128", "monolithic")
 PROBES = ("slab-nowrite", "slab-nokernel", "slab-exact")  # diagnostics: writes skipped / kernel skipped / no padding
 # (slab-exact patches the bucket schedule for the rest of the process: run it last)
 
@@ -57,7 +56,7 @@ def dense_factory(state):
     return lambda starts: caches, lambda caches: [a for c in caches for a in (c.keys, c.values)]
 
 
-def paged_factory(loaded, state, *, design: str, slab_blocks: int, slices: bool, probe: str | None = None):
+def paged_factory(loaded, state, *, design: str, slab_blocks: int, probe: str | None = None):
     import mlx.core as mx
 
     from app.workloads.fused_attention import DecodeDecisions, KernelRoute, install_paged_sdpa
@@ -69,13 +68,14 @@ def paged_factory(loaded, state, *, design: str, slab_blocks: int, slices: bool,
     for seq_id in range(batch):
         pool.add_sequence(seq_id)
         pool.prepare_write(seq_id, 0, context)
+        slots = pool.write_slots([seq_id], [0], context)
         for layer, (keys, values) in enumerate(state):
-            pool.write(layer, seq_id, 0, keys[seq_id].transpose(1, 0, 2), values[seq_id].transpose(1, 0, 2))
-        views = [pool.layer_view(layer) for layer in range(pool.config.num_layers)]
-        mx.eval([view.keys for view in views], [view.values for view in views])
+            pool.write(layer, slots, keys[seq_id:seq_id + 1].transpose(0, 2, 1, 3),
+                       values[seq_id:seq_id + 1].transpose(0, 2, 1, 3))
+        mx.eval([pool.slabs(layer) for layer in range(pool.config.num_layers)])
     route = KernelRoute().start()
     if probe == "slab-nowrite":
-        pool.write_tokens = lambda *args, **kwargs: None  # timing only: the kernel reads stale rows
+        pool.write = lambda *args, **kwargs: None  # timing only: the kernel reads stale rows
     if probe == "slab-nokernel":
         route = KernelRoute(run=lambda pool, layer, seq_ids, queries, **kw: queries, register=route.register,
                             backend=route.backend).start()
@@ -89,8 +89,6 @@ def paged_factory(loaded, state, *, design: str, slab_blocks: int, slices: bool,
 
     def make(starts):
         step = PagedStep(pool, list(range(batch)), starts, 1, batched=True)
-        if slices:
-            step.slots = None  # the prefill write path: one slice update per sequence per layer
         step.set_fused(decisions.decide(batch, max(step.lengths)), route)
         make.last = step
         return step.caches()
@@ -205,7 +203,7 @@ def main() -> int:
         else:
             design = "monolithic" if name == "monolithic" else "slab"
             make, finish = paged_factory(loaded, state, design=design, slab_blocks=128 if name == "slab128" else 32,
-                                          slices=name == "slab-slices", probe=name if name in PROBES else None)
+                                          probe=name if name in PROBES else None)
         out[name] = _run(loaded, make, finish, args.batch, args.context, args.steps, args.warmup)
         if args.profile:
             _profile(loaded, make, finish, args.batch, args.context + args.steps * 2 + args.warmup, args.profile)

@@ -12,23 +12,23 @@ from typing import Sequence
 
 from pool.kernels.plan import DecodePlan, KernelUnsupported, plan_decode
 from pool.kernels.tuning import DEFAULT_TUNING, KernelTuning
-from pool.layer_view import LayerView
+from pool.step_view import StepView
 
 
-def plan_for_pool(pool, layer: int, seq_ids: Sequence[int], *, scale: float, num_splits: int | None = None,
+def plan_for_pool(pool, seq_ids: Sequence[int], *, scale: float, num_splits: int | None = None,
                   tuning: KernelTuning = DEFAULT_TUNING) -> DecodePlan:
-    """The launch plan of ``seq_ids`` in ``layer``: their block tables (physical rows), visible ranges
-    [logical_start, length) and the layer's slab geometry (``pool.layer_view``), made with ``tuning``'s knobs.
-    Reads the pool; changes nothing."""
-    return plan_for_view(pool.layer_view(layer, seq_ids), scale=scale, num_splits=num_splits, tuning=tuning)
+    """The launch plan of ``seq_ids``: their block tables (physical rows), visible ranges [logical_start, length)
+    and the slab geometry (``pool.step_view``), one plan for every layer, made with ``tuning``'s knobs. Reads the
+    pool; changes nothing."""
+    return plan_for_view(pool.step_view(seq_ids), scale=scale, num_splits=num_splits, tuning=tuning)
 
 
-def plan_for_view(view: LayerView, *, scale: float, num_splits: int | None = None,
+def plan_for_view(view: StepView, *, scale: float, num_splits: int | None = None,
                   tuning: KernelTuning = DEFAULT_TUNING) -> DecodePlan:
-    """The launch plan of one layer view (``PagedKVPool.layer_view``)."""
+    """The launch plan of one step view (``PagedKVPool.step_view``): it serves every layer."""
     if not view.written:
-        raise KernelUnsupported(f"layer {view.layer} has no storage yet")
-    return plan_decode(list(view.rows), list(view.lengths), list(view.logical_starts), block_size=view.block_size,
+        raise KernelUnsupported("the pool has no storage yet")
+    return plan_decode(view.rows, view.lengths, view.logical_starts, block_size=view.block_size,
                        slab_blocks=view.rows_per_slab, num_slabs=view.num_slabs,
                        n_kv_heads=view.geometry.n_kv_heads, scale=scale, num_splits=num_splits, tuning=tuning)
 
@@ -47,14 +47,13 @@ def kernel_for_backend(backend: str):
 def fused_decode(pool, layer: int, seq_ids: Sequence[int], queries, *, scale: float, backend: str,
                  plan: DecodePlan | None = None, meta=None, launches: dict | None = None):
     """Fused paged attention of one new token per sequence, reading the layer's slabs in place. ``plan`` (and
-    ``meta``, ``mx.array(plan.meta)``) may come from the caller, built once for every layer they fit (a plan
+    ``meta``, ``mx.array(plan.meta)``) may come from the caller, built once per step for every layer (a plan
     carries its tuning; without one, the default's).
     ``launches``: the caller's dict for that plan (kept for one step); on CUDA it holds the launch prepared at the
-    plan's first layer (``CudaLaunch``), reused by each later layer it fits (slab count, shapes, dtype)."""
+    plan's first layer (``CudaLaunch``), reused by each later layer (slab count, shapes, dtype: checked)."""
+    keys, values = pool.slabs(layer)
     if plan is None:
-        view = pool.layer_view(layer, seq_ids)
-        return kernel_for_backend(backend)(queries, view.keys, view.values, plan_for_view(view, scale=scale))
-    keys, values = pool.layer_slabs(layer)
+        return kernel_for_backend(backend)(queries, keys, values, plan_for_pool(pool, seq_ids, scale=scale))
     if launches is None or backend != "cuda":
         return kernel_for_backend(backend)(queries, keys, values, plan, meta=meta)
     from pool.kernels.paged_decode_cuda import CudaLaunch

@@ -45,7 +45,7 @@ def fill_pool(lengths: Sequence[int], *, n_kv_heads: int, head_dim: int, dtype: 
     else:
         for seq_id, n, (k, v) in zip(seq_ids, lengths, data):
             pool.prepare_write(seq_id, 0, n)
-            pool.write(0, seq_id, 0, k, v)
+            pool.write(0, pool.write_slots([seq_id], [0], n), k[None], v[None])
             mx.eval(pool.storage.keys[0], pool.storage.values[0])
     return pool, seq_ids
 
@@ -60,7 +60,7 @@ def _write_round_robin(pool, seq_ids, lengths, data, block_size: int) -> None:
                 continue
             stop = min(n, start + block_size)
             pool.prepare_write(seq_id, start, stop - start)
-            pool.write(0, seq_id, start, k[start:stop], v[start:stop])
+            pool.write(0, pool.write_slots([seq_id], [start], stop - start), k[None, start:stop], v[None, start:stop])
         mx.eval(pool.storage.keys[0], pool.storage.values[0])
 
 
@@ -84,7 +84,7 @@ def poison_unused(pool, layer: int = 0) -> int:
     bs = pool.config.block_size
     visible = [np.zeros((per_slab, bs), dtype=bool) for _ in storage.keys[layer]]
     for seq_id in pool.sequence_ids():
-        table = pool.book.tables(seq_id)[layer]
+        table = pool.book.table(seq_id)
         for pos in range(table.logical_start, table.length):
             slab, local = divmod(table.rows[pos // bs], per_slab)
             visible[slab][local, pos % bs] = True

@@ -92,7 +92,7 @@ def test_a_prepared_launch_serves_every_layer_it_fits_and_a_layer_that_does_not_
     layers = {0: (slabs(3), slabs(3)), 1: (slabs(3), slabs(3)), 2: (slabs(4), slabs(4))}
 
     class Layers:  # the one pool method a planned launch reads
-        def layer_slabs(self, layer):
+        def slabs(self, layer):
             return layers[layer]
 
     def plan_for(num_slabs):

@@ -44,6 +44,7 @@ def test_gpu_recordings_open_in_the_tui(tmp_path):
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tui"))
+    from tui_helpers import settle
     from tui_screen_text import screen_text
 
     from app.tui.app import AppOptions, SlabscopeApp
@@ -52,9 +53,7 @@ def test_gpu_recordings_open_in_the_tui(tmp_path):
         app = SlabscopeApp(AppOptions(autostart=False, open_paths=[_path("slab"), _path("dense")],
                                       recordings_dir=GPU_DIR))
         async with app.run_test(size=(120, 36)) as pilot:
-            await pilot.pause(0.5)
-            app.refresh_views()
-            await pilot.pause(0.3)
+            await settle(pilot)  # a replay: loaded at mount, nothing else to wait for
             return screen_text(app)
 
     text = asyncio.run(go())

@@ -27,6 +27,7 @@ import pytest
 mx = pytest.importorskip("mlx.core")
 
 from pool.fused_decision import detect_backend  # noqa: E402
+from pool_writes import write_kv
 
 BLOCK, N_KV, N_Q, HEAD_DIM, DTYPE = 32, 8, 16, 128, "bfloat16"
 ROW_ELEMENTS = BLOCK * N_KV * HEAD_DIM
@@ -79,13 +80,13 @@ def _pool_past(design: str, slab_blocks: int):
     pool.prepare_write(0, 0, FILLER_ROWS * BLOCK)  # bookkeeping only: rows minted, storage presized (zeros)
     pool.add_sequence(1)
     pool.prepare_write(1, 0, TOKENS)
-    assert pool.layer_view(0, [1]).rows[0][0] == FILLER_ROWS
+    assert pool.step_view([1]).rows[0][0] == FILLER_ROWS
     key_k, key_v, key_q = mx.random.split(mx.random.key(7), 3)
     keys = mx.random.normal((TOKENS, N_KV, HEAD_DIM), key=key_k).astype(mx.bfloat16)
     values = mx.random.normal((TOKENS, N_KV, HEAD_DIM), key=key_v).astype(mx.bfloat16)
     queries = mx.random.normal((1, N_Q, 1, HEAD_DIM), key=key_q).astype(mx.bfloat16)
-    pool.write(0, 1, 0, keys, values)
-    mx.eval(pool.layer_view(0, [1]).keys, pool.layer_view(0, [1]).values)
+    write_kv(pool, 0, 1, 0, keys, values)
+    mx.eval(*pool.slabs(0))
     return pool, keys, values, queries
 
 
@@ -107,9 +108,9 @@ def test_one_tensor_past_the_index_range_is_declined(design, slab_blocks):
     from pool.kernels.plan import KernelUnsupported
 
     pool, keys, values, queries = _pool_past(design, slab_blocks)
-    view = pool.layer_view(0, [1])
-    assert max(k.size for k in view.keys) >= 2**32
-    decision = pool.fused_decision(0, dtype=DTYPE, head_dim=HEAD_DIM, batch_size=1, context_len=TOKENS)
+    keys_of_layer, _ = pool.slabs(0)
+    assert max(k.size for k in keys_of_layer) >= 2**32
+    decision = pool.fused_decision(dtype=DTYPE, head_dim=HEAD_DIM, batch_size=1, context_len=TOKENS)
     assert not decision.use_fused and "index range" in decision.reason, decision.reason
     with pytest.raises(KernelUnsupported, match="index range"):
         fused_decode(pool, 0, [1], queries, scale=HEAD_DIM ** -0.5, backend=BACKEND)
@@ -134,9 +135,9 @@ def test_many_slabs_past_2_32_in_total_run_fused():
     from pool.kernels.paged_decode import fused_decode
 
     pool, keys, values, queries = _pool_past("slab", 16384)
-    view = pool.layer_view(0, [1])
-    assert view.num_slabs == 9 and sum(k.size for k in view.keys) > 2**32 > view.keys[0].size
-    decision = pool.fused_decision(0, dtype=DTYPE, head_dim=HEAD_DIM, batch_size=1, context_len=TOKENS)
+    view, (keys_of_layer, _) = pool.step_view([1]), pool.slabs(0)
+    assert view.num_slabs == 9 and sum(k.size for k in keys_of_layer) > 2**32 > keys_of_layer[0].size
+    decision = pool.fused_decision(dtype=DTYPE, head_dim=HEAD_DIM, batch_size=1, context_len=TOKENS)
     assert decision.use_fused, decision.reason
     fused = fused_decode(pool, 0, [1], queries, scale=HEAD_DIM ** -0.5, backend=BACKEND)
     assert _rel_err(fused, _reference(keys, values, queries)) < TOLERANCE

@@ -16,6 +16,7 @@ from pool.kernels.plan import (KernelUnsupported, choose_splits, plan_decode, sc
 
 sys.path.insert(0, os.path.dirname(__file__))
 from emulate import emulate  # noqa: E402
+from pool_writes import write_kv
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -137,7 +138,7 @@ def _emulated_vs_gather(lengths, layout, *, n_q=4, n_kv=2, head_dim=64, block_si
                           block_size=block_size, slab_blocks=slab_blocks, seed=3)
     queries = random_queries(len(lengths), n_q, head_dim, "float32")
     scale = head_dim ** -0.5
-    plan = plan_for_pool(pool, 0, ids, scale=scale, num_splits=num_splits)
+    plan = plan_for_pool(pool, ids, scale=scale, num_splits=num_splits)
     ref = np.array(gather_decode(pool, 0, ids, queries, scale=scale))[:, :, 0]
     slabs_k = [np.array(s, dtype=np.float64) for s in pool.storage.keys[0]]
     slabs_v = [np.array(s, dtype=np.float64) for s in pool.storage.values[0]]
@@ -169,11 +170,11 @@ def test_kernel_algorithm_skips_tokens_before_logical_start():
     q = rng.standard_normal((1, 1, 64))
     k = [np.array(s, dtype=np.float64) for s in pool.storage.keys[0]]
     v = [np.array(s, dtype=np.float64) for s in pool.storage.values[0]]
-    plan = plan_decode([pool.book.tables(0)[0].rows], [90], [37], block_size=16, slab_blocks=2,
+    plan = plan_decode([pool.book.table(0).rows], [90], [37], block_size=16, slab_blocks=2,
                        num_slabs=len(k), n_kv_heads=1, scale=0.125, num_splits=2)
     flat_k = np.concatenate([s.reshape(-1, 1, 64) for s in k])
     flat_v = np.concatenate([s.reshape(-1, 1, 64) for s in v])
-    rows = pool.book.tables(0)[0].rows
+    rows = pool.book.table(0).rows
     token_k = np.concatenate([flat_k[r * 16:(r + 1) * 16] for r in rows])[37:90, 0]
     token_v = np.concatenate([flat_v[r * 16:(r + 1) * 16] for r in rows])[37:90, 0]
     w = np.exp(token_k @ q[0, 0] * 0.125 - (token_k @ q[0, 0] * 0.125).max())
@@ -333,11 +334,11 @@ def test_kernel_algorithm_ignores_poisoned_invisible_positions():
                           block_size=16, slab_blocks=4, design="slab")
     pool.add_sequence(99)
     pool.prepare_write(99, 0, 40)
-    pool.write(0, 99, 0, mx.zeros((40, 2, 64)), mx.zeros((40, 2, 64)))
+    write_kv(pool, 0, 99, 0, mx.zeros((40, 2, 64)), mx.zeros((40, 2, 64)))
     pool.release(99)  # its rows are now free: poisoned below
     assert poison_unused(pool) >= 40 + (48 - 45) + (16 - 3) + (80 - 70)
     queries = random_queries(3, 4, 64, "float32")
-    plan = plan_for_pool(pool, 0, ids, scale=0.125, num_splits=2)
+    plan = plan_for_pool(pool, ids, scale=0.125, num_splits=2)
     ref = np.array(gather_decode(pool, 0, ids, queries, scale=0.125))[:, :, 0]
     k = [np.array(s, dtype=np.float64) for s in pool.storage.keys[0]]
     v = [np.array(s, dtype=np.float64) for s in pool.storage.values[0]]

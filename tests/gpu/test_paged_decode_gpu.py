@@ -74,7 +74,7 @@ def _check(lengths, *, layout, dtype="bfloat16", n_q=16, n_kv=8, head_dim=128, s
     scale = head_dim ** -0.5
     num_slabs = len(pool.storage.keys[0])
     try:
-        plan = plan_for_pool(pool, 0, seq_ids, scale=scale, tuning=tuning)
+        plan = plan_for_pool(pool, seq_ids, scale=scale, tuning=tuning)
         fused = fused_decode(pool, 0, seq_ids, queries, scale=scale, backend=BACKEND, plan=plan)
     except KernelUnsupported as exc:  # e.g. Metal's 12-slab limit: the decision rule falls back to gather
         _report({"case": case, "backend": BACKEND, "layout": layout, "slabs": num_slabs, "skipped": str(exc)},
@@ -132,7 +132,7 @@ def test_fused_respects_logical_start():
 
     pool, seq_ids = fill_pool([2048, 2048], n_kv_heads=8, head_dim=128, dtype="bfloat16", layout="multi")
     queries = random_queries(2, 16, 128, "bfloat16")
-    tables = [pool.book.tables(s)[0].rows for s in seq_ids]
+    tables = [pool.book.table(s).rows for s in seq_ids]
     starts = [100, 1500]
     plan = plan_decode(tables, [2048, 2048], starts, block_size=32, slab_blocks=32,
                        num_slabs=len(pool.storage.keys[0]), n_kv_heads=8, scale=128 ** -0.5)
@@ -148,6 +148,38 @@ def test_fused_respects_logical_start():
     err = _errors(fused, ref32)
     _report({"case": "logical_start", "backend": BACKEND, "rel_err_vs_fp32": err})
     assert np.isfinite(err) and err <= TOLERANCE["bfloat16"]
+
+
+@pytest.mark.parametrize("lengths, dtype, n_q, n_kv, head_dim", [
+    ([700, 77, 300], "bfloat16", 16, 8, 128),   # several splits: first pass + merge
+    ([200, 31], "float16", 8, 2, 64),            # one split: the direct pass
+])
+def test_the_cpu_emulation_computes_what_the_kernel_computes(lengths, dtype, n_q, n_kv, head_dim):
+    """``pool.kernels.paged_decode_emulated`` (the kernel the CPU tests run on the fused route) against the kernel:
+    both accumulate in float32 in the same order and round once to ``dtype``, so they differ only where the last
+    float32 bits (GPU exp2f, fma contraction) straddle a rounding boundary of ``dtype``: by at most one unit in the
+    last place at the output's magnitude (eps(dtype) * max|out|), in under 1% of the elements."""
+    import numpy as np
+
+    from pool.kernels.paged_decode import fused_decode, gather_decode, plan_for_pool
+    from pool.kernels.paged_decode_emulated import paged_decode_emulated
+    from pool.kernels.workbench import fill_pool, random_queries
+
+    pool, ids = fill_pool(lengths, n_kv_heads=n_kv, head_dim=head_dim, dtype=dtype, layout="fragmented",
+                          slab_blocks=8)
+    queries = random_queries(len(lengths), n_q, head_dim, dtype)
+    plan = plan_for_pool(pool, ids, scale=head_dim ** -0.5)
+    kernel = fused_decode(pool, 0, ids, queries, scale=head_dim ** -0.5, backend=BACKEND, plan=plan)
+    emulated = paged_decode_emulated(queries, pool.storage.keys[0], pool.storage.values[0], plan)
+    gathered = gather_decode(pool, 0, ids, queries, scale=head_dim ** -0.5)
+    ours, theirs, ref = (np.array(x.astype(mx.float32)) for x in (kernel, emulated, gathered))
+    one_ulp = float(mx.finfo(getattr(mx, dtype)).eps) * float(np.abs(ours).max())
+    differing = float(np.mean(ours != theirs))
+    _report({"case": "emulation", "backend": BACKEND, "dtype": dtype, "splits": plan.num_splits,
+             "fraction_differing_from_emulation": differing, "fraction_differing_from_gather": float(np.mean(
+                 ours != ref)), "max_diff_from_emulation_in_ulps": float(np.abs(ours - theirs).max() / one_ulp)})
+    assert np.abs(ours - theirs).max() <= one_ulp, "the emulation is more than one unit in the last place off"
+    assert differing < 0.01
 
 
 CUDA_ONLY = pytest.mark.skipif(BACKEND != "cuda", reason="the NVRTC-built kernel is the CUDA backend's")
@@ -169,7 +201,7 @@ def test_nvrtc_build_equals_mlx_cuda_kernel_build_bit_for_bit(lengths, dtype, n_
     pool, ids = fill_pool(lengths, n_kv_heads=n_kv, head_dim=head_dim, dtype=dtype, layout="fragmented",
                           slab_blocks=8)
     queries = random_queries(len(lengths), n_q, head_dim, dtype)
-    plan = plan_for_pool(pool, 0, ids, scale=head_dim ** -0.5)
+    plan = plan_for_pool(pool, ids, scale=head_dim ** -0.5)
     ours = fused_decode(pool, 0, ids, queries, scale=head_dim ** -0.5, backend="cuda", plan=plan)
     mx.eval(ours)
     monkeypatch.setenv(BUILD_ENV, "mlx")

@@ -13,14 +13,6 @@ import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def smollm2():
-    """The embedded SmolLM2-135M-Instruct, fp32 on CPU (loaded once per test session: ~2-3 s)."""
-    from app.models import load_model
-
-    return load_model("smollm2-135m", dtype="float32", device="cpu")
-
-
-@pytest.fixture(scope="session")
 def gguf_metadata():
     """The GGUF's metadata dict (tensors stay lazy and are never read)."""
     from app.models.gguf_smollm2 import locate_gguf, read_gguf

@@ -12,9 +12,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 HAVE_OPENBLAS = sys.platform.startswith("linux") and os.path.exists(OPENBLAS_PATH)
 
 
-def _python(code: str) -> str:
+def _python(code: str, **env: str) -> str:
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+                            env={**os.environ, "OPENBLAS_NUM_THREADS": "1", **env})
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
@@ -47,6 +47,19 @@ def test_after_mlx_import_it_refuses_and_says_so():
     line, mapped = out.splitlines()
     assert "reference BLAS" in line and "imported before" in line
     assert mapped == "False"
+
+
+@pytest.mark.skipif(not HAVE_OPENBLAS, reason="Debian OpenBLAS not installed")
+def test_reference_choice_loads_nothing_and_a_bad_choice_is_refused():
+    """SLABSCOPE_BLAS=reference: MLX keeps its bundled BLAS (the numerics tests' third BLAS); other values fail."""
+    code = ("from app.models.blas import enable_openblas; print(enable_openblas()); import mlx.core; "
+            "print(any('openblas' in l for l in open('/proc/self/maps')))")
+    line, mapped = _python(code, SLABSCOPE_BLAS="reference").splitlines()
+    assert line == "BLAS: MLX bundled reference BLAS (SLABSCOPE_BLAS=reference)" and mapped == "False"
+    assert _python(code, SLABSCOPE_BLAS="openblas").splitlines()[1] == "True"
+    out = _python("from app.models.blas import enable_openblas\ntry:\n    enable_openblas()\n"
+                  "except ValueError as exc:\n    print(exc)", SLABSCOPE_BLAS="mkl")
+    assert out == "SLABSCOPE_BLAS='mkl': expected one of openblas, reference"
 
 
 def test_missing_library_is_reported_not_loaded():

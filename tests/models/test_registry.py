@@ -74,6 +74,7 @@ def _write_model_dir(path, model, config, hf_tokenizer):
     return str(path)
 
 
+@pytest.mark.numerics
 def test_local_directory_loads_through_mlx_lm(tmp_path, hf_tokenizer):
     config = SYNTHETIC_CONFIGS["tiny-qwen3"]
     reference = build_synthetic(config, seed=3)
@@ -86,6 +87,7 @@ def test_local_directory_loads_through_mlx_lm(tmp_path, hf_tokenizer):
     assert loaded.tokenizer.encode("<|im_start|>Hello") == [1, 19556]
 
 
+@pytest.mark.numerics
 def test_quantized_local_directory_is_dequantized_on_cpu(tmp_path, hf_tokenizer):
     config = {**SYNTHETIC_CONFIGS["tiny-llama"], "quantization": {"group_size": 32, "bits": 4}}
     quantized = build_synthetic(SYNTHETIC_CONFIGS["tiny-llama"], seed=4)

@@ -27,6 +27,7 @@ def test_tiny_geometry_and_shapes(name, family, layers):
     assert 0.3 < std < 3.0, f"logit scale {std} is not sane"
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("name", ["synthetic:tiny-llama", "synthetic:tiny-qwen3"])
 def test_same_seed_gives_identical_weights_and_logits(name):
     mx.random.seed(1)
@@ -60,6 +61,7 @@ def test_qwen3_0_6b_geometry_without_materialising_weights():
     assert 595_000_000 < num_params < 597_000_000  # Qwen3-0.6B with tied embeddings: ~596M
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("name", ["synthetic:tiny-llama", "synthetic:tiny-qwen3"])
 def test_greedy_generate_is_stock_generate_step(name):
     """Same tokens, and log-probs derived from our raw logits equal generate_step's bit for bit."""
@@ -86,6 +88,7 @@ def test_greedy_generate_stops_at_eos_and_validates():
         greedy_generate(loaded, PROMPT, max_tokens=0)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("name", ["synthetic:tiny-llama", "synthetic:tiny-qwen3"])
 def test_logits_from_hidden_is_the_model_head(name):
     loaded = load_model(name)

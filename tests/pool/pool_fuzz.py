@@ -18,11 +18,12 @@ from dataclasses import replace
 import mlx.core as mx
 import numpy as np
 
-from pool import BlockContents, BudgetExceeded, PagedKVPool, PoolConfig, PoolError, PrefixHandle, ShrinkPolicy
+from pool import BudgetExceeded, PagedKVPool, PoolConfig, PoolError, PrefixHandle, ShrinkPolicy
 from pool.errors import SizeLimitError
 from pool.limits import MemoryLimits
 
 from pool_helpers import full_state
+from pool_writes import write_batch_kv, write_kv, write_tokens_kv
 
 LAYERS, BLOCK, SLAB, HEADS, DIM = 2, 2, 2, 2, 3
 MAX_SEQS, MAX_HANDLES = 6, 3
@@ -95,7 +96,7 @@ class PoolFuzz:
                                  np.concatenate([ref_v[:start], values, ref_v[end:]]))
 
     def _has_storage(self) -> bool:
-        return self.pool.storage.has_layer(0)
+        return self.pool.storage.initialised
 
     # ---- checks ----------------------------------------------------------------------------------------------
     def check_reference(self) -> None:
@@ -104,10 +105,9 @@ class PoolFuzz:
         pool.check_integrity()
         assert pool.stats().bytes_reserved <= pool.limits.memory_bytes
         assert sorted(pool.sequence_ids()) == sorted(self.refs)
-        self.check_table_match()
+        self.check_step_view()
         for seq, per_layer in self.refs.items():
-            assert pool.seq_length(seq) == per_layer[0][0].shape[0]
-            if not all(pool.storage.has_layer(layer) for layer in range(LAYERS)) or not self._length(seq):
+            if not self._has_storage() or not self._length(seq):
                 continue
             start = self.starts[seq]
             for layer, (ref_k, ref_v) in enumerate(per_layer):
@@ -115,16 +115,19 @@ class PoolFuzz:
                 assert np.array_equal(np.array(got.keys), ref_k[start:].transpose(1, 0, 2)), (seq, layer)
                 assert np.array_equal(np.array(got.values), ref_v[start:].transpose(1, 0, 2)), (seq, layer)
 
-    def check_table_match(self) -> None:
-        """``layers_matching`` (memoised by row versions) agrees with comparing the tables now, for every group of
-        sequences the fuzz holds: restored prefixes give an adopting sequence other rows in each layer."""
+    def check_step_view(self) -> None:
+        """The step view every layer's launch reads agrees with the reference (lengths, logical starts), the book's
+        one table per sequence (rows) and the storage every layer holds (slab count and size)."""
         pool, seqs = self.pool, sorted(self.refs)
-        for group in (seqs, seqs[:1], seqs[1:]):
-            tables = [pool.book.tables(seq) for seq in group]
-            truth = all((t[1].rows, t[1].length, t[1].logical_start) == (t[0].rows, t[0].length, t[0].logical_start)
-                        for t in tables)
-            assert pool.layers_matching(0, group) == (frozenset({0, 1}) if truth else frozenset({0})), group
-            self.counts["tables:" + ("equal" if truth else "differ")] += 1
+        view = pool.step_view(seqs)
+        assert view.lengths == tuple(self._length(seq) for seq in seqs)
+        assert view.logical_starts == tuple(self.starts[seq] for seq in seqs)
+        assert view.rows == tuple(tuple(pool.book.table(seq).rows) for seq in seqs)
+        assert view.version == pool.book.version
+        for layer in range(LAYERS):
+            keys, values = pool.slabs(layer)
+            assert len(keys) == len(values) == view.num_slabs
+            assert all(int(t.shape[0]) == view.rows_per_slab for t in (*keys, *values))
 
     def _refused(self, call, kind: str, exc_type=PoolError) -> None:
         before = full_state(self.pool)
@@ -176,7 +179,7 @@ class PoolFuzz:
         self._extend(seq, start + tokens)
         for layer in range(LAYERS):
             keys, values = self._kv(tokens)
-            self.pool.write(layer, seq, start, mx.array(keys), mx.array(values))
+            write_kv(self.pool, layer, seq, start, mx.array(keys), mx.array(values))
             self._store(seq, layer, start, keys, values)
 
     def _extend(self, seq: int, end: int) -> None:
@@ -214,7 +217,7 @@ class PoolFuzz:
         for layer in range(LAYERS):
             pairs = [self._kv(tokens) for _ in seqs]
             keys, values = np.stack([k for k, _ in pairs]), np.stack([v for _, v in pairs])
-            self.pool.write_batch(layer, seqs, starts, mx.array(keys), mx.array(values))
+            write_batch_kv(self.pool, layer, seqs, starts, mx.array(keys), mx.array(values))
             for i, (seq, start) in enumerate(zip(seqs, starts)):
                 self._store(seq, layer, start, keys[i], values[i])
 
@@ -222,11 +225,10 @@ class PoolFuzz:
         if not self.refs:
             return
         seqs, positions = self._prepare_each(1)
-        slots = self.old_slots = self.pool.token_slots(seqs, positions)
-        indices: dict = {}
+        slots = self.old_slots = self.pool.write_slots(seqs, positions, 1)
         for layer in range(LAYERS):
             keys, values = self._kv(len(seqs))
-            self.pool.write_tokens(layer, slots, mx.array(keys), mx.array(values), indices)
+            write_tokens_kv(self.pool, layer, slots, mx.array(keys), mx.array(values))
             for i, (seq, position) in enumerate(zip(seqs, positions)):
                 self._store(seq, layer, position, keys[i:i + 1], values[i:i + 1])
 
@@ -293,32 +295,6 @@ class PoolFuzz:
             self.pool.set_logical_start(seq, start)
             self.starts[seq] = start
 
-    def restore_prefix(self) -> None:
-        """Copy a sequence's first blocks out (read_block) and back in (restore_block) as a new adoptable handle."""
-        seq = self._seq()
-        if seq is None or not self._length(seq) or not self._has_storage() or len(self.handles) >= MAX_HANDLES:
-            return
-        tokens = self.rng.randint(1, self._length(seq))
-        count = -(-tokens // BLOCK)
-        restored: list[list[int]] = []
-        try:
-            backwards = self.rng.random() < 0.5  # the last layer restores its blocks last-first: other rows there
-            for layer in range(LAYERS):
-                ids = self.pool.block_ids(layer, seq)[:count]
-                restored.append([])
-                for block in (ids[::-1] if backwards and layer == LAYERS - 1 else ids):
-                    restored[-1].append(self.pool.restore_block(layer, self.pool.read_block(block)))
-                if backwards and layer == LAYERS - 1:
-                    restored[-1].reverse()  # the handle lists blocks in logical order
-        except (BudgetExceeded, SizeLimitError):  # the refused restore changed nothing; give back the others
-            for ids in restored:
-                for block in ids:
-                    self.pool.release_block(block)
-            self.counts["limit:restore stopped"] += 1
-            return
-        handle = self.pool.handle_from_blocks(restored, tokens)
-        self.handles.append((handle, [(k[:tokens], v[:tokens]) for k, v in self.refs[seq]], 0))
-
     # ---- invalid calls (each must raise PoolError and change nothing) ----------------------------------------
     def _invalid_calls(self) -> list[tuple[str, object]]:
         pool, rng = self.pool, self.rng
@@ -328,13 +304,14 @@ class PoolFuzz:
         calls = [
             ("add_sequence bad id", lambda: pool.add_sequence(rng.choice([-1, True, 1.5, "3", None]))),
             ("prepare_write unknown", lambda: pool.prepare_write(missing, 0, 1)),
-            ("write unknown", lambda: pool.write(0, missing, 0, keys, values)),
-            ("write layer out of range", lambda: pool.write(rng.choice([-1, LAYERS, True]), missing, 0, keys, values)),
-            ("write numpy", lambda: pool.write(0, missing, 0, np.zeros((2, HEADS, DIM)), values)),
-            ("write int32", lambda: pool.write(0, missing, 0, keys.astype(mx.int32), values.astype(mx.int32))),
-            ("write K/V shapes differ", lambda: pool.write(0, missing, 0, keys, values[:1])),
-            ("write 4-D", lambda: pool.write(0, missing, 0, keys[None], values[None])),
-            ("write_batch empty", lambda: pool.write_batch(0, [], [], keys[None][:0], values[None][:0])),
+            ("write unknown", lambda: write_kv(pool, 0, missing, 0, keys, values)),
+            ("write layer out of range",
+             lambda: write_kv(pool, rng.choice([-1, LAYERS, True]), missing, 0, keys, values)),
+            ("write numpy", lambda: write_kv(pool, 0, missing, 0, np.zeros((2, HEADS, DIM)), values)),
+            ("write int32", lambda: write_kv(pool, 0, missing, 0, keys.astype(mx.int32), values.astype(mx.int32))),
+            ("write K/V shapes differ", lambda: write_kv(pool, 0, missing, 0, keys, values[:1])),
+            ("write 4-D", lambda: write_kv(pool, 0, missing, 0, keys[None], values[None])),
+            ("write_batch empty", lambda: write_batch_kv(pool, 0, [], [], keys[None][:0], values[None][:0])),
             ("release unknown", lambda: pool.release(missing)),
             ("detach unknown", lambda: pool.detach(missing)),
             ("clone unknown", lambda: pool.clone(missing, missing + 1, 0)),
@@ -342,12 +319,12 @@ class PoolFuzz:
             ("adopt foreign handle", lambda: pool.adopt(self.foreign[0], missing)),
             ("release foreign handle", lambda: pool.release_handle(self.foreign[0])),
             ("adopt unissued handle", lambda: pool.adopt(PrefixHandle(0, 0), missing)),
-            ("read unknown block", lambda: pool.read_block(10**9)),
-            ("release_block unknown", lambda: pool.release_block(10**9)),
             ("gather unknown", lambda: pool.gather_visible(0, missing)),
-            ("handle_from_blocks not held", lambda: pool.handle_from_blocks([[0]] * LAYERS, 1)),
-            ("token_slots unknown", lambda: pool.token_slots([missing], [0])),
-            ("set_slab_blocks zero", lambda: pool.set_slab_blocks(0)),
+            ("step_view unknown", lambda: pool.step_view([missing])),
+            ("slabs layer out of range", lambda: pool.slabs(LAYERS)),
+            ("write_slots unknown", lambda: pool.write_slots([missing], [0], 1)),
+            ("write_slots no tokens", lambda: pool.write_slots([missing], [0], 0)),
+            ("reserve unknown", lambda: pool.reserve({missing: 4})),
             ("prepare_write beyond any room", lambda: pool.prepare_write(seq if seq is not None else missing, 0,
                                                                         10_000)),
         ]
@@ -369,24 +346,26 @@ class PoolFuzz:
         batch_k, batch_v = mx.stack([keys, keys]), mx.stack([values, values])
         other = next((s for s in sorted(self.refs) if s != seq), None)
         calls = [
-            ("write zero heads", lambda: pool.write(0, seq, 0, keys[:1, :0], values[:1, :0])),
-            ("write zero head_dim", lambda: pool.write(0, seq, 0, keys[:1, :, :0], values[:1, :, :0])),
+            ("write zero heads", lambda: write_kv(pool, 0, seq, 0, keys[:1, :0], values[:1, :0])),
+            ("write zero head_dim", lambda: write_kv(pool, 0, seq, 0, keys[:1, :, :0], values[:1, :, :0])),
             ("add_sequence existing", lambda: pool.add_sequence(seq)),
             ("prepare_write past length", lambda: pool.prepare_write(seq, length + rng.randint(1, 4), 1)),
             ("prepare_write no tokens", lambda: pool.prepare_write(seq, 0, rng.choice([0, -1, 1.0]))),
-            ("write unprepared", lambda: pool.write(0, seq, length, keys, values)),
-            ("write_batch fewer values", lambda: pool.write_batch(0, [seq, seq], [0, 0], batch_k, values[None])),
-            ("write_batch values shorter", lambda: pool.write_batch(0, [seq, seq], [0, 0], batch_k, batch_v[:, :1])),
-            ("write_batch starts mismatch", lambda: pool.write_batch(0, [seq, seq], [0], batch_k, batch_v)),
-            ("write_batch second unprepared", lambda: pool.write_batch(0, [seq, seq], [max(0, length - 2), length],
-                                                                      batch_k, batch_v)),
+            ("write unprepared", lambda: write_kv(pool, 0, seq, length, keys, values)),
+            ("write_batch fewer values", lambda: write_batch_kv(pool, 0, [seq, seq], [0, 0], batch_k, values[None])),
+            ("write_batch values shorter",
+             lambda: write_batch_kv(pool, 0, [seq, seq], [0, 0], batch_k, batch_v[:, :1])),
+            ("write_batch starts mismatch", lambda: write_batch_kv(pool, 0, [seq, seq], [0], batch_k, batch_v)),
+            ("write_batch second unprepared",
+             lambda: write_batch_kv(pool, 0, [seq, seq], [max(0, length - 2), length], batch_k, batch_v)),
             ("clone too long", lambda: pool.clone(seq, 10**6, length + 1)),
             ("clone onto existing", lambda: pool.clone(seq, seq, 0)),
             ("trim past length", lambda: pool.trim(seq, length + 1)),
             ("logical_start past length", lambda: pool.set_logical_start(seq, length + 1)),
             ("logical_start negative", lambda: pool.set_logical_start(seq, -1)),
-            ("token_slots twice", lambda: pool.token_slots([seq, seq], [0, 0])),
-            ("token_slots unprepared", lambda: pool.token_slots([seq], [length])),
+            ("write_slots twice", lambda: pool.write_slots([seq, seq], [0, 0], 1)),
+            ("write_slots unprepared", lambda: pool.write_slots([seq], [length], 1)),
+            ("write_slots span unprepared", lambda: pool.write_slots([seq], [max(0, length - 1)], 2)),
             ("gather bad layer", lambda: pool.gather_visible(LAYERS, seq)),
         ]
         if start < length and any(t % BLOCK for t in range(start, length)):
@@ -402,41 +381,40 @@ class PoolFuzz:
         return calls
 
     def _invalid_geometry(self, seq: int, length: int, keys, values) -> list[tuple[str, object]]:
-        """Wrong dtype/shape against a layer whose geometry the first write fixed; blocks that are not the
-        caller's; stale token slots; shared blocks written without copy-on-write."""
+        """Wrong dtype/shape against the geometry the first write fixed for every layer; stale write slots; shared
+        blocks written without copy-on-write."""
         pool = self.pool
-        calls = [
-            ("write float16", lambda: pool.write(0, seq, 0, keys.astype(mx.float16), values.astype(mx.float16))),
-            ("write other heads", lambda: pool.write(0, seq, 0, *(mx.array(a) for a in self._kv(2, heads=3)))),
-            ("write other head_dim", lambda: pool.write(0, seq, 0, *(mx.array(a) for a in self._kv(2, dim=5)))),
-            ("restore wrong token count", lambda: pool.restore_block(0, BlockContents(0, keys[:1], values[:1]))),
-            ("set_slab_blocks after write", lambda: pool.set_slab_blocks(4)),
-        ]
+        calls = []
         if length:
-            block = pool.block_ids(0, seq)[0]
-            calls.append(("release_block not held", lambda: pool.release_block(block)))
             try:
-                slots = pool.token_slots([seq], [length - 1])
+                slots = pool.write_slots([seq], [length - 1], 1)
             except PoolError:  # its last block is shared
                 slots = None
             if slots is not None:
-                calls.append(("write_tokens batch size", lambda: pool.write_tokens(0, slots, keys, values)))
+                one_k, one_v = keys[None, :1], values[None, :1]
+                heads, dim = (tuple(mx.array(a)[None, :1] for a in self._kv(2, **kw)) for kw in ({"heads": 3},
+                                                                                                  {"dim": 5}))
+                calls += [
+                    ("write float16", lambda: pool.write(0, slots, one_k.astype(mx.float16), one_v.astype(mx.float16))),
+                    ("write other heads", lambda: pool.write(0, slots, *heads)),
+                    ("write other head_dim", lambda: pool.write(1, slots, *dim)),
+                    ("write batch size", lambda: write_tokens_kv(pool, 0, slots, keys, values)),
+                    ("write token count", lambda: pool.write(0, slots, keys[None], values[None])),
+                ]
         old = self.old_slots
-        # stale for the layer written (1): slots are checked per layer, and a change in another layer alone (a write
-        # to layer 0 only) leaves layer 1's slots valid (seeds 1 and 6 at make fuzz's scale found that case)
-        if old is not None and old.layer_versions[1] != pool.book.versions[1]:
+        if old is not None and old.version != pool.book.version:
             batch = len(old.seq_ids)
-            calls.append(("write_tokens stale slots", lambda: pool.write_tokens(1, old, mx.repeat(keys[:1], batch, 0),
-                                                                                mx.repeat(values[:1], batch, 0))))
+            stale_k, stale_v = mx.repeat(keys[:1], batch, 0), mx.repeat(values[:1], batch, 0)
+            calls.append(("write stale slots", lambda: write_tokens_kv(pool, 1, old, stale_k, stale_v)))
         shared = self._shared_block_position(seq)
         if shared is not None:
-            calls.append(("write into shared block", lambda: pool.write(0, seq, shared, keys[:1], values[:1])))
+            calls.append(("write into shared block", lambda: write_kv(pool, 0, seq, shared, keys[:1], values[:1])))
         return calls
 
     def _shared_block_position(self, seq: int) -> int | None:
-        tables = self.pool.book.tables(seq)
-        counts = self.pool.book.layers[0].row_refcount
-        for index, row in enumerate(tables[0].rows):
+        table = self.pool.book.table(seq)
+        counts = self.pool.book.row_refcount
+        for index, row in enumerate(table.rows):
             if counts[row] > 1 and index * BLOCK < self._length(seq):
                 return index * BLOCK
         return None
@@ -450,8 +428,7 @@ class PoolFuzz:
 
 
 VALID_OPS = ("new_sequence", "new_sequence", "write_span", "write_span", "write_batch", "decode_tokens", "release",
-             "clone", "detach", "adopt", "release_handle", "trim", "logical_start", "restore_prefix", "shrink",
-             "shrink", "reserve")
+             "clone", "detach", "adopt", "release_handle", "trim", "logical_start", "shrink", "shrink", "reserve")
 
 
 def run_fuzz(seed: int, design: str, steps: int, open_blocks: str = "low") -> Counter:

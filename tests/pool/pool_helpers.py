@@ -19,10 +19,7 @@ def make_kv(num_tokens: int, n_kv_heads: int = 2, head_dim: int = 4, dtype: str 
 
 def full_state(pool) -> dict:
     """Everything observable about a pool's topology and counters (compared before/after a failing call)."""
-    return {"snapshot": pool.snapshot(), "stats": pool.stats().to_dict(), "book": pool.book.counters.to_dict(),
-            "seqs": {s: (pool.seq_length(s), pool.logical_start(s),
-                         [pool.block_ids(layer, s) for layer in range(pool.config.num_layers)])
-                     for s in pool.sequence_ids()},
+    return {"snapshot": pool.snapshot(), "stats": pool.stats().to_dict(), "book": pool.book.state(),
             "handles": sorted(pool.book.handles)}
 
 

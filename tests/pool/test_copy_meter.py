@@ -6,31 +6,30 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from pool import MONOLITHIC_CHUNK_BLOCKS, BlockContents, PagedKVPool, PoolConfig, PoolError
+from pool import MONOLITHIC_CHUNK_BLOCKS, PagedKVPool, PoolConfig, PoolError
 from pool.copy_meter import CopyWindow, peak_memory
 from pool.pool import ALLOCATOR_NOISE_BYTES
 
 from pool_helpers import make_kv, recopying_slab_storage_class, use_storage
+from pool_writes import write_kv
 
 BYTES_PER_ROW = 2 * 4 * 2 * 4 * 4  # K+V x block 4 x 2 heads x head_dim 4 x fp32
 
 
 def churn(pool):
-    """Prefills across slab/chunk boundaries, a clone written into (copy-on-write), a release, a restore; returns
-    the pool after checking its integrity at every step."""
+    """Prefills across slab/chunk boundaries, a clone written into (copy-on-write), a release; returns the pool
+    after checking its integrity at every step."""
     for seq, tokens in enumerate((30, 70, 40)):
         pool.add_sequence(seq)
         keys, values = make_kv(tokens, seed=seq)
         pool.prepare_write(seq, 0, tokens)
         for layer in range(pool.config.num_layers):
-            pool.write(layer, seq, 0, keys, values)
+            write_kv(pool, layer, seq, 0, keys, values)
         pool.check_integrity()
     pool.clone(1, 5, 66)
     pool.prepare_write(5, 66, 1)  # the shared partial block is copied (one pair per layer)
     pool.check_integrity()
     pool.release(0)
-    contents = pool.read_block(pool.block_ids(1, 1)[0])
-    pool.release_block(pool.restore_block(1, contents))
     pool.check_integrity()
     return pool
 
@@ -55,7 +54,7 @@ def test_the_growth_check_tolerates_allocator_transients_below_one_slab_tensor_a
     pool.add_sequence(0)
     pool.prepare_write(0, 0, 16)
     for layer in range(2):
-        pool.write(layer, 0, 0, *make_kv(16, seed=1))
+        write_kv(pool, layer, 0, 0, *make_kv(16, seed=1))
     pool.storage.bytes_copied = tolerated
     pool.check_integrity()
     pool.storage.bytes_copied = tolerated + 1
@@ -70,7 +69,7 @@ def test_a_slab_storage_that_recopies_on_growth_is_measured_and_caught(monkeypat
     keys, values = make_kv(16, seed=1)
     pool.prepare_write(0, 0, 16)  # 4 rows = 2 slabs per layer, nothing existing to copy
     for layer in range(2):
-        pool.write(layer, 0, 0, keys, values)
+        write_kv(pool, layer, 0, 0, keys, values)
     assert pool.counters().bytes_copied == 0
     pool.prepare_write(0, 16, 9)  # 3 more rows: 2 more slabs per layer, each layer's 2 old slabs re-copied
     slab_bytes = 2 * BYTES_PER_ROW  # K+V of a 2-row slab
@@ -79,7 +78,7 @@ def test_a_slab_storage_that_recopies_on_growth_is_measured_and_caught(monkeypat
     with pytest.raises(PoolError, match="slab growth copies nothing"):
         pool.check_integrity()
     for layer in range(2):  # the data is intact: only the allocator could see the copies
-        pool.write(layer, 0, 16, *make_kv(9, seed=2))
+        write_kv(pool, layer, 0, 16, *make_kv(9, seed=2))
         assert mx.array_equal(pool.gather_visible(layer, 0).keys[:, :16], keys.transpose(1, 0, 2))
 
 
@@ -91,6 +90,26 @@ def test_each_lazy_replacement_is_measured_not_only_the_largest():
     window = CopyWindow(lambda: [slabs])
     slabs[:] = [mx.concatenate([s, s[:0]]) for s in slabs]
     assert window.checkpoint() == 4 * 8 * 64 * 4 and window.copied == 4 * 8 * 64 * 4
+
+
+def test_replacements_of_different_sizes_in_k_and_v_lists_are_each_measured():
+    """The case the checkpoint's rule is for, as a storage meets it: a lazy rewrite replaces tensors of different
+    sizes in a layer's K list and V list, each copy freeing its source, beside an appended tensor (new capacity,
+    not charged). Evaluated together the peak would show about the largest copy; one tensor measured and
+    multiplied, or one list measured, would miss others. Measured one at a time they sum to every copy's bytes."""
+    row = 64 * 4
+    keys = [mx.zeros((8, 64)), mx.zeros((16, 64))]
+    values = [mx.zeros((4, 64)), mx.zeros((32, 64))]
+    fill = mx.ones((1, 64))
+    mx.eval(keys, values, fill)
+    window = CopyWindow(lambda: [keys, values])
+    keys[1] = mx.concatenate([keys[1], keys[1][:0]])
+    values[0] = mx.concatenate([values[0], values[0][:0]])
+    values[1] = mx.concatenate([values[1], values[1][:0]])
+    keys.append(mx.full((8, 64), fill[0, 0]))  # grown capacity (filled from an evaluated array: no transient)
+    assert window.checkpoint() == (16 + 4 + 32) * row
+    keys[0] = mx.concatenate([keys[0], keys[0][:0]])  # the next checkpoint charges only what changed since
+    assert window.checkpoint() == 8 * row and window.copied == (16 + 4 + 32 + 8) * row
 
 
 def test_growth_in_place_or_by_appending_charges_nothing():
@@ -111,7 +130,7 @@ def test_peak_memory_survives_the_windows_resets():
     pool = PagedKVPool(PoolConfig(num_layers=1, block_size=2, slab_blocks=2))
     pool.add_sequence(0)
     pool.prepare_write(0, 0, 4)
-    pool.write(0, 0, 0, *make_kv(4))  # a measured growth: resets MLX's own counter
+    write_kv(pool, 0, 0, 0, *make_kv(4))  # a measured growth: resets MLX's own counter
     assert mx.get_peak_memory() < high <= peak_memory()
 
 
@@ -120,49 +139,44 @@ def test_storage_capacity_that_disagrees_with_the_book_is_an_integrity_error():
     pool.add_sequence(0)
     pool.prepare_write(0, 0, 8)
     for layer in range(2):
-        pool.write(layer, 0, 0, *make_kv(8))
+        write_kv(pool, layer, 0, 0, *make_kv(8))
     pool.check_integrity()
-    pool.storage.ensure_rows(1, 4)  # a slab behind the bookkeeping's back
-    with pytest.raises(PoolError, match="storage capacity == booked capacity: layer 1 has 4 rows, bookkeeping "
-                                        "reserved 2"):
+    pool.storage.ensure_rows(1, 4)  # a slab behind the bookkeeping's back, in one layer
+    with pytest.raises(PoolError, match=r"every layer's storage holds the booked capacity: layers hold \[2, 4\] rows, "
+                                        "the bookkeeping reserved 2"):
         pool.check_integrity()
 
 
 @pytest.mark.parametrize("design", ["slab", "monolithic"])
 def test_byte_counters_follow_every_operation(design):
-    """The counters the sampler reads equal a recount after every pool operation, including the first write of
-    each layer (its bytes start counting there) and a restore into one layer alone. (Inside an operation they may
-    lead storage by that operation: the book reserves capacity before storage allocates it.)"""
+    """The figures the sampler reads (``bytes_now``) equal a recount after every pool operation, including the first
+    write (every layer's bytes start counting there, at once). (Inside an operation they may lead storage by that
+    operation: the book reserves capacity before storage allocates it.)"""
     pool = PagedKVPool(PoolConfig(num_layers=2, block_size=4, slab_blocks=2, design=design))
     seen = []
 
     def check():
-        stats = pool.stats()
-        assert (pool.live_bytes(), pool.reserved_bytes()) == (stats.bytes_in_use, stats.bytes_reserved)
+        stats, now = pool.stats(), pool.bytes_now()
+        assert (now.live, now.reserved) == (stats.bytes_in_use, stats.bytes_reserved)
         chunk = 2 if design == "slab" else MONOLITHIC_CHUNK_BLOCKS  # rows per slab / grow chunk
-        slabs = sum(pool.storage.capacity_rows(layer) // chunk for layer in range(2) if pool.storage.has_layer(layer))
-        assert pool.slab_count() == slabs
-        seen.append(pool.live_bytes())
+        assert now.slabs == sum(pool.storage.layer_capacity(layer) // chunk for layer in range(2))
+        seen.append(now.live)
 
     keys, values = make_kv(13, seed=3)
     for operation in (lambda: pool.add_sequence(0), lambda: pool.prepare_write(0, 0, 13),
-                      lambda: pool.write(0, 0, 0, keys, values),  # layer 0 counted, layer 1 not yet (no storage)
-                      lambda: pool.write(1, 0, 0, keys, values), lambda: pool.clone(0, 1, 13),
+                      lambda: write_kv(pool, 0, 0, 0, keys, values),  # the first write: both layers counted
+                      lambda: write_kv(pool, 1, 0, 0, keys, values), lambda: pool.clone(0, 1, 13),
                       lambda: pool.prepare_write(1, 13, 4),  # copy-on-write of block 3, a new block 4
                       lambda: pool.release(0)):
         operation()
         check()
-    assert seen[2] == 4 * BYTES_PER_ROW and seen[3] == 2 * 4 * BYTES_PER_ROW
+    assert seen[1] == 0 and seen[2] == seen[3] == 2 * 4 * BYTES_PER_ROW
     assert max(seen) == 2 * 6 * BYTES_PER_ROW  # both sequences' rows after the copy-on-write
-    block = pool.restore_block(0, BlockContents(0, keys[:4], values[:4]))
-    check()
-    assert seen[-1] == seen[-2] + BYTES_PER_ROW
-    pool.release_block(block)
     pool.release(1)
     check()
-    assert pool.live_bytes() == 0 and pool.reserved_bytes() == pool.stats().bytes_reserved > 0
-    pool.book.bytes_now.live += 1
-    with pytest.raises(PoolError, match="byte counters == recount"):
+    assert pool.bytes_now().live == 0 and pool.bytes_now().reserved == pool.stats().bytes_reserved > 0
+    pool.storage.ensure_rows(0, 2 * pool.storage.capacity_rows())  # storage past what was booked
+    with pytest.raises(PoolError, match="storage holds the booked capacity"):
         pool.check_integrity()
 
 

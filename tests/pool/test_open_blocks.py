@@ -12,6 +12,7 @@ from pool import BlockBook, PagedKVPool, PoolConfig, PoolError
 from pool.free_rows import FreeRows
 
 from pool_helpers import full_state, make_kv
+from pool_writes import write_kv, write_tokens_kv
 
 BS, SLAB = 4, 4  # 16 tokens per slab
 
@@ -36,25 +37,25 @@ def slabs_of(book: BlockBook, rows) -> set[int]:
 
 def test_the_open_blocks_of_a_burst_share_the_top_slab():
     low, high = burst_book("low"), burst_book("high")
-    low_tails = [low.block_rows(0, seq)[-1] for seq in range(4)]
-    high_tails = [high.block_rows(0, seq)[-1] for seq in range(4)]
+    low_tails = [low.block_rows(seq)[-1] for seq in range(4)]
+    high_tails = [high.block_rows(seq)[-1] for seq in range(4)]
     assert low_tails == [3, 7, 11, 15] and slabs_of(low, low_tails) == {0, 1, 2, 3}  # one slab per sequence
-    capacity = high.layers[0].capacity
-    assert low.layers[0].capacity == 20 and capacity == 24  # 4 x 5 blocks reserved, plus a row to park each
+    capacity = high.capacity
+    assert low.capacity == 20 and capacity == 24  # 4 x 5 blocks reserved, plus a row to park each
     assert high_tails == [23, 22, 21, 20] and slabs_of(high, high_tails) == {5}
     # the full blocks land where they would have without the policy (each sequence's from a slab boundary): the rows
     # the open blocks would have taken are parked, not given to the next sequence's first block
     for seq in range(4):
-        assert high.block_rows(0, seq)[:-1] == low.block_rows(0, seq)[:-1] == [4 * seq, 4 * seq + 1, 4 * seq + 2]
-    assert high.layers[0].free.parked_rows() == low_tails
+        assert high.block_rows(seq)[:-1] == low.block_rows(seq)[:-1] == [4 * seq, 4 * seq + 1, 4 * seq + 2]
+    assert high.free.parked_rows() == low_tails
     # the decode step at the block boundary opens the next blocks: the top again, one slab
     for seq in range(4):
         high.prepare_write(seq, 15, 1)
         high.prepare_write(seq, 16, 1)
     high.check_integrity()
-    assert slabs_of(high, [high.block_rows(0, seq)[-1] for seq in range(4)]) == {4}
-    assert high.layers[0].free.parked_rows() == low_tails  # a decode step's open block parks nothing
-    assert high.layers[0].capacity == capacity  # nothing grew past the reservation
+    assert slabs_of(high, [high.block_rows(seq)[-1] for seq in range(4)]) == {4}
+    assert high.free.parked_rows() == low_tails  # a decode step's open block parks nothing
+    assert high.capacity == capacity  # nothing grew past the reservation
 
 
 def test_counters_count_the_rows_minted_free_once():
@@ -67,29 +68,28 @@ def test_counters_count_the_rows_minted_free_once():
 
 def test_parked_rows_go_last_and_survive_the_state():
     book = burst_book("high")  # rows 3, 7, 11, 15 parked, 16-19 free, 20-23 the open blocks
-    parked = book.layers[0].free.parked_rows()
+    parked = book.free.parked_rows()
     assert parked == [3, 7, 11, 15]
     book.add_sequence(9)
     book.prepare_write(9, 0, 4)  # one full block: the lowest unparked free row, not a parked one
-    assert book.block_rows(0, 9) == [16]
+    assert book.block_rows(9) == [16]
     state = book.state()
-    assert state.layers[0].parked == parked
-    assert BlockBook.from_state(state, check=True).layers[0].free.parked_rows() == parked
-    bad = state.layers[0].__class__(state.layers[0].row_block, state.layers[0].row_refcount,
-                                    [r for r in state.layers[0].free if r != 3], state.layers[0].capacity, parked)
+    assert state.rows.parked == parked
+    assert BlockBook.from_state(state, check=True).free.parked_rows() == parked
     import msgspec
 
+    bad = msgspec.structs.replace(state.rows, free=[r for r in state.rows.free if r != 3])
     with pytest.raises(PoolError, match="inconsistent book state"):  # a parked row that is not free
-        BlockBook.from_state(msgspec.structs.replace(state, layers=[bad]), check=True)
+        BlockBook.from_state(msgspec.structs.replace(state, rows=bad), check=True)
     book.prepare_write(9, 4, 16)  # rows 17-19 are the last unparked ones: then the parked rows, lowest first
-    assert book.block_rows(0, 9) == [16, 17, 18, 19, 3] and book.layers[0].free.parked_rows() == [7, 11, 15]
+    assert book.block_rows(9) == [16, 17, 18, 19, 3] and book.free.parked_rows() == [7, 11, 15]
     book.check_integrity()
 
 
 def test_a_budget_caps_the_top_row():
     book = burst_book("high", seqs=2, budget=9)  # capacity rounds to 12 rows; the budget allows 9 live blocks
-    assert book.layers[0].capacity == 12
-    assert book.block_rows(0, 0)[-1] == 8 and max(len(book.layers[0].row_block), 0) == 9
+    assert book.capacity == 12
+    assert book.block_rows(0)[-1] == 8 and max(len(book.row_block), 0) == 9
     book.check_integrity()
 
 
@@ -98,12 +98,12 @@ def test_without_a_reservation_the_open_block_takes_the_top_of_the_current_capac
     book.add_sequence(0)
     book.add_sequence(1)
     book.prepare_write(0, 0, 6)  # no capacity yet when its rows are picked: minted in order, like "low"
-    assert book.block_rows(0, 0) == [0, 1] and book.layers[0].capacity == 4
+    assert book.block_rows(0) == [0, 1] and book.capacity == 4
     book.prepare_write(1, 0, 2)  # an open block alone (nothing parked): the slab's top row, row 2 minted free
-    assert book.block_rows(0, 1) == [3] and book.layers[0].free.sorted_rows() == [2]
-    assert book.layers[0].free.parked_rows() == []
+    assert book.block_rows(1) == [3] and book.free.sorted_rows() == [2]
+    assert book.free.parked_rows() == []
     book.prepare_write(1, 2, 4)  # fills it and opens the next: the top is taken, so the highest free row
-    assert book.block_rows(0, 1) == [3, 2]
+    assert book.block_rows(1) == [3, 2]
     book.check_integrity()
 
 
@@ -116,7 +116,7 @@ def test_the_policy_survives_the_books_state_and_the_pools_geometry():
         again.prepare_write(seq, 15, 2)
     assert again.state() == book.state()
     config = PoolConfig(num_layers=1, block_size=BS, slab_blocks=SLAB, open_blocks="high")
-    assert config.geometry().open_blocks == "high"
+    assert config.open_blocks == "high"
     assert PagedKVPool(config).book.open_blocks == "high"
 
 
@@ -143,17 +143,17 @@ def test_a_decode_step_writes_one_slab_per_layer_and_reads_back_what_it_wrote():
         for seq, (keys, values) in prompts.items():
             pool.prepare_write(seq, 0, 15)
             for layer in range(2):
-                pool.write(layer, seq, 0, keys[:15], values[:15])
+                write_kv(pool, layer, seq, 0, keys[:15], values[:15])
         for seq in range(4):
             pool.prepare_write(seq, 15, 1)
-        slots = pool.token_slots(list(range(4)), [15] * 4)
+        slots = pool.write_slots(list(range(4)), [15] * 4, 1)
         last_k = mx.stack([prompts[seq][0][15] for seq in range(4)])
         last_v = mx.stack([prompts[seq][1][15] for seq in range(4)])
-        groups = {}
         for layer in range(2):
-            pool.write_tokens(layer, slots, last_k, last_v, groups)
+            write_tokens_kv(pool, layer, slots, last_k, last_v)
         pool.check_integrity()
-        results[policy] = (len(next(iter(groups.values()))), slabs_of(pool.book, slots.layer_rows[0]))
+        groups = slots.layout["storage"]  # the scatters every layer made (one per slab touched)
+        results[policy] = (len(groups), slabs_of(pool.book, [rows[0] for rows in slots.rows]))
         for seq, (keys, values) in prompts.items():
             for layer in range(2):
                 got = pool.gather_visible(layer, seq)

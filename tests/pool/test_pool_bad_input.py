@@ -8,9 +8,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from pool import BlockContents, BudgetExceeded, PoolError, PrefixHandle
+from pool import BudgetExceeded, PoolError, PrefixHandle
 
 from pool_helpers import full_state, make_kv
+from pool_writes import write_kv
 
 
 @pytest.fixture(params=["slab", "monolithic"])
@@ -21,12 +22,12 @@ def busy_pool(request, tiny_pool):
     pool.add_sequence(1)
     pool.prepare_write(1, 0, 10)
     for layer in range(2):
-        pool.write(layer, 1, 0, keys, values)
+        write_kv(pool, layer, 1, 0, keys, values)
     pool.clone(1, 2, 6)
     pool.add_sequence(3)
     pool.prepare_write(3, 0, 4)
     for layer in range(2):
-        pool.write(layer, 3, 0, *make_kv(4, seed=3))
+        write_kv(pool, layer, 3, 0, *make_kv(4, seed=3))
     pool.handle = pool.detach(3)
     pool.gather_visible(0, 1)
     return pool
@@ -44,19 +45,33 @@ def _foreign_handle(tiny_pool, design):
 
 def _bad_calls(pool, foreign):
     keys, values = make_kv(2, seed=7)
-    batch_k, batch_v = mx.stack([keys, keys]), mx.stack([values, values])
+    k, v = keys[None], values[None]  # [1 sequence, 2 tokens, H, D]
+    slots = pool.write_slots([1], [8], 2)  # block 2 of sequence 1: prepared, its own
+    write = pool.write
     return [
-        (lambda: pool.write(0, 1, 0, keys.astype(mx.float16), values.astype(mx.float16)), "stores float32"),
-        (lambda: pool.write(0, 1, 0, *make_kv(2, n_kv_heads=3)), "n_kv_heads=2"),
-        (lambda: pool.write(0, 1, 0, *make_kv(2, head_dim=8)), "head_dim=4"),
-        (lambda: pool.write(0, 1, 0, keys, values[:1]), "must both be"),
-        (lambda: pool.write(0, 1, 0, keys[None], values[None]), "must both be"),
-        (lambda: pool.write(0, 1, 0, np.zeros((2, 2, 4)), values), "must be mx.array"),
-        (lambda: pool.write(0, 1, 0, keys.astype(mx.int32), values.astype(mx.int32)), "dtype must"),
-        (lambda: pool.write(0, 1, 9, keys, values), "not prepared"),
-        (lambda: pool.write(0, 2, 4, keys, values), "shared; prepare_write"),
-        (lambda: pool.write(5, 1, 0, keys, values), "layer 5 out of range"),
-        (lambda: pool.write(0, 42, 0, keys, values), "unknown sequence 42"),
+        (lambda: write(0, slots, k.astype(mx.float16), v.astype(mx.float16)), "stores float32"),
+        (lambda: write(0, slots, *(t[None] for t in make_kv(2, n_kv_heads=3))), "n_kv_heads=2"),
+        (lambda: write(0, slots, *(t[None] for t in make_kv(2, head_dim=8))), "head_dim=4"),
+        (lambda: write(0, slots, k, v[:, :1]), "must both be"),
+        (lambda: write(0, slots, k[None], v[None]), "must both be"),
+        (lambda: write(0, slots, mx.stack([keys, keys]), mx.stack([values, values])), r"must both be \[1, 2,"),
+        (lambda: write(0, slots, np.zeros((1, 2, 2, 4)), v), "must be mx.array"),
+        (lambda: write(0, slots, k.astype(mx.int32), v.astype(mx.int32)), "dtype must"),
+        (lambda: write(0, slots, k[:, :, :0], v[:, :, :0]), "n_kv_heads >= 1"),
+        (lambda: write(0, slots, k[:, :, :, :0], v[:, :, :, :0]), "head_dim >= 1"),
+        (lambda: write(5, slots, k, v), "layer 5 out of range"),
+        (lambda: write(0, (1, 8), k, v), "takes the WriteSlots"),
+        (lambda: pool.write_slots([1], [9], 2), "not prepared"),
+        (lambda: pool.write_slots([1], [10], 1), "not prepared"),
+        (lambda: pool.write_slots([2], [4], 2), "shared; prepare_write"),
+        (lambda: pool.write_slots([2], [5], 1), "shared; prepare_write"),
+        (lambda: pool.write_slots([42], [0], 2), "unknown sequence 42"),
+        (lambda: pool.write_slots([1, 42], [8, 0], 1), "unknown sequence 42"),
+        (lambda: pool.write_slots([1, 3], [0], 2), "one start per sequence"),
+        (lambda: pool.write_slots([], [], 2), "at least one"),
+        (lambda: pool.write_slots([1, 1], [8, 8], 1), "appears twice"),
+        (lambda: pool.write_slots([1], [8], 0), "num_tokens must be"),
+        (lambda: pool.write_slots([1], ["8"], 1), "must be an int"),
         (lambda: pool.prepare_write(1, 11, 2), "past its length"),
         (lambda: pool.prepare_write(1, 0, 0), "num_tokens must be"),
         (lambda: pool.prepare_write(42, 0, 1), "unknown sequence 42"),
@@ -77,24 +92,13 @@ def _bad_calls(pool, foreign):
         (lambda: pool.adopt(foreign, 9), "issued by another pool"),
         (lambda: pool.release_handle(foreign), "issued by another pool"),
         (lambda: pool.release_handle(0), "expected a PrefixHandle"),
-        (lambda: pool.write_batch(0, [1, 3], [0, 0], batch_k, values[None]), "must both be"),
-        (lambda: pool.write_batch(0, [1, 3], [0, 0], batch_k, batch_v[:, :1]), "must both be"),
-        (lambda: pool.write_batch(0, [1, 3], [0, 0], batch_k, batch_v.astype(mx.float16)), "one dtype"),
-        (lambda: pool.write_batch(0, [1, 3], [0], batch_k, batch_v), "2 sequences and 1 starts"),
-        (lambda: pool.write_batch(0, [], [], batch_k[:0], batch_v[:0]), "at least one"),
-        (lambda: pool.write_batch(0, [1, 3], [0, 0], np.zeros((2, 2, 2, 4)), batch_v), "must be mx.array"),
-        (lambda: pool.write_batch(0, [1, 42], [8, 0], batch_k, batch_v), "unknown sequence 42"),
-        (lambda: pool.write(0, 1, 0, keys[:, :0], values[:, :0]), "n_kv_heads >= 1"),
-        (lambda: pool.write(0, 1, 0, keys[:, :, :0], values[:, :, :0]), "head_dim >= 1"),
-        (lambda: pool.read_block(10_000), "unknown or freed block 10000"),
-        (lambda: pool.release_block(pool.block_ids(0, 1)[0]), "not held by the caller"),
-        (lambda: pool.restore_block(0, BlockContents(0, keys, values)), "hold 2 tokens; expected 4"),
-        (lambda: pool.restore_block(0, BlockContents(0, *make_kv(4, dtype="bfloat16"))), "stores float32"),
+        (lambda: pool.reserve([1]), "reserve takes"),
+        (lambda: pool.reserve({42: 4}), "unknown sequence 42"),
         (lambda: pool.gather_visible(0, 42), "unknown sequence 42"),
         (lambda: pool.gather_visible(-1, 1), "out of range"),
-        (lambda: pool.set_slab_blocks(8), "before the first write"),
+        (lambda: pool.step_view([1, 42]), "unknown sequence 42"),
+        (lambda: pool.slabs(2), "out of range"),
         (lambda: pool.set_logical_start(1, 11), "past sequence 1's length"),
-        (lambda: pool.handle_from_blocks([[0], [1]], 4), "held by the caller"),
     ]
 
 
@@ -124,7 +128,7 @@ def test_bad_config_is_rejected():
 
 @pytest.mark.parametrize("design", ["slab", "monolithic"])
 def test_a_first_write_with_a_zero_dimension_fixes_no_geometry(tiny_pool, design):
-    """A first write fixes the layer's geometry: with n_kv_heads or head_dim 0 it would fix 0 bytes per row."""
+    """The first write fixes every layer's geometry: with n_kv_heads or head_dim 0 it would fix 0 bytes per row."""
     pool = tiny_pool(design)
     pool.add_sequence(0)
     pool.prepare_write(0, 0, 3)
@@ -132,9 +136,26 @@ def test_a_first_write_with_a_zero_dimension_fixes_no_geometry(tiny_pool, design
     for bad_k, bad_v in ((keys[:, :0], values[:, :0]), (keys[:, :, :0], values[:, :, :0])):
         before = full_state(pool)
         with pytest.raises(PoolError, match="need n_kv_heads >= 1 and head_dim >= 1"):
-            pool.write(0, 0, 0, bad_k, bad_v)
-        with pytest.raises(PoolError, match="need n_kv_heads >= 1 and head_dim >= 1"):
-            pool.write_batch(0, [0], [0], bad_k[None], bad_v[None])
-        assert full_state(pool) == before and not pool.storage.has_layer(0) and pool.book.geometry is None
-    pool.write(0, 0, 0, keys, values)
+            write_kv(pool, 0, 0, 0, bad_k, bad_v)
+        assert full_state(pool) == before and not pool.storage.initialised and pool.book.geometry is None
+    write_kv(pool, 0, 0, 0, keys, values)
     assert pool.book.bytes_per_row == 2 * 4 * 2 * 4 * 4
+
+
+def test_writes_through_stale_slots_are_refused(busy_pool):
+    """Slots carry the row version they were resolved at: after a row change (here: a clone sharing the target
+    block) a write through them would land in a row someone else reads, so it is refused and writes nothing."""
+    keys, values = make_kv(2, seed=7)
+    slots = busy_pool.write_slots([1], [8], 2)
+    busy_pool.clone(1, 7, 10)  # block 2 of sequence 1 is shared now
+    before = full_state(busy_pool)
+    with pytest.raises(PoolError, match="stale"):
+        busy_pool.write(0, slots, keys[None], values[None])
+    assert full_state(busy_pool) == before
+    storage_before = [mx.array(t) for t in busy_pool.storage.keys[0]]
+    busy_pool.prepare_write(1, 8, 2)  # the copy-on-write gives sequence 1 its own block again
+    busy_pool.write(0, busy_pool.write_slots([1], [8], 2), keys[None], values[None])
+    shared_rows = busy_pool.book.table(7).rows
+    for row in shared_rows:  # the clone's rows kept their bytes: the write went to the copied row
+        slab, local = busy_pool.storage._slab_for_row(row)
+        assert mx.array_equal(busy_pool.storage.keys[0][slab][local], storage_before[slab][local])

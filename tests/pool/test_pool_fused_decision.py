@@ -6,6 +6,7 @@ import pytest
 
 from pool import FusedDecision, KernelCaps, register_kernel, unregister_kernel
 from pool.fused_decision import ENV_VAR, REASON_NO_KERNEL, decide, detect_backend
+from pool_writes import write_kv
 
 CAPS = KernelCaps(backend="cuda", dtypes=frozenset({"bfloat16", "float16"}), head_dims=frozenset({64, 128}),
                   multi_slab=False, min_batch=2, max_batch=64, min_context=1024)
@@ -48,21 +49,19 @@ def test_pool_counts_outcomes_and_uses_registry(tiny_pool, monkeypatch):
     pool = tiny_pool("slab", num_layers=2)
     monkeypatch.delenv(ENV_VAR, raising=False)
     assert detect_backend() == "cpu"
-    assert pool.fused_decision(0, dtype="bfloat16", head_dim=128, batch_size=4).reason == \
+    assert pool.fused_decision(dtype="bfloat16", head_dim=128, batch_size=4).reason == \
         "no GPU kernel backend (cpu)"
     monkeypatch.setattr(fused_module, "detect_backend", lambda: "cuda")
     register_kernel(KernelCaps("cuda", frozenset({"bfloat16"}), frozenset({128}), multi_slab=False))
     try:
-        assert pool.fused_decision(1, dtype="bfloat16", head_dim=128, batch_size=4).use_fused
+        assert pool.fused_decision(dtype="bfloat16", head_dim=128, batch_size=4).use_fused
         monkeypatch.setenv(ENV_VAR, "0")
-        assert not pool.fused_decision(1, dtype="bfloat16", head_dim=128, batch_size=4).use_fused
+        assert not pool.fused_decision(dtype="bfloat16", head_dim=128, batch_size=4).use_fused
     finally:
         unregister_kernel("cuda")
-    counters = pool.counters()
-    assert counters.fused_decisions == 1 and counters.gather_decisions == 2
-    layers = pool.snapshot().layers
-    assert layers[1].fused == FusedDecision(False, f"disabled by {ENV_VAR}=0")
-    assert layers[0].fused.reason == "no GPU kernel backend (cpu)"
+    counters = pool.counters()  # one decision per step, counted once per layer it applies to
+    assert counters.fused_decisions == 2 and counters.gather_decisions == 4
+    assert [layer.fused for layer in pool.snapshot().layers] == [FusedDecision(False, f"disabled by {ENV_VAR}=0")] * 2
 
 
 def test_monolithic_layer_is_one_buffer_for_the_multi_slab_rule(tiny_pool, monkeypatch):
@@ -78,8 +77,8 @@ def test_monolithic_layer_is_one_buffer_for_the_multi_slab_rule(tiny_pool, monke
             pool = tiny_pool(design, num_layers=1)  # 8-token slabs; 20 tokens -> 3 slabs or one 32-row tensor
             pool.add_sequence(0)
             pool.prepare_write(0, 0, 20)
-            pool.write(0, 0, 0, mx.zeros((20, 2, 4)), mx.zeros((20, 2, 4)))
-            decision = pool.fused_decision(0, dtype="float32", head_dim=4, batch_size=1)
+            write_kv(pool, 0, 0, 0, mx.zeros((20, 2, 4)), mx.zeros((20, 2, 4)))
+            decision = pool.fused_decision(dtype="float32", head_dim=4, batch_size=1)
             assert decision.use_fused is fused, decision.reason
     finally:
         unregister_kernel("metal")
@@ -87,21 +86,20 @@ def test_monolithic_layer_is_one_buffer_for_the_multi_slab_rule(tiny_pool, monke
 
 # ---- rule 6: a K/V tensor past the kernel's 32-bit index range (emulated sizes: nothing that large is allocated) --
 def test_tensor_past_32_bit_index_range_declines_at_the_boundary():
-    from pool.limits import INDEX_LIMIT
-
-    assert ask(buffer_elements=INDEX_LIMIT - 1).use_fused
-    decision = ask(buffer_elements=INDEX_LIMIT)
+    """Literal element counts (2^32 - 1 runs, 2^32 declines), not relative to INDEX_LIMIT: a limit moved to 2^31
+    must fail here."""
+    assert ask(buffer_elements=2**32 - 1).use_fused
+    assert ask(buffer_elements=2**31).use_fused  # past a signed 32-bit index: the kernel's index is unsigned
+    decision = ask(buffer_elements=2**32)
     assert not decision.use_fused
-    assert "exceeds the cuda kernel's index range" in decision.reason and f"{INDEX_LIMIT:,} elements" in decision.reason
+    assert "exceeds the cuda kernel's index range" in decision.reason and "4,294,967,296 elements" in decision.reason
     assert ask(buffer_elements=None).use_fused  # unknown size (no storage yet): not checked
 
 
 def test_index_range_rule_comes_before_the_soft_thresholds():
     """A hard limit: the reason is the index range even where a threshold would also send the layer to gather."""
-    from pool.limits import INDEX_LIMIT
-
-    assert "index range" in ask(buffer_elements=INDEX_LIMIT, context_len=1, num_slabs=3).reason
-    assert "index range" in ask(buffer_elements=INDEX_LIMIT, readiness=lambda n: "kernel compiling").reason
+    assert "index range" in ask(buffer_elements=2**32, context_len=1, num_slabs=3).reason
+    assert "index range" in ask(buffer_elements=2**32, readiness=lambda n: "kernel compiling").reason
 
 
 @pytest.mark.parametrize("design", ["slab", "monolithic"])
@@ -119,21 +117,22 @@ def test_pool_asks_with_its_largest_tensor(tiny_pool, monkeypatch, design):
     pool = tiny_pool(design, num_layers=1)
     pool.add_sequence(0)
     pool.prepare_write(0, 0, 20)
-    pool.write(0, 0, 0, mx.zeros((20, 2, 4)), mx.zeros((20, 2, 4)))
+    write_kv(pool, 0, 0, 0, mx.zeros((20, 2, 4)), mx.zeros((20, 2, 4)))
     try:
         for limit, fused in ((elements - 1, False), (elements, True)):
             register_kernel(KernelCaps("cuda", frozenset({"float32"}), frozenset({4}), multi_slab=True,
                                        max_buffer_elements=limit))
-            decision = pool.fused_decision(0, dtype="float32", head_dim=4, batch_size=1)
+            decision = pool.fused_decision(dtype="float32", head_dim=4, batch_size=1)
             assert decision.use_fused is fused, decision.reason
     finally:
         unregister_kernel("cuda")
 
 
-def test_pool_decides_every_layer_once_per_distinct_slab_geometry(tiny_pool, monkeypatch):
-    """``fused_decisions`` answers each layer as ``fused_decision`` would and counts each layer, but runs the rule
-    once per distinct (slab count, largest tensor): the readiness probe is asked once for the two written layers
-    (3 slabs each) and once for the unwritten one (none), not once per layer."""
+def test_one_decision_per_step_serves_every_layer(tiny_pool, monkeypatch):
+    """Every layer holds the same slabs (one row space, grown together), so the step's decision runs the rule once
+    (the readiness probe is asked once, with the slab count every layer has) and applies to every layer; the
+    counters count it once per layer, as when each layer decided alone. Before the first write there is nothing
+    to read: no slabs."""
     import mlx.core as mx
 
     import pool.fused_decision as fused_module
@@ -143,8 +142,6 @@ def test_pool_decides_every_layer_once_per_distinct_slab_geometry(tiny_pool, mon
     pool = tiny_pool("slab", num_layers=3)
     pool.add_sequence(0)
     pool.prepare_write(0, 0, 20)
-    for layer in (0, 1):
-        pool.write(layer, 0, 0, mx.zeros((20, 2, 4)), mx.zeros((20, 2, 4)))
     asked = []
 
     def readiness(num_slabs):
@@ -153,13 +150,12 @@ def test_pool_decides_every_layer_once_per_distinct_slab_geometry(tiny_pool, mon
 
     register_kernel(KernelCaps("cuda", frozenset({"float32"}), frozenset({4}), multi_slab=True))
     try:
-        decisions = pool.fused_decisions(dtype="float32", head_dim=4, batch_size=1, readiness=readiness)
-        assert sorted(asked) == [0, 3]
-        singles = [pool.fused_decision(layer, dtype="float32", head_dim=4, batch_size=1, readiness=readiness)
-                   for layer in range(3)]
+        before = pool.fused_decision(dtype="float32", head_dim=4, batch_size=1, readiness=readiness)
+        write_kv(pool, 1, 0, 0, mx.zeros((20, 2, 4)), mx.zeros((20, 2, 4)))  # the first write: every layer's slabs
+        after = pool.fused_decision(dtype="float32", head_dim=4, batch_size=1, readiness=readiness)
     finally:
         unregister_kernel("cuda")
-    assert decisions == singles and [d.use_fused for d in decisions] == [True, True, False]
+    assert asked == [0, 3] and not before.use_fused and after.use_fused
     counters = pool.counters()
-    assert (counters.fused_decisions, counters.gather_decisions) == (4, 2)
-    assert [layer.fused for layer in pool.snapshot().layers] == decisions
+    assert (counters.fused_decisions, counters.gather_decisions) == (3, 3)
+    assert all(layer.fused == after for layer in pool.snapshot().layers)

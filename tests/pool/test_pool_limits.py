@@ -17,6 +17,7 @@ from pool.limits import (INDEX_LIMIT, MemoryLimits, bytes_per_slab, check_first_
                          check_pool_capacity, elements_per_slab, format_bytes)
 
 from pool_helpers import full_state, make_kv
+from pool_writes import write_kv
 
 # make_kv's default geometry: 2 heads x 4 dims float32, block_size 4 -> 128 bytes per tensor row, 256 K+V
 ROW = 2 * 4 * 2 * 4 * 4
@@ -29,9 +30,13 @@ def test_slab_arithmetic():
 
 
 def test_index_range_stops_at_2_pow_32():
-    check_index_range(INDEX_LIMIT - 1, "slab")
-    with pytest.raises(SizeLimitError, match="32-bit index"):
-        check_index_range(INDEX_LIMIT, "slab")
+    """Literal element counts, not INDEX_LIMIT: a limit moved to 2^31 (or 2^33) must fail here."""
+    assert INDEX_LIMIT == 4_294_967_296
+    check_index_range(4_294_967_295, "slab")  # 2^32 - 1: the largest index a 32-bit unsigned int holds
+    check_index_range(2**31, "slab")  # past a signed 32-bit index: still addressable
+    with pytest.raises(SizeLimitError, match="slab: 4,294,967,296 elements; a 32-bit index addresses at most "
+                                             "4,294,967,295"):
+        check_index_range(2**32, "slab")
 
 
 def test_capacity_check_names_buffer_and_total():
@@ -63,21 +68,8 @@ def test_first_write_past_the_limit_changes_nothing(design):
     pool.prepare_write(0, 0, 4)
     before = full_state(pool)
     with pytest.raises(SizeLimitError, match="the KV pool with float32"):
-        pool.write(0, 0, 0, *make_kv(4))
-    assert full_state(pool) == before and not pool.storage.has_layer(0)
-    pool.check_integrity()
-
-
-@pytest.mark.parametrize("design", ["slab", "monolithic"])
-def test_a_first_restore_past_the_limit_changes_nothing(design):
-    from pool import BlockContents
-
-    limits = MemoryLimits(memory_bytes=ROW, max_buffer_bytes=2**30, source="test device")  # less than one slab
-    pool = PagedKVPool(PoolConfig(num_layers=2, block_size=4, slab_blocks=2, design=design), limits=limits)
-    before = full_state(pool)
-    with pytest.raises(SizeLimitError, match="the KV pool with float32"):
-        pool.restore_block(1, BlockContents(1, *make_kv(4)))
-    assert full_state(pool) == before and pool.book.counters.blocks_created == 0
+        write_kv(pool, 0, 0, 0, *make_kv(4))
+    assert full_state(pool) == before and not pool.storage.initialised and pool.storage.tensors() == []
     pool.check_integrity()
 
 
@@ -87,7 +79,7 @@ def test_growth_past_the_limit_is_refused_before_the_book_moves():
     pool.add_sequence(0)
     pool.prepare_write(0, 0, 16)  # 4 blocks: 2 slabs per layer, exactly the limit
     for layer in range(2):
-        pool.write(layer, 0, 0, *make_kv(16))
+        write_kv(pool, layer, 0, 0, *make_kv(16))
     before = full_state(pool)
     with pytest.raises(SizeLimitError, match=r"12 rows \(K \+ V over 2 layers\) need"):
         pool.prepare_write(0, 16, 1)  # a third slab per layer
@@ -100,9 +92,8 @@ def test_growth_past_the_limit_is_refused_before_the_book_moves():
 def test_pool_config_rejects_dimensions_past_int32():
     with pytest.raises(PoolError, match="slab_blocks must be an int in"):
         PagedKVPool(PoolConfig(num_layers=1, slab_blocks=2**31))
-    pool = PagedKVPool(PoolConfig(num_layers=1))
     with pytest.raises(PoolError, match="slab_blocks must be an int in"):
-        pool.set_slab_blocks(10**12)
+        PagedKVPool(PoolConfig(num_layers=1).replace(slab_blocks=10**12))
 
 
 def test_device_limits_on_this_machine_are_measured():
@@ -122,9 +113,9 @@ _UNDER_4_GIB = textwrap.dedent("""
     pool = PagedKVPool(PoolConfig(num_layers=2, block_size=32, slab_blocks=10**6))
     pool.add_sequence(0)
     pool.prepare_write(0, 0, 8)
-    keys = mx.zeros((8, 3, 64))
+    keys = mx.zeros((1, 8, 3, 64))
     try:
-        pool.write(0, 0, 0, keys, keys)
+        pool.write(0, pool.write_slots([0], [0], 8), keys, keys)
     except SizeLimitError as exc:
         print("refused:", exc)
 """)

@@ -10,6 +10,7 @@ from pool.op_apply import apply_op
 from pool.ops import Reserve, SequenceOp
 
 from pool_helpers import full_state, make_kv
+from pool_writes import write_kv
 
 BS, SLAB = 4, 2  # 8 tokens per slab
 
@@ -36,7 +37,7 @@ def prefill(pool, seq: int, start: int, tokens: int, chunk: int) -> None:
         n = min(chunk, tokens - lo)
         pool.prepare_write(seq, start + lo, n)
         for layer in range(pool.config.num_layers):
-            pool.write(layer, seq, start + lo, keys[lo:lo + n], values[lo:lo + n])
+            write_kv(pool, layer, seq, start + lo, keys[lo:lo + n], values[lo:lo + n])
 
 
 def started(num_seqs: int, design: str = "slab", budget=None) -> PagedKVPool:
@@ -56,14 +57,14 @@ def test_reserve_grows_once_and_the_writes_it_covers_grow_nothing(monkeypatch, d
     windows = counted_windows(monkeypatch)
     pool.reserve(lengths)
     assert len(windows) == 1, "one measured growth for every sequence at once"
-    capacity = pool.book.layers[0].capacity
+    capacity = pool.book.capacity
     assert capacity == (96 if design == "monolithic" else 66)  # 66 blocks in slabs of 2 rows / 32-row chunks
     appends = pool.counters().slab_appends
     for seq, length in lengths.items():
         prefill(pool, seq, 1, length - 1, 8)
     pool.check_integrity()
     assert len(windows) == 1 and pool.counters().slab_appends == appends, "a write inside the reservation grew"
-    assert pool.book.layers[0].capacity == capacity and pool.stats().live_blocks == 2 * 66
+    assert pool.book.capacity == capacity and pool.stats().live_blocks == 2 * 66
 
 
 def test_without_a_reservation_the_same_writes_grow_at_every_slab(monkeypatch):
@@ -79,13 +80,13 @@ def test_reserve_counts_free_rows_and_is_a_noop_when_capacity_holds(monkeypatch)
     pool = started(2)
     prefill(pool, 0, 1, 23, 8)  # sequence 0: 6 blocks
     pool.release(0)  # 6 rows free (rows 0, 2..6 minus sequence 1's row)
-    capacity = pool.book.layers[0].capacity
+    capacity = pool.book.capacity
     windows = counted_windows(monkeypatch)
     pool.reserve({1: 24})  # 5 more blocks: all taken from free rows
-    assert not windows and pool.book.layers[0].capacity == capacity
+    assert not windows and pool.book.capacity == capacity
     pool.reserve({1: 4 * BS})  # fewer tokens than it will write: nothing more either
     pool.reserve({1: 0})
-    assert not windows and pool.book.layers[0].capacity == capacity
+    assert not windows and pool.book.capacity == capacity
 
 
 def test_reserve_holds_a_copy_for_a_shared_partial_tail():
@@ -93,19 +94,19 @@ def test_reserve_holds_a_copy_for_a_shared_partial_tail():
     pool = started(1)
     prefill(pool, 0, 1, 5, 5)  # 6 tokens: 2 blocks, the second partial
     pool.clone(0, 1, 6)
-    minted = len(pool.book.layers[0].row_block)
+    minted = len(pool.book.row_block)
     pool.reserve({1: 8})  # inside its blocks, but the shared tail must be copied: one row
-    assert pool.book.layers[0].capacity >= minted + 1
-    before = pool.book.layers[0].capacity
+    assert pool.book.capacity >= minted + 1
+    before = pool.book.capacity
     prefill(pool, 1, 6, 2, 2)
-    assert pool.book.layers[0].capacity == before
+    assert pool.book.capacity == before
     pool.check_integrity()
 
 
 def test_reserve_stops_at_the_budget():
     pool = started(1, budget=5)
     pool.reserve({0: 1000})
-    assert pool.book.layers[0].capacity == 6  # 5 blocks rounded up to whole slabs of 2 rows, not 250 blocks
+    assert pool.book.capacity == 6  # 5 blocks rounded up to whole slabs of 2 rows, not 250 blocks
     pool.check_integrity()
 
 
@@ -119,7 +120,7 @@ def test_reserve_past_the_budget_is_checked_against_memory_for_what_it_holds():
     pool.limits = pool.book.limits = MemoryLimits(memory_bytes=2 * 6 * row_bytes, max_buffer_bytes=1 << 40,
                                                   source="test room")
     pool.reserve({0: 1000})  # 250 blocks asked, 5 held (6 rows): fits
-    assert pool.book.layers[0].capacity == 6
+    assert pool.book.capacity == 6
     pool.check_integrity()
 
 
@@ -149,7 +150,7 @@ def test_reserve_replays_from_the_op_log():
     for op in ops:
         if isinstance(op, SequenceOp):
             apply_op(replay, op, handles)
-    assert [rows.capacity for rows in replay.layers] == [rows.capacity for rows in pool.book.layers]
+    assert replay.capacity == pool.book.capacity
     replay.check_integrity()
 
 
@@ -157,6 +158,6 @@ def test_integrity_allows_reserved_capacity_but_not_partial_slabs():
     pool = started(1)
     pool.reserve({0: 40})
     pool.check_integrity()  # capacity beyond the minted rows, in whole slabs
-    pool.book.layers[1].capacity += 1
+    pool.book.capacity += 1
     with pytest.raises(PoolError, match="whole slabs/chunks"):
         pool.book.check_integrity()

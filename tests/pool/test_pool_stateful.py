@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from pool import PagedKVPool, PoolConfig, ShrinkPolicy
+from pool_writes import write_kv
 
 LAYERS, BLOCK, SLAB, HEADS, DIM = 2, 2, 2, 1, 2  # slabs of 4 tokens: most spans cross slab boundaries
 MAX_SEQS = 5
@@ -42,7 +43,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.pool.prepare_write(seq, start, num_tokens)
         for layer in range(LAYERS):
             keys, values = self._chunk(num_tokens, layer)
-            self.pool.write(layer, seq, start, keys, values)
+            write_kv(self.pool, layer, seq, start, keys, values)
             ref_k, ref_v = self.refs[seq][layer]
             end = start + num_tokens
             self.refs[seq][layer] = (mx.concatenate([ref_k[:start], keys, ref_k[end:]]),
@@ -153,16 +154,20 @@ class PoolMachine(RuleBasedStateMachine):
         self.pool.snapshot_cache.clear()
         fresh = self.pool.snapshot()
         assert cached == fresh
-        for layer, entry in enumerate(fresh.layers):
-            assert entry.row_owner == _row_owners(self.pool.book, layer)
-            assert sum(1 for owner in entry.row_owner if owner == -1) == entry.free_rows
+        assert fresh.row_owner == _row_owners(self.pool.book)
+        for entry in fresh.layers:  # every layer holds the one row space
+            assert sum(1 for owner in fresh.row_owner if owner == -1) == entry.free_rows
+            assert entry.capacity_rows == len(fresh.row_owner) == len(fresh.row_refcount)
 
     @invariant()
     def integrity_and_dense_parity(self):
         self.pool.check_integrity()
+        seqs = sorted(self.refs)
+        view = self.pool.step_view(seqs)
+        assert view.lengths == tuple(self.refs[seq][0][0].shape[0] for seq in seqs)
+        assert view.rows == tuple(tuple(self.pool.book.table(seq).rows) for seq in seqs)
         for seq, per_layer in self.refs.items():
-            assert self.pool.seq_length(seq) == per_layer[0][0].shape[0]
-            if not self.pool.storage.has_layer(0):
+            if not self.pool.storage.initialised:
                 continue
             start = self.starts[seq]
             for layer, (ref_k, ref_v) in enumerate(per_layer):

@@ -6,9 +6,10 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import KVCache
 
-from pool import BlockContents, PagedKVPool, PoolConfig, PoolError
+from pool import PoolError
 
 from pool_helpers import make_kv
+from pool_writes import write_kv
 
 DESIGNS = ["slab", "monolithic"]
 
@@ -16,7 +17,7 @@ DESIGNS = ["slab", "monolithic"]
 def write_all_layers(pool, seq, start, keys, values):
     pool.prepare_write(seq, start, keys.shape[0])
     for layer in range(pool.config.num_layers):
-        pool.write(layer, seq, start, keys, values)
+        write_kv(pool, layer, seq, start, keys, values)
 
 
 @pytest.mark.parametrize("design", DESIGNS)
@@ -43,7 +44,7 @@ def test_slab_growth_appends_exact_slabs_and_copies_nothing(tiny_pool):
         pool.add_sequence(seq)
         keys, values = make_kv(tokens, seed=seq)
         write_all_layers(pool, seq, 0, keys, values)
-    assert [pool.storage.num_slabs(layer) for layer in range(3)] == [6, 6, 6]
+    assert [len(pool.storage.keys[layer]) for layer in range(3)] == [6, 6, 6]
     assert pool.counters().slab_appends == 18 == pool.book.counters.slab_appends
     assert pool.counters().bytes_copied == 0 and pool.counters().grow_events == 0
     bytes_per_row = 2 * 4 * 2 * 4 * 4
@@ -80,12 +81,12 @@ def test_gather_over_interleaved_fragmented_table(tiny_pool, design):
             keys, values = make_kv(2, seed=10 * step + seq)
             write_all_layers(pool, seq, 2 * step, keys, values)
             refs[seq].append((keys, values))
-    assert pool.book.tables(0)[0].rows == [0, 2, 4, 6, 8, 10, 12, 14]
+    assert pool.book.table(0).rows == [0, 2, 4, 6, 8, 10, 12, 14]
     pool.release(0)  # frees the even rows: holes everywhere
     pool.add_sequence(2)
     keys, values = make_kv(15, seed=99)
     write_all_layers(pool, 2, 0, keys, values)
-    assert pool.book.tables(2)[0].rows == [0, 2, 4, 6, 8, 10, 12, 14]  # freed rows reused lowest first
+    assert pool.book.table(2).rows == [0, 2, 4, 6, 8, 10, 12, 14]  # freed rows reused lowest first
     got = pool.gather_visible(0, 2)
     assert mx.array_equal(got.keys, keys.transpose(1, 0, 2)) and mx.array_equal(got.values, values.transpose(1, 0, 2))
     assert got.num_runs == (4 if design == "slab" else 1)
@@ -123,52 +124,42 @@ def test_logical_start_slices_the_visible_window(tiny_pool):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("design", DESIGNS)
-def test_read_restore_block_byte_exact(tiny_pool, design, dtype):
-    pool = tiny_pool(design, num_layers=2)
-    keys, values = make_kv(8, dtype=dtype, seed=5)
+def test_every_layer_holds_its_own_bytes_at_the_shared_rows(tiny_pool, design, dtype):
+    """One row space: a row is one block of every layer, but each layer's storage holds that layer's K/V there.
+    Different bytes per layer survive writes, a copy-on-write (the shared row copied in every layer) and growth."""
+    pool = tiny_pool(design, num_layers=3)
+    per_layer = [make_kv(10, dtype=dtype, seed=layer) for layer in range(3)]
     pool.add_sequence(0)
-    write_all_layers(pool, 0, 0, keys, values)
-    blocks = [[pool.read_block(block) for block in pool.block_ids(layer, 0)] for layer in range(2)]
-    assert mx.array_equal(blocks[1][1].keys, keys[4:8]) and blocks[1][1].keys.dtype == keys.dtype
-    restored = [[pool.restore_block(layer, c) for c in per_layer] for layer, per_layer in enumerate(blocks)]
-    handle = pool.handle_from_blocks(restored, 8)
-    pool.release(0)
-    pool.adopt(handle, 1)
-    pool.release_handle(handle)
-    for layer in range(2):
-        got = pool.gather_visible(layer, 1)
+    pool.prepare_write(0, 0, 10)
+    slots = pool.write_slots([0], [0], 10)
+    for layer, (keys, values) in enumerate(per_layer):
+        pool.write(layer, slots, keys[None], values[None])
+    pool.clone(0, 1, 10)
+    pool.prepare_write(1, 10, 1)  # copies the shared tail block's row in every layer
+    tails = [make_kv(1, dtype=dtype, seed=10 + layer) for layer in range(3)]
+    slots = pool.write_slots([1], [10], 1)
+    for layer, (keys, values) in enumerate(tails):
+        pool.write(layer, slots, keys[None], values[None])
+    pool.add_sequence(2)
+    pool.prepare_write(2, 0, 30)  # grows every layer
+    assert pool.counters().cow_copies == 3
+    for layer, ((keys, values), (tail_k, tail_v)) in enumerate(zip(per_layer, tails)):
+        got = pool.gather_visible(layer, 0)
         assert mx.array_equal(got.keys, keys.transpose(1, 0, 2)) and mx.array_equal(got.values,
                                                                                    values.transpose(1, 0, 2))
-    pool.release(1)
-    assert pool.stats().live_blocks == 0
+        forked = pool.gather_visible(layer, 1)
+        assert mx.array_equal(forked.keys, mx.concatenate([keys, tail_k]).transpose(1, 0, 2))
+        assert mx.array_equal(forked.values, mx.concatenate([values, tail_v]).transpose(1, 0, 2))
     pool.check_integrity()
 
 
-def test_restore_releases_block_when_write_fails(tiny_pool, monkeypatch):
-    pool = tiny_pool("slab", num_layers=1)
-    keys, values = make_kv(4, seed=1)
+def test_the_first_write_fixes_one_geometry_for_every_layer(tiny_pool):
+    pool = tiny_pool("slab", num_layers=2)
     pool.add_sequence(0)
+    pool.prepare_write(0, 0, 4)
+    keys, values = make_kv(4, n_kv_heads=2, head_dim=4)
     write_all_layers(pool, 0, 0, keys, values)
-    contents = pool.read_block(pool.block_ids(0, 0)[0])
-
-    def broken(*args):
-        raise RuntimeError("device lost")
-
-    monkeypatch.setattr(pool.storage, "write_row", broken)
-    with pytest.raises(RuntimeError, match="device lost"):
-        pool.restore_block(0, contents)
-    assert pool.stats().live_blocks == 1 and not pool.book.loose
-    pool.check_integrity()
-    with pytest.raises(PoolError, match="hold 2 tokens; expected 4"):
-        pool.restore_block(0, BlockContents(0, keys[:2], values[:2]))
-
-
-def test_set_slab_blocks_before_first_write_only():
-    pool = PagedKVPool(PoolConfig(num_layers=1, block_size=2))
-    pool.set_slab_blocks(3)
-    keys, values = make_kv(14)
-    pool.add_sequence(0)
-    write_all_layers(pool, 0, 0, keys, values)
-    assert pool.storage.num_slabs(0) == 3 and pool.gather_visible(0, 0).num_runs == 3
-    with pytest.raises(PoolError, match="before the first write"):
-        pool.set_slab_blocks(4)
+    assert all(len(pool.storage.keys[layer]) == 1 for layer in range(2))  # every layer got storage at once
+    other_k, other_v = make_kv(4, n_kv_heads=1, head_dim=8)
+    with pytest.raises(PoolError, match="in every layer"):
+        write_kv(pool, 1, 0, 0, other_k, other_v)

@@ -29,17 +29,17 @@ def parked_burst() -> BlockBook:
 
 def test_compaction_moves_blocks_into_parked_rows_it_planned():
     book = parked_burst()
-    assert book.layers[0].free.parked_rows() == [3, 7, 11, 15]
+    assert book.free.parked_rows() == [3, 7, 11, 15]
     ops = []
     book.add_op_listener(ops.append)
     book.release(1)  # rows 4-6 and 22 free (unparked): the top slab keeps rows 23 and 20, half of it
     book.release(2)  # rows 8-10 and 21
     plan = book.shrink()
-    assert plan.moves[0] == [(20, 3), (23, 4)]  # the lowest free rows, the parked row 3 first
-    assert book.block_rows(0, 0) == [0, 1, 2, 4] and book.block_rows(0, 3) == [12, 13, 14, 3]
+    assert plan.moves == [(20, 3), (23, 4)]  # the lowest free rows, the parked row 3 first
+    assert book.block_rows(0) == [0, 1, 2, 4] and book.block_rows(3) == [12, 13, 14, 3]
     assert [op for op in ops if isinstance(op, BlockMove)] == [BlockMove(layers=1, moves=[(20, 3), (23, 4)],
                                                                          count=2, bytes=2 * ROW_BYTES)]
-    assert book.layers[0].capacity == 4 * SLAB and 3 not in book.layers[0].free.parked_rows()
+    assert book.capacity == 4 * SLAB and 3 not in book.free.parked_rows()
     book.check_integrity()
 
 

@@ -13,12 +13,13 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from pool import BlockContents, PagedKVPool, PoolConfig
+from pool import PagedKVPool, PoolConfig
 from pool.storage_base import LayerGeometry, store_rows
 from pool.storage_monolithic import MonolithicStorage
 from pool.storage_slab import SlabStorage
 
 from pool_helpers import make_kv
+from pool_writes import write_kv
 
 DESIGNS = ["slab", "monolithic"]
 GEOMETRY = LayerGeometry("float32", 2, 4)
@@ -40,8 +41,14 @@ def transposed_kv(num_tokens, n_kv_heads=2, head_dim=4, seed=0):
 
 
 def all_slabs(pool):
-    return [t for layer in range(pool.config.num_layers) if pool.storage.has_layer(layer)
-            for tensors in (pool.storage.keys[layer], pool.storage.values[layer]) for t in tensors]
+    return pool.storage.tensors()
+
+
+def write_row(storage, row, keys, values):
+    """Overwrite one whole row of layer 0 (what a test needs to fill storage it built by hand)."""
+    slab, local = storage._slab_for_row(row)
+    store_rows(storage.keys[0], slab, local, keys[None])
+    store_rows(storage.values[0], slab, local, values[None])
 
 
 def gather_ref(chunks, logical_start=0):
@@ -73,7 +80,7 @@ def test_full_slab_span_from_a_transposed_view_keeps_every_slab_contiguous(tiny_
     pool.add_sequence(0)
     pool.prepare_write(0, 0, num_tokens)
     for layer in range(2):
-        pool.write(layer, 0, 0, keys, values)
+        write_kv(pool, layer, 0, 0, keys, values)
     slabs = all_slabs(pool)
     assert len(slabs) == (12 if design == "slab" else 4)
     assert all(is_row_contiguous(slab) for slab in slabs)
@@ -84,40 +91,19 @@ def test_full_slab_span_from_a_transposed_view_keeps_every_slab_contiguous(tiny_
 
 
 @pytest.mark.parametrize("design", DESIGNS)
-def test_restore_block_into_a_one_block_slab_keeps_it_contiguous(tiny_pool, design):
-    pool = tiny_pool(design, num_layers=1, block_size=2, slab_blocks=1)
-    keys, values = make_kv(4, seed=1)
-    pool.add_sequence(0)
-    pool.prepare_write(0, 0, 4)
-    pool.write(0, 0, 0, keys, values)  # rows 0, 1
-    more_k, more_v = transposed_kv(2, seed=2)
-    block = pool.restore_block(0, BlockContents(0, more_k, more_v))  # row 2: a slab of its own (slab design)
-    assert pool.book.block_location(block) == (0, 2)
-    assert all(is_row_contiguous(slab) for slab in all_slabs(pool))
-    restored = pool.read_block(block)
-    assert mx.array_equal(restored.keys, more_k) and mx.array_equal(restored.values, more_v)
-    first = [pool.restore_block(0, pool.read_block(b)) for b in pool.block_ids(0, 0)]
-    pool.adopt(pool.handle_from_blocks([first + [block]], 6), 1)
-    got = pool.gather_visible(0, 1)
-    assert mx.array_equal(got.keys, gather_ref([keys, more_k])) and mx.array_equal(got.values,
-                                                                                   gather_ref([values, more_v]))
-    pool.check_integrity()
-
-
-@pytest.mark.parametrize("design", DESIGNS)
 def test_copy_on_write_into_a_one_block_slab_keeps_both_rows(tiny_pool, design):
     pool = tiny_pool(design, num_layers=2, block_size=2, slab_blocks=1)
     keys, values = transposed_kv(3, seed=4)
     pool.add_sequence(0)
     pool.prepare_write(0, 0, 3)
     for layer in range(2):
-        pool.write(layer, 0, 0, keys, values)  # row 0 whole (its slab), row 1 in part
+        write_kv(pool, layer, 0, 0, keys, values)  # row 0 whole (its slab), row 1 in part
     pool.clone(0, 1, 3)
     pool.prepare_write(1, 3, 1)  # block 1 shared: copied to row 2 (a slab of its own)
-    assert pool.book.tables(1)[1].rows == [0, 2] and pool.counters().cow_copies == 2
+    assert pool.book.table(1).rows == [0, 2] and pool.counters().cow_copies == 2
     new_k, new_v = make_kv(1, seed=5)
     for layer in range(2):
-        pool.write(layer, 1, 3, new_k, new_v)
+        write_kv(pool, layer, 1, 3, new_k, new_v)
     assert all(is_row_contiguous(slab) for slab in all_slabs(pool))
     for layer in range(2):
         original, copy = pool.gather_visible(layer, 0), pool.gather_visible(layer, 1)
@@ -142,8 +128,7 @@ def eval_calls(monkeypatch):
 
 def test_slab_appends_wait_for_one_materialize(eval_calls):
     storage = SlabStorage(num_layers=2, block_size=2, slab_blocks=2)
-    for layer in range(2):
-        storage.init_layer(layer, GEOMETRY)
+    storage.init(GEOMETRY)
     reports = []
     storage.after_alloc = lambda: reports.append(len(storage._unevaluated))
     storage.ensure_rows(0, 6)  # 3 slabs
@@ -152,7 +137,7 @@ def test_slab_appends_wait_for_one_materialize(eval_calls):
     assert eval_calls == [] and reports == []
     appended = [t for layer in range(2) for pair in zip(storage.keys[layer], storage.values[layer]) for t in pair]
     assert len(storage._unevaluated) == 10 and all(a is b for a, b in zip(storage._unevaluated, appended))
-    assert storage.slab_appends == 5 and [storage.capacity_rows(layer) for layer in range(2)] == [6, 4]
+    assert storage.slab_appends == 5 and [storage.layer_capacity(layer) for layer in range(2)] == [6, 4]
     storage.materialize()
     assert len(eval_calls) == 1 and all(a is b for a, b in zip(eval_calls[0][0], appended))
     assert reports == [0] and storage._unevaluated == []  # reported once, after the pending list was emptied
@@ -163,9 +148,9 @@ def test_slab_appends_wait_for_one_materialize(eval_calls):
 
 def test_monolithic_allocates_eagerly_and_leaves_nothing_pending(eval_calls):
     storage = MonolithicStorage(num_layers=1, block_size=2, slab_blocks=2)
-    storage.init_layer(0, GEOMETRY)
+    storage.init(GEOMETRY)
     reports = []
-    storage.after_alloc = lambda: reports.append(storage.capacity_rows(0))
+    storage.after_alloc = lambda: reports.append(storage.capacity_rows())
     storage.ensure_rows(0, 32)
     assert len(eval_calls) == 2 and reports == [32, 32] and storage._unevaluated == []  # K, then V
     storage.materialize()
@@ -191,25 +176,22 @@ def test_pool_growth_evaluates_every_layers_slabs_in_one_eval(monkeypatch):
     pool.add_sequence(0)
     pool.prepare_write(0, 0, 4)  # rows 0, 1: one slab per layer, no storage yet
     assert kinds == [] and reports == []
-    for layer in range(3):
-        pool.write(layer, 0, 0, keys[:4], values[:4])  # each layer's first write: its slab, evaluated there
-    assert reports == [1, 2, 3]
-    # per first write (nothing to settle before: the layer has no storage yet): the K/V slab pair, then settled
-    assert growth_evals(kinds) == [("new", 2), ("sync", 2)] * 3
+    slots = pool.write_slots([0], [0], 4)
+    for layer in range(3):  # the pool's first write gives every layer its slab, in one evaluation
+        pool.write(layer, slots, keys[None, :4], values[None, :4])
+    assert reports == [3]
+    # nothing to settle before (no storage yet): the three layers' K/V slab pairs, then settled
+    assert growth_evals(kinds) == [("new", 6), ("sync", 6)]
     del kinds[:]
     pool.prepare_write(0, 4, 3)  # rows 2, 3: a second slab in every layer
-    assert reports == [1, 2, 3, 6] and pool.storage._unevaluated == []
+    assert reports == [3, 6] and pool.storage._unevaluated == []
     # one evaluation of all six new slabs, between the meter's two synchronisations of all 3 layers' storage
     assert growth_evals(kinds) == [("sync", 6), ("new", 6), ("sync", 12)]
     pool.prepare_write(0, 7, 1)  # inside block 3: nothing allocated
-    assert reports == [1, 2, 3, 6] and len(kinds) == 3
-    contents = BlockContents(0, keys[:2], values[:2])
-    del kinds[:]
-    pool.restore_block(0, contents)  # row 4: a third slab in layer 0 only
-    assert reports == [1, 2, 3, 6, 7] and growth_evals(kinds) == [("sync", 4), ("new", 2), ("sync", 6)]
+    assert reports == [3, 6] and len(kinds) == 3
     assert pool.counters().bytes_copied == 0
     for layer in range(3):
-        pool.write(layer, 0, 4, keys[4:8], values[4:8])
+        write_kv(pool, layer, 0, 4, keys[4:8], values[4:8])
         assert mx.array_equal(pool.gather_visible(layer, 0).keys, gather_ref([keys[:8]]))
     pool.check_integrity()
 
@@ -224,9 +206,9 @@ def interleaved_pool(design):
 
     def append(seq, num_tokens, seed):
         keys, values = make_kv(num_tokens, seed=seed)
-        start = pool.seq_length(seq)
+        start = pool.step_view([seq]).lengths[0]
         pool.prepare_write(seq, start, num_tokens)
-        pool.write(0, seq, start, keys, values)
+        write_kv(pool, 0, seq, start, keys, values)
         written_k[seq].append(keys)
         written_v[seq].append(values)
 
@@ -237,8 +219,8 @@ def interleaved_pool(design):
             append(seq, 2, 10 * step + seq)
     append(0, 1, 90)
     append(2, 10, 91)
-    assert pool.book.tables(0)[0].rows == [0, 2, 4, 6, 8, 10, 12]
-    assert pool.book.tables(2)[0].rows == [13, 14, 15, 16, 17]
+    assert pool.book.table(0).rows == [0, 2, 4, 6, 8, 10, 12]
+    assert pool.book.table(2).rows == [13, 14, 15, 16, 17]
     return pool, written_k, written_v
 
 
@@ -268,12 +250,11 @@ def test_gather_visible_returns_contiguous_copies_of_the_written_tokens(design):
 @pytest.mark.parametrize("design", DESIGNS)
 def test_storage_gather_trims_runs_to_the_requested_tokens(design):
     storage = (SlabStorage if design == "slab" else MonolithicStorage)(num_layers=1, block_size=2, slab_blocks=4)
-    storage.init_layer(0, GEOMETRY)
-    storage.ensure_rows(0, 8)
-    storage.materialize()
+    storage.init(GEOMETRY)
+    storage.grow(8)
     contents = {row: make_kv(2, seed=row) for row in range(8)}
     for row, (keys, values) in contents.items():
-        storage.write_row(0, row, keys, values)
+        write_row(storage, row, keys, values)
     rows = [6, 0, 2, 1, 5, 7]  # slab design runs: (1, [2]), (0, [0, 2, 1]) by take, (1, [1, 3]) by take
     flat_k = mx.concatenate([contents[row][0] for row in rows])
     flat_v = mx.concatenate([contents[row][1] for row in rows])

@@ -19,7 +19,11 @@ def record_scripted(path, design: str = "slab", slab_blocks: int = 4, block_size
                     seed: int = 0, num_layers: int = 2, shrink: ShrinkPolicy | None = None, open_blocks: str = "low"):
     """Run ``steps`` scripted steps, each ending with a shrink point (``shrink``: the pool's policy, default off);
     returns (probes, pool, live) where live = [(t_relative, snapshot, where)] taken right after ticks
-    (where="tick") and between ops (where="mid": during a step, after some writes)."""
+    (where="tick") and between ops (where="mid": during a step, after some writes). Starts from an empty MLX
+    buffer cache (as every pool test does, tests/pool/conftest.py): the copy meter charges the slack of a transient
+    served from a larger cached buffer, so a cache left by whatever ran before in this process would show up as
+    bytes copied."""
+    mx.clear_cache()
     pool = PagedKVPool(PoolConfig(num_layers=num_layers, block_size=block_size, slab_blocks=slab_blocks,
                                   design=design, shrink=shrink or ShrinkPolicy(), open_blocks=open_blocks))
     probes = WorkerProbes(None, sample_hz=100.0, snapshot_hz=1e6, record_path=path, keyframe_interval_s=1e9,
@@ -29,9 +33,10 @@ def record_scripted(path, design: str = "slab", slab_blocks: int = 4, block_size
 
     def write(seq, start, n):
         data = mx.arange(start, start + n, dtype=mx.float32)
-        kv = mx.broadcast_to(data[:, None, None], (n, N_KV_HEADS, HEAD_DIM)) + seq
+        kv = (mx.broadcast_to(data[:, None, None], (n, N_KV_HEADS, HEAD_DIM)) + seq)[None]
+        slots = pool.write_slots([seq], [start], n)
         for layer in range(num_layers):
-            pool.write(layer, seq, start, kv, kv + 0.5)
+            pool.write(layer, slots, kv, kv + 0.5)
         if seq % 3 == 0:  # a mid-step instant, between ops
             live.append((time.monotonic() - probes._t_start, pool.snapshot(), "mid"))
 
@@ -47,7 +52,7 @@ def record_scripted(path, design: str = "slab", slab_blocks: int = 4, block_size
         for seq in traffic.live:
             for layer in range(num_layers):
                 pool.gather_visible(layer, seq)
-        pool.fused_decision(0, dtype="float32", head_dim=HEAD_DIM, batch_size=len(traffic.live))
+        pool.fused_decision(dtype="float32", head_dim=HEAD_DIM, batch_size=len(traffic.live))
         tokens += len(traffic.live)
         probes.emit(Step(phase="decode", type="decode", batch=len(traffic.live), num_tokens=len(traffic.live),
                          wall_s=0.0))

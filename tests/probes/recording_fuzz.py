@@ -116,7 +116,7 @@ def fingerprint(session: Session, report_dir: Path | None = None, partner: Sessi
     }
     rows = compare_sessions([session])
     out["compare"] = (rows, format_table(rows))
-    assert session.status in ("done", "running", "error", "damaged")  # says intact or not: not compared
+    assert session.status in ("done", "stopped", "running", "error", "damaged")  # says intact or not: not compared
     if partner is not None:
         from app.commands.compare_ranks import merged, render
 

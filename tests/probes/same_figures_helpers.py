@@ -46,15 +46,17 @@ def record_with_declines(path: Path, steps: int = 24) -> None:
     fused decisions that decline for a while (compiling, then a batch below break-even) and change only on change,
     as the backend emits them."""
     layers = 2
+    mx.clear_cache()  # an empty MLX buffer cache, as every scripted pool recording starts from (probes_scripted.py)
     pool = PagedKVPool(PoolConfig(num_layers=layers, block_size=4, slab_blocks=4, design="slab"))
     probes = WorkerProbes(None, sample_hz=200.0, snapshot_hz=1e6, record_path=path, keyframe_interval_s=1e9,
                           meta={"scenario": "scripted", "backend": "slab", "model": "none", "label": "slab"})
     prefilled = [0]
 
     def write(seq, start, n):
-        kv = mx.broadcast_to(mx.arange(start, start + n, dtype=mx.float32)[:, None, None], (n, 1, 4)) + seq
+        kv = (mx.broadcast_to(mx.arange(start, start + n, dtype=mx.float32)[:, None, None], (n, 1, 4)) + seq)[None]
+        slots = pool.write_slots([seq], [start], n)
         for layer in range(layers):
-            pool.write(layer, seq, start, kv, kv + 0.5)
+            pool.write(layer, slots, kv, kv + 0.5)
         if n > 1:
             prefilled[0] += n
 

@@ -73,7 +73,7 @@ def test_tok_s_is_busy_tok_s_as_the_run_summary_counts_it(burst, capsys):
     metrics a 5 s window. The run's own summary (its END record) says tok/s busy 13,386.0: all tokens over the
     steps' time; compare, the TUI and the metrics print that, and name decode tok/s as such."""
     from app.tui.data import SessionSet, ViewState
-    from app.tui.views.memory import ratio_line
+    from app.tui.views.memory_header import verdict_line
 
     assert figures.format_tok_s(figures.tok_s(burst)) == f"{burst.summary.summary['tok_s']:,.1f}" == "13,386.0"
     assert round(figures.tok_s(burst, "decode"), 1) == burst.summary.summary["decode_tok_s"] == 465.1
@@ -82,7 +82,7 @@ def test_tok_s_is_busy_tok_s_as_the_run_summary_counts_it(burst, capsys):
     sessions = SessionSet()
     burst.label = "slab"
     sessions.add(burst)
-    assert "busy tok/s slab 13,386.0" in ratio_line(ViewState(sessions, cursor=None)).plain
+    assert "busy tok/s slab 13,386.0" in verdict_line(ViewState(sessions, cursor=None)).plain
     with pytest.raises(ValueError, match="kind must be one of"):
         figures.tok_s(burst, "wall")
 

@@ -266,3 +266,19 @@ def test_migrate_refuses_a_v1_recording_holding_an_impossible_value(tmp_path, ca
     assert code == 1 and out == "" and err.count("\n") == 1
     assert "holds an impossible value (a sample's footprint -5 bytes is below 0)" in err
     assert "only intact recordings are migrated" in err and sorted(p.name for p in tmp_path.iterdir()) == ["v1.slabrec"]
+
+
+@pytest.mark.parametrize("seq_id, damaged", [(-1, False), (0, False), (-2, True)])
+def test_a_request_without_a_sequence_is_minus_one_and_nothing_below(seq_id, damaged):
+    """A server's request cancelled while it waited ends with ``seq_id`` -1 (probes.events.RequestDone): a real
+    value, not damage; -2 is."""
+    from probes.bounds import FigureBounds, ImpossibleValue, check_event_figures
+    from probes.events import RequestDone
+
+    event = RequestDone(t=1.0, step=1, tokens=0, req_id=3, seq_id=seq_id, prompt_tokens=5, generated_tokens=0,
+                        finish_reason="disconnected")
+    if damaged:
+        with pytest.raises(ImpossibleValue, match="sequence id -2"):
+            check_event_figures([event], FigureBounds())
+    else:
+        check_event_figures([event], FigureBounds())

@@ -21,7 +21,7 @@ def test_round_trip_keeps_every_record(tmp_path):
     batches = write_synthetic(path, num_batches=20)
     s = Session.open(path)
     assert s.complete and s.incomplete_tail_bytes == 0
-    assert s.meta["scenario"] == "synthetic" and s.meta["t_start"] == T0 and s.format_version == 2
+    assert s.meta["scenario"] == "synthetic" and s.meta["t_start"] == T0 and s.format_version == 3
     expected = [e for b in batches for e in b if isinstance(e, Sample)]
     samples = s.samples.window()
     assert samples.footprint == [e.footprint for e in expected]

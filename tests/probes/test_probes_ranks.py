@@ -226,3 +226,41 @@ def test_merge_and_launch_side_import_no_mlx():
             "app.models.geometry.declared_geometry('synthetic:qwen3-0.6b'); "
             "assert 'mlx' not in sys.modules and 'mlx.core' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+
+
+def _two_phase_rank(path, rank: int, peaks: dict[str, int]) -> Session:
+    """A rank of run "phased" with phases "a" over [0, 1] s and "b" over [1, 2] s, footprint ``peaks[phase]`` at
+    the middle of each phase and 10 MiB elsewhere (samples every 0.1 s, the two ranks on one clock)."""
+    meta = {"backend": "slab", "distributed": {
+        "run_id": "phased", "rank": rank, "world_size": 2, "launch_backend": "ring", "host": f"h{rank}",
+        "pid": 100 + rank, "shard": {"kv_heads": [rank, rank + 1], "n_kv_heads_total": 2},
+        "clock": {"offset_s": 0.0, "bound_s": 1e-4}}}
+    t0 = 1000.0
+    rec = SessionRecorder(path, meta, t0)
+    events = [PhaseEdge(name="a", edge="start", t=t0), PhaseEdge(name="a", edge="end", t=t0 + 0.95),
+              PhaseEdge(name="b", edge="start", t=t0 + 1.05), PhaseEdge(name="b", edge="end", t=t0 + 2.0)]
+    for i in range(21):
+        t = round(i * 0.1, 6)
+        foot = peaks["a"] if t == 0.5 else peaks["b"] if t == 1.5 else 10 * MIB
+        events.append(Sample(t=t0 + t, step=i, tokens=i, footprint=foot, rss=foot, active=foot, cache=0, peak=foot,
+                             footprint_max=foot, rss_max=foot, sys_available=0, weights=0, pool_live=0, pool_free=0,
+                             other_active=foot, rss_other=0, cost_us=0.0))
+    rec.write(sorted(events, key=lambda e: e.t))
+    rec.close({}, t=t0 + 2.0)
+    return Session.open(path)
+
+
+def test_imbalance_is_computed_per_phase_from_each_phase_peaks(tmp_path):
+    """Rank 0 peaks in phase a (200 MiB vs 100), rank 1 in phase b (150 MiB vs 50): each phase's row divides that
+    phase's peaks (2.0, rank 0 the larger; 3.0, rank 1), and only "all" divides the whole-run peaks (200 / 150).
+    Rows computed from whole-run peaks would say 1.333 for every phase."""
+    ranks = [_two_phase_rank(tmp_path / f"p-rank{r}.slabrec", r, peaks)
+             for r, peaks in enumerate(({"a": 200 * MIB, "b": 50 * MIB}, {"a": 100 * MIB, "b": 150 * MIB}))]
+    rows = {r.phase: r for r in imbalance_rows(group_runs(ranks)[0][0])}
+    assert list(rows) == ["a", "b", "all"]
+    assert rows["a"].footprints == (200 * MIB, 100 * MIB) and rows["a"].imbalance == 2.0
+    assert (rows["a"].max_rank, rows["a"].min_rank, rows["a"].first_peak_t) == (0, 1, pytest.approx(0.5))
+    assert rows["b"].footprints == (50 * MIB, 150 * MIB) and rows["b"].imbalance == 3.0
+    assert (rows["b"].max_rank, rows["b"].min_rank, rows["b"].first_peak_t) == (1, 0, pytest.approx(1.5))
+    assert rows["all"].footprints == (200 * MIB, 150 * MIB) and rows["all"].imbalance == pytest.approx(4 / 3)
+    assert check_imbalance(list(rows.values()), 2.5) == ["slab [b]: rank imbalance 3.000 > 2.5 (rank 1 vs rank 0)"]

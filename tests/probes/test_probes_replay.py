@@ -99,13 +99,13 @@ def test_geometry_and_session_id_are_in_the_metadata(scripted):
     """A session cut before its first keyframe still knows its pool (what-if does not call it dense)."""
     path, _, pool, _ = scripted
     session = Session.open(path)
-    assert session.geometry == pool.config.geometry() and len(session.session_id) == 32
+    assert session.geometry == pool.config and len(session.session_id) == 32
     cut = path.parent / "cut.slabrec"
     image = fmt.FileImage(path)
     first_keyframe = image.by_kind[fmt.KEYFRAME][0]
     cut.write_bytes(path.read_bytes()[:first_keyframe.offset - fmt.RECORD_HEADER.size])
     early = Session.open(cut)
-    assert not early.keyframes and early.geometry == pool.config.geometry() and early.is_pool
+    assert not early.keyframes and early.geometry == pool.config and early.is_pool
 
 
 def _book_stream():

@@ -10,11 +10,15 @@ import mlx.core as mx
 import msgspec
 import pytest
 
+from pool import PoolBytes
+from pool_writes import write_kv
+from pool.ops import Release
 from probes.events import Dropped, LogLine, ProbeStats
 from probes.live import WorkerProbes
 from probes.events import Sample
 from probes.sampler import FOOTPRINT_PARTS, SAMPLE_FIELDS as SAMPLER_FIELDS, MemorySampler, accounting_parts
 from probes.transport import BatchSender, decode_batch
+from pool_writes import write_kv
 
 
 def test_active_rises_by_the_allocated_bytes_and_cache_takes_it_back():
@@ -37,7 +41,7 @@ def test_active_rises_by_the_allocated_bytes_and_cache_takes_it_back():
 
 def test_accounting_parts_sum_to_footprint_and_rss():
     sampler = MemorySampler(weight_bytes=1000)
-    sampler.attach_pool(SimpleNamespace(live_bytes=lambda: 300, reserved_bytes=lambda: 500, slab_count=lambda: 7))
+    sampler.attach_pool(SimpleNamespace(bytes_now=lambda: PoolBytes(live=300, reserved=500, slabs=7)))
     s = sampler.sample(0, 0)
     parts = accounting_parts(s)
     mlx_parts = sum(p.bytes for p in parts[:-1])
@@ -47,13 +51,23 @@ def test_accounting_parts_sum_to_footprint_and_rss():
     assert s.other_active == s.active - 1000 - 500
 
 
+class NonBlockingQueue(queue.Queue):
+    """A queue that fails any blocking put or get: on a full queue with nobody reading, one would wait forever."""
+
+    def put(self, item, block=True, timeout=None):
+        assert not block, "a blocking put: the worker would wait for its reader"
+        return super().put(item, block=False)
+
+    def get(self, block=True, timeout=None):
+        assert not block, "a blocking get"
+        return super().get(block=False)
+
+
 def test_full_queue_drops_oldest_batch_and_never_blocks():
-    q = queue.Queue(maxsize=2)
+    q = NonBlockingQueue(maxsize=2)
     sender = BatchSender(q)
     for i in range(5):
-        start = time.perf_counter()
         sender.send([LogLine(text=str(i))])
-        assert time.perf_counter() - start < 0.05
     assert sender.dropped_batches == 3 and sender.dropped_events == 3
     assert [decode_batch(q.get_nowait())[0].text for _ in range(2)] == ["3", "4"]
 
@@ -66,7 +80,11 @@ def test_probes_sample_batch_count_drops_and_measure_their_cost(tmp_path):
     for step in range(30):
         probes.emit(LogLine(text=f"step {step}"))
         probes.tick(step, step * 2)
-        time.sleep(0.01)
+        if step < 15:  # one probe-thread sample per step at least: 16 in all with the one at start
+            _wait_until(lambda: probes.sampler.num_samples >= step + 2)
+    # The probe thread flushed into the full queue (drops), and it checks stats_every_s after each sample: its
+    # 12th sample comes at least 0.12 s after it started, so a ProbeStats was queued before the 14th in all.
+    _wait_until(lambda: probes.sender.dropped_batches > 0 and probes.sampler.num_samples >= 14)
     summary = probes.stop({"ok": True})
     overhead = summary["probe_overhead"]
     assert overhead["samples"] >= 10 and overhead["sample_cost_us_mean"] > 0
@@ -83,12 +101,17 @@ def test_probes_sample_batch_count_drops_and_measure_their_cost(tmp_path):
     assert s.meta["mlx_version"] and s.meta["device"] and s.meta["sample_hz"] == 100.0
 
 
-def _latest_sample_after(probes, count: int, timeout: float = 5.0) -> Sample:
-    """The newest sample once the probe thread has taken ``count`` samples in all (waits for it)."""
+def _wait_until(predicate, timeout: float = 30.0) -> None:
+    """Poll ``predicate`` until true; the timeout only bounds a hang."""
     deadline = time.monotonic() + timeout
-    while probes.sampler.num_samples < count:
-        assert time.monotonic() < deadline, "the probe thread took no sample"
+    while not predicate():
+        assert time.monotonic() < deadline, "the probe thread never got there"
         time.sleep(0.002)
+
+
+def _latest_sample_after(probes, count: int) -> Sample:
+    """The newest sample once the probe thread has taken ``count`` samples in all (waits for it)."""
+    _wait_until(lambda: probes.sampler.num_samples >= count)
     with probes._lock:
         pending = list(probes._buffer)
     return [e for e in probes.sender.sink + pending if isinstance(e, Sample)][-1]
@@ -112,13 +135,13 @@ def test_sampled_pool_bytes_follow_the_pool_between_snapshots():
             pool.add_sequence(step)
             pool.prepare_write(step, 0, 8)
             for layer in range(2):
-                pool.write(layer, step, 0, keys, keys)
+                write_kv(pool, layer, step, 0, keys, keys)
         probes.tick(step, step)
         stats = pool.stats()
         sample = _latest_sample_after(probes, probes.sampler.num_samples + 2)
         assert (sample.pool_live, sample.pool_free) == (stats.bytes_in_use,
                                                        stats.bytes_reserved - stats.bytes_in_use), step
-        assert sample.pool_slabs == sum(len(pool.layer_view(layer).keys) for layer in range(2))  # slab tensors
+        assert sample.pool_slabs == sum(len(pool.slabs(layer)[0]) for layer in range(2))  # slab tensors
         assert sample.other_active == sample.active - stats.bytes_reserved
     assert probes._num_snapshots == 1  # only the one taken at start: the samples did not wait for snapshots
     probes.stop()
@@ -178,7 +201,7 @@ def _known_sampler(monkeypatch, discrete: bool, weight_bytes: int = 1000):
 
 def test_every_sample_field_from_known_readings(monkeypatch):
     sampler, readings = _known_sampler(monkeypatch, discrete=False)
-    sampler.attach_pool(SimpleNamespace(live_bytes=lambda: 300, reserved_bytes=lambda: 500, slab_count=lambda: 7))
+    sampler.attach_pool(SimpleNamespace(bytes_now=lambda: PoolBytes(live=300, reserved=500, slabs=7)))
     first = sampler.sample(3, 41)
     assert first == Sample(
         t=77.5, step=3, tokens=41, active=5000, cache=700, footprint=5700,
@@ -223,3 +246,30 @@ def test_maxima_start_from_zero(monkeypatch):
     readings.active = readings.cache = readings.rss = 0  # an empty reading: the maxima are 0, not a seed value
     s = sampler.sample(0, 0)
     assert (s.footprint_max, s.rss_max) == (0, 0)
+
+
+def test_stop_records_the_pool_state_at_stop_as_a_final_keyframe(tmp_path):
+    """No periodic snapshot falls due (0.000001 Hz): besides the one at start, the recording holds the pool as it
+    was at stop, taken after the last op, whole (a keyframe, so the session's end seeks without a rebuild)."""
+    from pool import PagedKVPool, PoolConfig
+    from probes.replay import Session
+
+    pool = PagedKVPool(PoolConfig(num_layers=2, block_size=4, slab_blocks=2))
+    probes = WorkerProbes(None, sample_hz=1.0, snapshot_hz=1e-6, record_path=tmp_path / "s.slabrec",
+                          meta={"scenario": "t"}, keyframe_interval_s=1e9)
+    probes.attach_pool(pool)
+    probes.start()
+    keys = mx.ones((8, 2, 4))
+    for seq in (1, 2):
+        pool.add_sequence(seq)
+        pool.prepare_write(seq, 0, 8)
+        for layer in range(2):
+            write_kv(pool, layer, seq, 0, keys, keys)
+        probes.tick(seq, seq * 8)
+    pool.release(1)
+    probes.stop()
+    session = Session.open(tmp_path / "s.slabrec")
+    assert len(session.snapshots) == 2 and len(session.keyframes) == 2
+    final, last_op = session.keyframes[-1], session.all_ops()[-1]
+    assert final.t == session.snapshots[-1].t >= last_op.t and last_op.op == Release(seq=1)
+    assert final.load().snapshot == pool.snapshot() and session.snapshots[-1].snapshot.stats == pool.stats()

@@ -11,8 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from pool import BlockBook, PoolGeometry
-from pool.limits import INDEX_LIMIT
+from pool import BlockBook, PoolConfig
 from probes.events import MetaUpdate, OpBatch, Sample
 from probes.replay import Session
 from probes.sizing import (buffer_flags, fit_table, footprint_model, pool_problem, pool_timeline,
@@ -40,7 +39,7 @@ def _session(memory_model: str = "discrete", rss_other: int = 0) -> SessionModel
     book.add_op_listener(ops.append)
     book.set_geometry("float16", 1, 8, BPR)
     model = SessionModel("hand")
-    geometry = msgspec.to_builtins(PoolGeometry(LAYERS, BLOCK, 4, "slab"))
+    geometry = msgspec.to_builtins(PoolConfig(LAYERS, BLOCK, 4, "slab"))
     model.append(MetaUpdate(t=100.0, meta={"t_start": 100.0, "geometry": geometry, "memory_model": memory_model}))
     model.append(OpBatch(t=100.0, ops=list(ops), op_t=[100.0] * len(ops)))
     model.append(_sample(100.5, 10_000_000, rss_other))
@@ -108,7 +107,8 @@ def test_largest_batch_respects_the_largest_buffer():
 
 def test_limit_flags_use_pool_limits_arithmetic():
     session = _session()
-    rows_past = INDEX_LIMIT // (BLOCK * 1 * 8)  # 16 tokens x 1 head x 8 per row: exactly 2^32 elements, one too many
+    rows_past = 2**32 // (BLOCK * 1 * 8)  # 16 tokens x 1 head x 8 per row: exactly 2^32 elements, one too many
+    assert rows_past == 33_554_432  # literal: a limit moved to 2^31 must fail below (rows_past // 2 would be past it)
     timeline = pool_timeline(session, slab_blocks=rows_past)
     flags = buffer_flags(timeline, timeline.whatif_peak_capacity, None, "at the peak")
     assert len(flags) == 1 and "32-bit index" in flags[0] and "fused kernel declines" in flags[0]

@@ -41,7 +41,7 @@ def test_a_recording_with_open_blocks_high_replays_as_it_ran(tmp_path):
         path = tmp_path / f"{policy}.slabrec"
         record_scripted(path, design="slab", steps=80, seed=3, open_blocks=policy)
         view = Session.open(path)
-        assert view.geometry.open_blocks == policy and recorded_config(view)["open_blocks"] == policy
+        assert view.geometry.open_blocks == policy and recorded_config(view).open_blocks == policy
         result = run_whatif(view)
         assert result.skipped == [] and mismatches_with_recording(view, result) == []
         minted[policy] = view.snapshots[-1].snapshot.counters.rows_minted
@@ -94,7 +94,7 @@ def compacted(tmp_path_factory):
 
 def test_recorded_shrink_policy_replays_its_moves_and_releases_exactly(compacted):
     result = run_whatif(compacted)
-    assert result.config["shrink"] == "compact" and result.shrink_points == 80
+    assert result.config.shrink.mode == "compact" and result.shrink_points == 80
     assert mismatches_with_recording(compacted, result) == []
     final = compacted.snapshots[-1].snapshot.counters
     summary = result.summary()

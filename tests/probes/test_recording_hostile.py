@@ -33,11 +33,11 @@ DENSE_V1 = SHIPPED / "sample-churn-dense.slabrec"
 
 @pytest.fixture(scope="module")
 def churn(tmp_path_factory):
-    """The shipped churn recording as v1 (as shipped) and v2 (migrated), and the dense one of each format."""
+    """The shipped churn recording as v1 (as shipped) and v3 (migrated), and the dense one of each format."""
     folder = tmp_path_factory.mktemp("churn")
-    migrate(CHURN_V1, folder / "slab-v2.slabrec")
-    migrate(DENSE_V1, folder / "dense-v2.slabrec")
-    return {"v1": (CHURN_V1, DENSE_V1), "v2": (folder / "slab-v2.slabrec", folder / "dense-v2.slabrec")}
+    migrate(CHURN_V1, folder / "slab-v3.slabrec")
+    migrate(DENSE_V1, folder / "dense-v3.slabrec")
+    return {"v1": (CHURN_V1, DENSE_V1), "v3": (folder / "slab-v3.slabrec", folder / "dense-v3.slabrec")}
 
 
 def _open(path, **kw) -> Session:
@@ -90,19 +90,19 @@ def test_duplicated_events_record_no_longer_raises_tok_s(tmp_path, capsys):
     assert "warning" in err and "duplicates the one at byte" in err and "figures cover the" in err
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ["v1", "v3"])
 def test_another_sessions_records_appended_are_not_mixed_in(churn, tmp_path, version):
     slab, dense = churn[version]
     path = _write(tmp_path, "mixed.slabrec", slab.read_bytes() + dense.read_bytes()[fmt.FILE_HEADER.size:])
     session = _open(path)
-    words = "belongs to another session" if version == "v2" else "follows the end record"
+    words = "belongs to another session" if version == "v3" else "follows the end record"
     assert words in str(session.damage) and f"byte {slab.stat().st_size}" in str(session.damage)
     assert not session.complete  # was True: the other session's records read as this one's
     intact = _open(slab)
     assert session.samples.window().t == intact.samples.window().t and session.events == intact.events
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ["v1", "v3"])
 def test_reversed_records_are_refused_and_reordered_ones_cut(churn, tmp_path, version):
     """Reversed records made ``snapshot_at`` return None silently. Now reversing everything after the metadata
     leaves nothing readable (a one-line error), and two swapped records end the readable prefix."""
@@ -127,7 +127,7 @@ def test_reversed_records_are_refused_and_reordered_ones_cut(churn, tmp_path, ve
     assert header.size < session.damage.unread
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ["v1", "v3"])
 def test_end_time_1e300_is_refused(churn, tmp_path, version):
     """END t=1e300 made the session 1e300 s long (every "all" row's tok/s 0.0)."""
     v, recs = parse(churn[version][0].read_bytes())
@@ -144,7 +144,7 @@ def test_end_time_1e300_is_refused(churn, tmp_path, version):
                                           (fmt.KEYFRAME, lambda p: p), (fmt.OPS, None)])
 @pytest.mark.parametrize("value", [math.nan, math.inf])
 def test_nan_or_infinite_times_are_refused(churn, tmp_path, kind, where, value):
-    v, recs = parse(churn["v2"][0].read_bytes())
+    v, recs = parse(churn["v3"][0].read_bytes())
     i = next(k for k, r in enumerate(recs) if r.kind == kind and (kind != fmt.EVENTS or len(r.payload) > 2))
     payload = copy.deepcopy(recs[i].payload)  # a time in the middle of a record's events
     if kind == fmt.OPS:
@@ -162,7 +162,7 @@ def test_nan_or_infinite_times_are_refused(churn, tmp_path, kind, where, value):
 @pytest.mark.parametrize("value", [-50, 10**15])
 @pytest.mark.parametrize("kind", [fmt.SNAPSHOTS, fmt.KEYFRAME])
 def test_negative_or_huge_op_index_is_refused(churn, tmp_path, kind, value):
-    v, recs = parse(churn["v2"][0].read_bytes())
+    v, recs = parse(churn["v3"][0].read_bytes())
     i = first(recs, kind)
     payload = copy.deepcopy(recs[i].payload)
     (payload[0] if kind == fmt.SNAPSHOTS else payload)["op_index"] = value
@@ -174,12 +174,12 @@ def test_negative_or_huge_op_index_is_refused(churn, tmp_path, kind, value):
 def test_an_op_index_past_the_op_log_is_found_by_every_replay(churn, tmp_path):
     """The last snapshot claiming more ops than the log holds (still in order, so no check at open can see it)
     rebuilt an older pool silently, and what-if reported "251 differences"."""
-    v, recs = parse(churn["v2"][0].read_bytes())
+    v, recs = parse(churn["v3"][0].read_bytes())
     i = max(k for k, r in enumerate(recs) if r.kind == fmt.SNAPSHOTS)
     payload = copy.deepcopy(recs[i].payload)
     payload[-1]["op_index"] += 1000
     recs = [r for k, r in enumerate(recs) if k != i and not (r.kind == fmt.KEYFRAME and r.t == payload[-1]["t"])]
-    recs.insert(i, edited(parse(churn["v2"][0].read_bytes())[1][i], payload))  # keyframes agree with summaries
+    recs.insert(i, edited(parse(churn["v3"][0].read_bytes())[1][i], payload))  # keyframes agree with summaries
     path = _write(tmp_path, "past.slabrec", build(v, recs))
     session = _open(path)
     with pytest.raises(RecordingError, match="counts .* ops before it"):
@@ -189,7 +189,7 @@ def test_an_op_index_past_the_op_log_is_found_by_every_replay(churn, tmp_path):
 
 
 # ---- crashes and hangs ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ["v1", "v3"])
 def test_a_string_as_footprint_is_one_line_in_every_tool(churn, tmp_path, capsys, version):
     v, recs = parse(churn[version][0].read_bytes())
     i = first(recs, fmt.SAMPLES)
@@ -214,7 +214,7 @@ def test_a_string_as_footprint_is_one_line_in_every_tool(churn, tmp_path, capsys
 def test_lazily_decoded_records_are_one_line_in_compare_report_and_whatif(churn, tmp_path, capsys):
     """A malformed OPS record is decoded only when the op log is first used (after open): compare and report
     printed a traceback from there. (The last one: compare rebuilds the pool at the end of every phase.)"""
-    v, recs = parse(churn["v2"][0].read_bytes())
+    v, recs = parse(churn["v3"][0].read_bytes())
     i = max(k for k, r in enumerate(recs) if r.kind == fmt.OPS)
     payload = copy.deepcopy(recs[i].payload)
     payload["ops"][0] = {"op": "teleport", "seq": 1}
@@ -226,7 +226,7 @@ def test_lazily_decoded_records_are_one_line_in_compare_report_and_whatif(churn,
 
 def test_an_op_asking_for_1e12_tokens_is_refused_before_acting(churn, tmp_path):
     """An op with 10**12 tokens made snapshot_at and whatif allocate until MemoryError (17 s, GBs)."""
-    v, recs = parse(churn["v2"][0].read_bytes())
+    v, recs = parse(churn["v3"][0].read_bytes())
     i = first(recs, fmt.OPS)
     payload = copy.deepcopy(recs[i].payload)
     next(op for op in payload["ops"] if op["op"] == "prepare_write")["num_tokens"] = 10**12
@@ -237,18 +237,36 @@ def test_an_op_asking_for_1e12_tokens_is_refused_before_acting(churn, tmp_path):
         run_whatif(_open(path))
 
 
-def test_a_keyframe_book_of_1e6_layers_is_refused(churn, tmp_path):
-    v, recs = parse(churn["v2"][0].read_bytes())
+@pytest.mark.parametrize("num_layers", [4097, 10**6])
+def test_a_keyframe_book_past_the_layer_bound_is_refused(churn, tmp_path, num_layers):
+    """The bound is MAX_LAYERS = 4096 layers: one more is refused by its count, before anything is built. (A
+    million layers once made a replay build them all; its count is enough to refuse it, so the layer list here
+    stays the recording's own and the file small.)"""
+    assert limits.MAX_LAYERS == 4096
+    v, recs = parse(churn["v3"][0].read_bytes())
     i = first(recs, fmt.KEYFRAME)
     payload = copy.deepcopy(recs[i].payload)
-    payload["book_state"]["config"]["num_layers"] = 10**6
-    payload["book_state"]["layers"] *= 10**6 // len(payload["book_state"]["layers"])
+    payload["book_state"]["config"]["num_layers"] = num_layers
     path = _write(tmp_path, "layers.slabrec", build(v, recs[:i] + [edited(recs[i], payload)] + recs[i + 1:]))
-    with pytest.raises(RecordingError, match="book num_layers 1000000 is outside"):
+    with pytest.raises(RecordingError, match=f"book num_layers {num_layers} is outside \\[0, 4096\\]"):
         _open(path).snapshot_at(recs[i].t)
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_keyframe_book_at_the_layer_bound_passes_the_count_check(churn, tmp_path):
+    """4,096 layers pass the count (the keyframe is then refused because its snapshot lists fewer layers than the
+    book says: a check after the count, which a million-layer book never reaches)."""
+    v, recs = parse(churn["v3"][0].read_bytes())
+    i = first(recs, fmt.KEYFRAME)
+    payload = copy.deepcopy(recs[i].payload)
+    payload["book_state"]["config"]["num_layers"] = 4096
+    path = _write(tmp_path, "layers.slabrec", build(v, recs[:i] + [edited(recs[i], payload)] + recs[i + 1:]))
+    layers = len(payload["snapshot"]["layers"])
+    assert layers < 4096
+    with pytest.raises(RecordingError, match="the book and the snapshot disagree on the number of layers"):
+        _open(path).snapshot_at(recs[i].t)
+
+
+@pytest.mark.parametrize("version", ["v1", "v3"])
 def test_a_zlib_bomb_stops_at_the_record_limit(churn, tmp_path, version):
     """A 1.1 MB record inflated to 3 GB; now inflation stops one byte past ``MAX_RECORD_BYTES``."""
     v, recs = parse(churn[version][0].read_bytes())
@@ -281,14 +299,14 @@ def test_special_and_oversized_files_are_refused_before_reading(tmp_path, capsys
 
 
 # ---- robustness -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ["v1", "v3"])
 def test_a_damaged_length_mid_file_is_corruption_not_a_torn_tail(churn, tmp_path, version):
     """A mid-file record whose length field runs past the end was taken for a torn tail: every later record
     dropped silently."""
     slab, _ = churn[version]
     blob = bytearray(slab.read_bytes())
     ref = fmt.FileImage(slab).refs[50]
-    header = fmt.RECORD_HEADER if version == "v2" else fmt.RECORD_HEADER_V1
+    header = fmt.RECORD_HEADER if version == "v3" else fmt.RECORD_HEADER_V1
     start = ref.offset - header.size
     blob[start + 4:start + 8] = (len(blob) * 2).to_bytes(4, "little")
     session = _open(_write(tmp_path, "len.slabrec", bytes(blob)))
@@ -309,7 +327,7 @@ def test_metadata_added_later_is_checked_like_the_meta_record(churn, tmp_path, l
     """A ``MetaUpdate`` in an EVENTS record merges into the session's metadata when the file is replayed: a bad one
     raised a bare ValueError (or msgspec's ValidationError) out of ``Session.open``. Now it is the EVENTS record's
     one-line ``RecordingError``, like a bad META record."""
-    v, recs = parse(churn["v2"][0].read_bytes())
+    v, recs = parse(churn["v3"][0].read_bytes())
     i = first(recs, fmt.EVENTS)
     update = {"kind": "meta", "meta": late_meta, "t": recs[i].t, "step": 0, "tokens": 0}
     path = _write(tmp_path, "late.slabrec", build(v, recs[:i] + [edited(recs[i], [update, *recs[i].payload])]
@@ -319,7 +337,7 @@ def test_metadata_added_later_is_checked_like_the_meta_record(churn, tmp_path, l
     assert f"malformed events record at byte {fmt.FileImage(path).refs[i].offset}" in str(info.value)
 
 
-@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("version", ["v1", "v3"])
 @pytest.mark.parametrize("how", ["zeroed tail", "appended zeros"])
 def test_zeros_at_the_end_keep_the_valid_prefix(churn, tmp_path, version, how):
     """A zeroed tail, or zeros appended, made the whole file unreadable."""
@@ -353,3 +371,79 @@ def test_a_session_cut_before_its_first_keyframe_is_not_called_dense(tmp_path):
     meta_only = _open(_write(tmp_path, "meta1.slabrec", build(v1, recs1[:first(recs1, fmt.SNAPSHOTS)])))
     with pytest.raises(ReplayError, match="ends before it recorded the pool's geometry"):
         run_whatif(meta_only)
+
+
+def _as_v2_keyframe(payload: dict) -> dict:
+    """A v3 keyframe payload written as format v2 wrote it: the row arrays in every layer's snapshot entry, the book's
+    rows and tables once per layer, the row size inside its config, no caller-held blocks."""
+    snap, state = dict(payload["snapshot"]), dict(payload["book_state"])
+    owner, refcount = snap.pop("row_owner"), snap.pop("row_refcount")
+    snap["layers"] = [dict(layer, row_owner=list(owner), row_refcount=list(refcount)) for layer in snap["layers"]]
+    layers = state["config"]["num_layers"]
+    rows = state.pop("rows")
+    state["config"] = dict(state["config"], bytes_per_row=state.pop("bytes_per_row"))
+    state.update(layers=[rows] * layers, loose=[],
+                 seqs=[[owner_id, [table] * layers] for owner_id, table in state["seqs"]],
+                 handles=[[owner_id, [table] * layers] for owner_id, table in state["handles"]])
+    return dict(payload, snapshot=snap, book_state=state)
+
+
+@pytest.fixture(scope="module")
+def churn_v2(churn, tmp_path_factory):
+    """The churn recording as format v2 wrote it (keyframes with the rows per layer): (path, records)."""
+    _, recs = parse(churn["v3"][0].read_bytes())
+    recs = [edited(r, _as_v2_keyframe(r.payload)) if r.kind == fmt.KEYFRAME else r for r in recs]
+    path = tmp_path_factory.mktemp("v2") / "churn-v2.slabrec"
+    path.write_bytes(build(2, recs))
+    return path, recs
+
+
+def test_a_v2_keyframe_reads_through_layer_0_as_the_pool_it_was(churn, churn_v2):
+    path, recs = churn_v2
+    old, new = Session.open(path), Session.open(churn["v3"][0])
+    assert old.format_version == 2 and any(r.payload["book_state"]["seqs"] for r in recs if r.kind == fmt.KEYFRAME)
+    assert [old.snapshot_at(s.t) for s in old.snapshots] == [new.snapshot_at(s.t) for s in new.snapshots]
+
+
+@pytest.mark.parametrize("where", ["snapshot", "book_state", "table", "loose", "layer count"])
+def test_a_v2_keyframe_whose_layers_differ_is_refused(churn_v2, tmp_path, where):
+    """Format v2 stored the rows once per layer; they are read through layer 0 (probes/legacy.py). A keyframe whose
+    other layers hold other rows (or caller-held blocks, the restore path that no longer exists) is not silently
+    read as layer 0's pool: one RecordingError line, and the other records still open."""
+    _, recs = churn_v2
+    i = next(i for i, r in enumerate(recs) if r.kind == fmt.KEYFRAME and r.payload["book_state"]["seqs"])
+    payload = copy.deepcopy(recs[i].payload)
+    state = payload["book_state"]
+    if where == "snapshot":
+        payload["snapshot"]["layers"][1]["row_refcount"][0] += 1
+    elif where == "book_state":
+        state["layers"][1] = dict(state["layers"][1], capacity=state["layers"][1]["capacity"] + 4)
+    elif where == "table":
+        table = list(state["seqs"][0][1][1])
+        table[2] += 1  # layer 1's table of the first sequence: another length
+        state["seqs"][0][1][1] = table
+    elif where == "loose":
+        state["loose"] = [state["next_block_id"] - 1]
+    else:
+        state["layers"] = state["layers"][:1]
+    path = _write(tmp_path, f"{where}.slabrec", build(2, recs[:i] + [edited(recs[i], payload)] + recs[i + 1:]))
+    session = _open(path)
+    assert session.format_version == 2 and len(session.snapshots) == len(_open(churn_v2[0]).snapshots)
+    with pytest.raises(RecordingError, match="malformed keyframe record at byte .*(than layer 0|one row space|"
+                                             "layers for num_layers)") as info:
+        session.snapshot_at(recs[i].t)
+    assert "\n" not in str(info.value)
+
+
+def test_a_keyframe_whose_layers_differ_in_capacity_is_refused(churn, tmp_path):
+    """One row space: every layer of a full snapshot holds the same capacity, which its one set of row arrays
+    covers. A v3 keyframe saying otherwise is one RecordingError line, not a pool drawn with rows it lacks."""
+    v, recs = parse(churn["v3"][0].read_bytes())
+    i = first(recs, fmt.KEYFRAME)
+    payload = copy.deepcopy(recs[i].payload)
+    layer = payload["snapshot"]["layers"][-1]
+    layer["capacity_rows"] += 4
+    path = _write(tmp_path, "capacity.slabrec", build(v, recs[:i] + [edited(recs[i], payload)] + recs[i + 1:]))
+    with pytest.raises(RecordingError, match="layers of different capacities") as info:
+        _open(path).snapshot_at(recs[i].t)
+    assert "\n" not in str(info.value)

@@ -56,7 +56,7 @@ def _tui(slab: Session, dense: Session) -> dict[str, dict[str, str]]:
     from app.tui.data import SessionSet, ViewState
     from app.tui.views.fused import decisions_at, fused_summary
     from app.tui.views.gather import gather_picture
-    from app.tui.views.memory import ratio_line
+    from app.tui.views.memory_header import verdict_line
     from app.tui.views.sessions import COMPARE_COLUMNS, compare_rows
 
     sessions = SessionSet()
@@ -70,9 +70,9 @@ def _tui(slab: Session, dense: Session) -> dict[str, dict[str, str]]:
     for row in compare_rows(frame):
         cells = dict(zip(COMPARE_COLUMNS, (str(cell) for cell in row)))
         out[cells["track"]] = {figure: cells[column] for figure, column in named.items()}
-    line = ratio_line(frame).plain
+    line = verdict_line(frame).plain
     out["memory line"] = {"ratio": re.search(r"([\d.]+x) \(gate", line).group(1),
-                          **{f"busy {label}": value for label, value in re.findall(r"(\S+) ([\d,.]+|-)  ", line.split(
+                          **{f"busy {label}": value for label, value in re.findall(r"(\S+) ([\d,.]+|-)", line.split(
                               figures.LABELS["tok_s:busy"], 1)[1])}}
     gather = gather_picture(slab, 0.0, None).text.plain
     out["gather header"] = {"runs": re.search(r"up to here (\S+)", gather).group(1)}

@@ -151,7 +151,7 @@ def _check_perfetto_structure(protos, trace) -> dict:
             else:
                 assert desc.parent_uuid in processes
     assert trace.packet[0].sequence_flags == protos.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-    open_slices = Counter()
+    open_slices, begun = Counter(), {}
     for packet in trace.packet:
         if not packet.HasField("track_event"):
             continue
@@ -167,9 +167,11 @@ def _check_perfetto_structure(protos, trace) -> dict:
         if event.type == protos.TrackEvent.TYPE_SLICE_BEGIN:
             open_slices[event.track_uuid] += 1
             assert open_slices[event.track_uuid] == 1, "slices on one track must not overlap"
+            begun[event.track_uuid] = packet.timestamp
         elif event.type == protos.TrackEvent.TYPE_SLICE_END:
             open_slices[event.track_uuid] -= 1
             assert open_slices[event.track_uuid] == 0
+            assert packet.timestamp >= begun[event.track_uuid], f"{desc.name}: a slice ends before it begins"
         proc["tracks"][desc.name].append((event.type, event.name, packet.timestamp))
     assert not +open_slices
     return {p["name"]: p for p in processes.values()}
@@ -190,6 +192,20 @@ def test_shipped_recordings_export_as_perfetto_protobuf_with_the_same_tracks(tmp
         for track, marks in proc["marks"].items():
             begins = [m for m in twin["tracks"][track] if m[0] != protos.TrackEvent.TYPE_SLICE_END]
             assert [name for _, name, _ in begins] == [e["name"] for e in marks]
+            # every slice spans what the Chrome trace's complete event spans (ns vs us, each rounded once)
+            slices = _perfetto_slices(protos, twin["tracks"][track])
+            spans = [(e["ts"], e["dur"]) for e in marks if e["ph"] == "X"]
+            assert len(slices) == len(spans)
+            for (begin_ns, end_ns), (ts_us, dur_us) in zip(slices, spans):
+                assert abs(begin_ns / 1000 - ts_us) <= 1 and abs((end_ns - begin_ns) / 1000 - dur_us) <= 2
+    assert any(_perfetto_slices(protos, marks) for p in processes.values() for marks in p["tracks"].values())
+
+
+def _perfetto_slices(protos, marks) -> list[tuple[int, int]]:
+    """(begin, end) timestamps of a track's SLICE_BEGIN/SLICE_END pairs, in order."""
+    begin = protos.TrackEvent.TYPE_SLICE_BEGIN
+    stamps = [(kind, ts) for kind, _, ts in marks if kind in (begin, protos.TrackEvent.TYPE_SLICE_END)]
+    return [(a[1], b[1]) for a, b in zip(stamps[::2], stamps[1::2])]
 
 
 def test_errors_and_other_event_kinds_become_instants(tmp_path):

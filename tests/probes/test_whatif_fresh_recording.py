@@ -33,11 +33,11 @@ def test_the_fresh_recording_parks_rows(fresh_churn):
 
     session = Session.open(fresh_churn)
     base, cfg = replay_config(session, shrink="compact")
-    assert base["open_blocks"] == "high" and base["shrink"] == "off"
+    assert base.open_blocks == "high" and base.shrink.mode == "off"
     replay, parked_at_shrink = Replay(cfg, base), 0
     for entry in session.all_ops():
         if isinstance(entry.op, ShrinkTick):
-            parked_at_shrink += len(replay.bookkeeping.layers[0].free.parked_rows())
+            parked_at_shrink += len(replay.bookkeeping.free.parked_rows())
         replay.step(entry)
     assert parked_at_shrink > 0
 

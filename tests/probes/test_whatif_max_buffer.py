@@ -25,7 +25,7 @@ def sized():
 
 def _peak_slab_bytes(timeline) -> int:
     cfg = timeline.cfg
-    return cfg["slab_blocks"] * timeline.bytes_per_row // 2  # one slab's K (or V)
+    return cfg.slab_blocks * timeline.bytes_per_row // 2  # one slab's K (or V)
 
 
 def test_fits_agrees_with_the_buffer_flag_on_both_sides_of_the_peak_slab(sized):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from msgspec.structs import replace
 from tui_fixtures import SimPool, event_stream, sample
 
@@ -17,40 +19,51 @@ from probes.events import MetaUpdate, OpBatch, Shrunk, SnapshotTaken
 from probes.store import SessionModel
 
 
-def layer(owners, refs, num_slabs, per=4):
-    return LayerSnapshot(num_chunks=num_slabs, capacity_rows=num_slabs * per, free_rows=0, holes=0, largest_free_run=0,
-                         fragmentation=0.0, gather_runs_hist={}, fused=FusedDecision(False, "-"), row_owner=owners,
-                         row_refcount=refs)
+class Layer(NamedTuple):
+    """A hand-made layer entry and the rows it holds (a snapshot holds the rows once: ``snap`` takes them from its
+    first layer)."""
+
+    entry: LayerSnapshot
+    owners: list
+    refs: list
+
+
+def layer(owners, refs, num_slabs, per=4) -> Layer:
+    return Layer(LayerSnapshot(num_chunks=num_slabs, capacity_rows=num_slabs * per, free_rows=0, holes=0,
+                               largest_free_run=0, fragmentation=0.0, gather_runs_hist={},
+                               fused=FusedDecision(False, "-")), owners, refs)
 
 
 def snap(layers, seq_rows=None, design="slab"):
     return PoolSnapshot(design=design, block_size=16, slab_blocks=4, num_layers=len(layers), dtype=None,
                         n_kv_heads=None, head_dim=None, bytes_per_row=0,
-                        stats=PoolStats(0, 0, 0, 0, 0, 0, 0), counters=PoolCounters(), layers=layers,
-                        seq_rows=seq_rows or {})
+                        stats=PoolStats(0, 0, 0, 0, 0, 0, 0), counters=PoolCounters(),
+                        layers=[lay.entry for lay in layers], seq_rows=seq_rows or {},
+                        row_owner=layers[0].owners if layers else [], row_refcount=layers[0].refs if layers else [])
 
 
 def test_slab_cells_count_rows_per_slab_and_unminted_capacity_is_free():
-    lay = layer([1, 1, -1, 2, 2, -2], [1, 2, 0, 1, 1, 1], num_slabs=2)
-    cells = slab_cells(snap([lay]), lay)
+    shot = snap([layer([1, 1, -1, 2, 2, -2], [1, 2, 0, 1, 1, 1], num_slabs=2)])
+    cells = slab_cells(shot, shot.layers[0])
     assert [(c.live, c.shared, c.held, c.free) for c in cells] == [(2, 1, 0, 1), (1, 0, 1, 2)]
     assert cells[0].fraction == 0.75 and cells[1].fraction == 0.5
 
 
-def test_caller_held_rows_are_not_drawn_as_live():
-    """A restored block not yet adopted (owner Owner.CALLER) is held, by the caller: neither live nor free."""
-    lay = layer([3, Owner.CALLER, Owner.CALLER, -1], [1, 1, 1, 0], num_slabs=1)
-    cell = slab_cells(snap([lay]), lay)[0]
-    assert (cell.live, cell.caller, cell.free) == (1, 2, 1)
-    totals = pool_totals(snap([lay]))
-    assert (totals.live_rows, totals.caller_rows, totals.free_rows) == (1, 2, 1)
-    assert free_runs(lay) == [(3, 1)]
+def test_rows_an_older_recording_says_a_caller_held_are_drawn_as_held():
+    """A block restored by a caller and not yet adopted (owner -3 in recordings made before the restore path went)
+    is held: neither live nor free; and every layer of a snapshot holds its rows (totals count them per layer)."""
+    shot = snap([layer([3, -3, -3, -1], [1, 1, 1, 0], num_slabs=1)] * 2)
+    cell = slab_cells(shot, shot.layers[1])[0]
+    assert (cell.live, cell.held, cell.free) == (1, 2, 1)
+    totals = pool_totals(shot)
+    assert (totals.slabs, totals.live_rows, totals.held_rows, totals.free_rows) == (2, 2, 4, 2)
+    assert free_runs(shot) == [(3, 1)]
 
 
 def test_free_runs_span_the_whole_capacity():
-    lay = layer([1, -1, -1, 2, -1], [1, 0, 0, 1, 0], num_slabs=2)
-    assert free_runs(lay) == [(1, 2), (4, 4)]  # rows 5-7 are reserved, never minted: free
-    assert free_runs(layer([], [], 0)) == []
+    shot = snap([layer([1, -1, -1, 2, -1], [1, 0, 0, 1, 0], num_slabs=2)])
+    assert free_runs(shot) == [(1, 2), (4, 4)]  # rows 5-7 are reserved, never minted: free
+    assert free_runs(snap([layer([], [], 0)])) == []
 
 
 def test_gather_runs_split_on_slab_changes_only():
@@ -94,7 +107,7 @@ def test_free_run_origin_names_the_releasing_sequence():
     # Sequence 1 held rows 1-2 (row 0 is shared with seq 2) and was released at step 8 (t = 4.0 s); step 13
     # gives row 1 back to seq 2 at step 9. At 4.0 s both are free.
     shot = model.snapshot_at(4.0)
-    assert (1, 2) in free_runs(shot.layers[0])
+    assert (1, 2) in free_runs(shot)
     origin = free_run_origin(model, 0, 1, 2, before=4.0)
     assert (origin.seq, origin.last_owned, origin.seen_free, origin.op, origin.op_t) == (1, 3.5, 4.0, "release", 4.0)
     assert origin.describe() == "freed by seq 1's release at 4.00s"
@@ -123,7 +136,7 @@ def test_every_row_of_a_state_is_counted_and_rows_past_the_reserved_slabs_get_th
     lay = layer([1, 1, Owner.HANDLE, Owner.HANDLE, -1, 4, -1, -1] + [-1] * 8 + [5, 5],
                 [2, 2, 1, 1, 0, 1, 0, 0] + [0] * 8 + [1, 1], num_slabs=1)
     shot = replace(snap([lay]), stats=PoolStats(5, 5, 3, 12 * 1024, 7 * 1024, 2, 1))
-    cells = slab_cells(shot, lay)
+    cells = slab_cells(shot, lay.entry)
     assert [(c.capacity, c.live, c.shared, c.held, c.free) for c in cells] == [
         (4, 0, 2, 2, 0), (4, 1, 0, 0, 3), (4, 0, 0, 0, 4), (4, 0, 0, 0, 4), (4, 2, 0, 0, 2)]
     totals = pool_totals(shot)
@@ -135,10 +148,10 @@ def test_every_row_of_a_state_is_counted_and_rows_past_the_reserved_slabs_get_th
 
 
 def test_one_block_slabs_draw_one_row_per_cell():
-    shot = replace(snap([]), slab_blocks=1)
-    lay = layer([1, -1, 2], [1, 0, 1], num_slabs=3, per=1)
+    shot = replace(snap([layer([1, -1, 2], [1, 0, 1], num_slabs=3, per=1)]), slab_blocks=1)
     assert rows_per_slab(shot) == 1
-    assert [(c.capacity, c.live, c.free) for c in slab_cells(shot, lay)] == [(1, 1, 0), (1, 0, 1), (1, 1, 0)]
+    assert [(c.capacity, c.live, c.free) for c in slab_cells(shot, shot.layers[0])] == [(1, 1, 0), (1, 0, 1),
+                                                                                         (1, 1, 0)]
 
 
 def test_next_request_need_uses_the_announced_size_else_the_longest_sequence():

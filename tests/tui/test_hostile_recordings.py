@@ -13,9 +13,10 @@ import sys
 import warnings
 from pathlib import Path
 
-import pytest
 from rich.console import Console
 from tui_paths import SAMPLE_DENSE, SAMPLE_SLAB
+from textual.widgets import DataTable
+from tui_helpers import settle, wait_for
 from tui_screen_text import screen_text
 
 from app.tui.app import AppOptions, SlabscopeApp
@@ -70,6 +71,11 @@ def _hostile_files(folder: Path) -> dict[str, Path]:
     return out
 
 
+HOSTILE = {"zeroed-tail": "zero bytes from byte", "mid-length": "a valid record follows at byte",
+           "foreign": "follows the end record", "bad-keyframe": "op_index -5 is outside",
+           "bad-ops": "malformed ops record", "huge-op": "the most a replay holds"}
+
+
 async def _drive(app: SlabscopeApp, pilot, columns=SEEK_COLUMNS, keys=KEYS) -> None:
     """Seek to the start and the end (scrubber clicks) and show the views that read lazily decoded records there
     (every tab is shown by tests/tui/test_app.py), using the inspector's keys; the app must still run after
@@ -79,62 +85,72 @@ async def _drive(app: SlabscopeApp, pilot, columns=SEEK_COLUMNS, keys=KEYS) -> N
         for key in keys:
             await pilot.press(key)
             assert app.is_running, f"the app stopped after {key!r}"
-        await pilot.pause(0.05)
+        await settle(pilot)
 
 
-def _run(paths: list[Path], recordings_dir: Path) -> tuple[SlabscopeApp, list[str]]:
-    async def go():
-        app = SlabscopeApp(AppOptions(autostart=False, recordings_dir=recordings_dir, open_paths=paths))
-        notes: list[str] = []
-        notify = app.notify
-        app.notify = lambda message, **kw: (notes.append(str(message)), notify(message, **kw))[1]
-        async with app.run_test(size=(110, 34)) as pilot:
-            await pilot.pause(0.1)
-            await _drive(app, pilot)
-        return app, notes
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RecordingDamage)
-        return asyncio.run(go())
+def _noting_app(options: AppOptions) -> tuple[SlabscopeApp, list[str]]:
+    """An app whose notifications are also kept in a list (what a person reads)."""
+    app = SlabscopeApp(options)
+    notes: list[str] = []
+    notify = app.notify
+    app.notify = lambda message, **kw: (notes.append(str(message)), notify(message, **kw))[1]
+    return app, notes
 
 
-@pytest.mark.parametrize("name, said", [
-    ("zeroed-tail", "zero bytes from byte"), ("mid-length", "a valid record follows at byte"),
-    ("foreign", "follows the end record"), ("bad-keyframe", "op_index -5 is outside"),
-    ("bad-ops", "malformed ops record"), ("huge-op", "the most a replay holds")])
-def test_open_hostile_recordings_and_use_every_view(tmp_path, name, said):
-    path = _hostile_files(tmp_path)[name]
-    app, notes = _run([path], tmp_path)
-    assert app.return_code in (None, 0)
-    assert any(said in note for note in notes), notes  # said once, in a notification
-
-
-def test_sessions_view_lists_special_files_without_reading_them(tmp_path):
-    """FIFOs, devices and directories named like recordings are skipped (a FIFO blocked every tool); a sparse
-    GiB or an oversized file is listed with its one-line reason; damaged files are marked as such."""
+def test_hostile_recordings_listed_opened_and_used_in_every_view(tmp_path):
+    """One dashboard on a folder of hostile files (as a person meets them in the Sessions view). FIFOs, devices
+    and directories named like recordings are skipped (a FIFO blocked every tool); a sparse GiB or an oversized
+    file is listed with its one-line reason; damaged files are marked as such. Then every listed file is opened
+    in turn (Enter) and every view that reads lazily decoded records is used at the start and the end: each
+    damaged file is said once, in a notification, and the app stays up throughout. (The first is opened as
+    ``--open`` does, at start.)"""
     recs = tmp_path / "recs"
     recs.mkdir()
     for kind in ("fifo", "dev_zero", "directory", "sparse", "oversize", "empty"):
         make_special(kind, recs)
     for name, path in _hostile_files(tmp_path).items():
         os.replace(path, recs / path.name)
+    first = recs / "zeroed-tail.slabrec"
 
     async def go():
-        app = SlabscopeApp(AppOptions(autostart=False, recordings_dir=recs))
-        async with app.run_test(size=(160, 40)) as pilot:
+        app, notes = _noting_app(AppOptions(autostart=False, recordings_dir=recs, open_paths=[first]))
+        said: dict[str, list[str]] = {}
+        async with app.run_test(size=(110, 34)) as pilot:
+            await settle(pilot)
+            said[first.stem] = list(notes)
+            await _drive(app, pilot)
             await pilot.press("7")
-            await pilot.pause(0.2)
+            await settle(pilot)
             listing = screen_text(app)
-            for row in range(8):  # open every listed file in turn
-                await pilot.press("7", *["down"] * row, "enter")
-                await pilot.pause(0.1)
-                await _drive(app, pilot, columns=(91,), keys=("2",))
-            return app, listing, app.is_running  # still up after every file was opened
+            view = app.screen.query_one("#view-sessions")
+            names = [info.path.name for info in view.infos]
+            for name in names:
+                if name == first.name:
+                    continue
+                await pilot.press("7")
+                table = app.screen.query_one("#sessions-list", DataTable)
+                table.move_cursor(row=len(view.folders) + names.index(name))  # folders (..) are listed first
+                table.focus()
+                seen, generation = len(notes), app.store.generation
+                await pilot.press("enter")
+                await wait_for(pilot, lambda: app.opening is None)  # a large file opens off the UI thread
+                await settle(pilot)
+                if app.store.generation != generation:  # it opened (an oversized file is refused in one line)
+                    await _drive(app, pilot)
+                said[Path(name).stem] = notes[seen:]
+            return app, listing, names, said, app.is_running
 
-    app, listing, running = asyncio.run(go())
-    assert "fifo.slabrec" not in listing and "dev_zero.slabrec" not in listing
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecordingDamage)
+        app, listing, names, said, running = asyncio.run(go())
+    assert "fifo.slabrec" not in listing and "dev_zero.slabrec" not in listing and "directory" not in names
     assert "oversize.slabrec" in listing and "over the" in listing
     assert "damaged: " in listing and running and app.return_code in (None, 0)
+    assert set(names) == {f"{name}.slabrec" for name in HOSTILE} | {"oversize.slabrec"}  # not a recording: unlisted
+    refused = [note for note in said["oversize"] if not note.startswith("opening ")]  # a large file says it opens
+    assert len(refused) == 1 and "over the" in refused[0]
+    for name, text in HOSTILE.items():  # said once, in a notification, when its file was opened and used
+        assert sum(text in note for note in said[name]) == 1, (name, said[name])
 
 
 def test_lane_draws_no_mark_for_a_time_that_is_not_finite():
@@ -148,24 +164,38 @@ def test_lane_draws_no_mark_for_a_time_that_is_not_finite():
 
 
 def test_randomly_damaged_recordings_never_stop_the_dashboard(tmp_path):
-    """A few fuzzed recordings (``make fuzz``: SLABSCOPE_FUZZ_SCALE times more) opened and used in the app."""
+    """A few fuzzed recordings (``make fuzz``: SLABSCOPE_FUZZ_SCALE times more): the ones ``--open`` does not
+    refuse in one line are opened in turn in one dashboard and used in every view that decodes lazily."""
+    from app.commands.tui import check_recording
+
     rng = random.Random(12)
     mutator = Mutator(rng, b"")
     blobs = [SAMPLE_SLAB.read_bytes(), SAMPLE_DENSE.read_bytes()]
-    opened = 0
+    cases = []
     for case in range(3 * SCALE):
         mutation = rng.choice([m for m in MUTATIONS if m not in ("bomb", "special")])
         path = tmp_path / f"case{case}.slabrec"
         path.write_bytes(mutator.apply(mutation, blobs[case % 2], blobs[1 - case % 2]))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RecordingDamage)
-            from app.commands.tui import check_recording
             try:
                 check_recording(path)  # what --open does before the TUI starts: a one-line refusal
             except SystemExit as exc:
                 assert "\n" not in str(exc.code)
                 continue
-        app, _ = _run([path], tmp_path)
-        assert app.return_code in (None, 0), mutation
-        opened += 1
-    assert opened  # at least one damaged file got past the refusal into the app
+        cases.append((mutation, path))
+    assert cases  # at least one damaged file got past the refusal into the app
+
+    async def go():
+        app, _ = _noting_app(AppOptions(autostart=False, recordings_dir=tmp_path))
+        async with app.run_test(size=(110, 34)) as pilot:
+            for mutation, path in cases:
+                app.open_recordings([path])
+                await settle(pilot)
+                await _drive(app, pilot)
+                assert app.is_running, mutation
+        return app
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecordingDamage)
+        assert asyncio.run(go()).return_code in (None, 0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tui_helpers import finished, wait_for
+from tui_helpers import finished, settle, wait_for
 from tui_real_workers import tiny_factory
 from tui_screen_text import screen_text
 from textual.widgets import DataTable
@@ -30,8 +30,7 @@ def test_live_run_record_open_scrub_inspect(tmp_path):
             await wait_for(pilot, lambda: app.controller.recording, timeout=5)
             await wait_for(pilot, lambda: all(len(t.samples) for t in app.store.sessions.values()), timeout=60)
             await wait_for(pilot, lambda: finished(app), timeout=60)
-            app.refresh_views()
-            await pilot.pause(0.1)
+            await settle(pilot)
             out["live_text"] = screen_text(app)
             out["live_status"] = {n: t.status for n, t in app.store.sessions.items()}
             await pilot.press("R")  # stop recording
@@ -42,21 +41,21 @@ def test_live_run_record_open_scrub_inspect(tmp_path):
             await pilot.press("7")
             view = app.screen.query_one("#view-sessions")
             view.action_rescan()
-            await pilot.pause(0.1)
+            await settle(pilot)
             names = [info.path.name for info in view.infos]
             out["listed"] = names
             listing = app.screen.query_one("#sessions-list", DataTable)
-            listing.move_cursor(row=next(i for i, n in enumerate(names) if n.endswith("-slab.slabrec")))
+            listing.move_cursor(row=len(view.folders) + next(i for i, n in enumerate(names) if n.endswith("-slab.slabrec")))
             listing.focus()
             await pilot.press("enter")
-            await wait_for(pilot, lambda: app.mode == "REPLAY", timeout=10)
+            await wait_for(pilot, lambda: app.mode == "REPLAY")  # the default hang bound: a loaded machine opens slowly
             out["replay_tracks"] = list(app.store.sessions)
             # scrub: step back twice, then click the scrubber's start
             start = app.cursor
             await pilot.press("2", "left_square_bracket", "left_square_bracket")
             out["stepped"] = (start, app.cursor)
             await pilot.click(Scrubber, offset=(2, 0))
-            await pilot.pause(0.2)
+            await settle(pilot)
             out["clicked"] = app.cursor
             await pilot.press("P")  # the peak moment; then step back to one with live sequences to inspect
             for _ in range(400):
@@ -64,11 +63,11 @@ def test_live_run_record_open_scrub_inspect(tmp_path):
                 if found and found[1].seq_rows:
                     break
                 await pilot.press("left_square_bracket")
-            await pilot.pause(0.1)
+            await settle(pilot)
             out["slabs_text"] = screen_text(app)
             # inspector drill-down on the recording
             await pilot.press("6", "e")
-            await pilot.pause(0.2)
+            await settle(pilot)
             out["inspect_text"] = screen_text(app)
         return app, out
 

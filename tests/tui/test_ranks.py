@@ -10,7 +10,7 @@ import os
 
 import pytest
 from textual.widgets import DataTable, Input, Select
-from tui_helpers import wait_for
+from tui_helpers import settle, wait_for
 from tui_rank_fixtures import RANK_DIR, RANK_FILES, copy_rank_dir, write_rank, write_rank_run
 from tui_screen_text import screen_text
 
@@ -34,8 +34,7 @@ def replay_app(paths, tmp_path) -> SlabscopeApp:
 async def show(pilot, *keys) -> str:
     for key in keys:
         await pilot.press(key)
-    pilot.app.refresh_views()
-    await pilot.pause(0.2)
+    await settle(pilot)
     return screen_text(pilot.app)
 
 
@@ -43,7 +42,7 @@ def test_rank_recordings_open_as_one_run_with_header_lanes_and_imbalance(tmp_pat
     async def go():
         app = replay_app([RANK_DIR], tmp_path)
         async with app.run_test(size=(130, 44)) as pilot:
-            await pilot.pause(0.2)
+            await settle(pilot)
             text = await show(pilot, "8")
             table = app.query_one("#ranks-table", DataTable)
             cells = [tuple(str(c) for c in table.get_row_at(i)) for i in range(table.row_count)]
@@ -74,9 +73,9 @@ def test_cursor_seeks_every_rank_to_the_same_aligned_instant(tmp_path):
     async def go():
         app = replay_app([directory], tmp_path)
         async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause(0.2)
+            await settle(pilot)
             app.post_message(Scrubber.Seek(6.5))
-            await pilot.pause(0.1)
+            await settle(pilot)
             before = app.frame().pool_session().label
             slabs = await show(pilot, "2", "w")
             shown = app.frame().snapshot()
@@ -101,7 +100,7 @@ def test_w_cycles_the_ranks_of_the_pool_run(tmp_path):
     async def go():
         app = replay_app([RANK_DIR], tmp_path)
         async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause(0.2)
+            await settle(pilot)
             names = []
             for _ in range(3):
                 await pilot.press("w")
@@ -119,7 +118,7 @@ def test_a_missing_rank_is_one_line_and_the_other_ranks_open_alone(tmp_path):
     async def go(paths):
         app = replay_app(paths, tmp_path)
         async with app.run_test(size=(130, 40)) as pilot:
-            await pilot.pause(0.3)
+            await settle(pilot)
             messages = [n.message for n in app._notifications]
             return app, messages, await show(pilot, "8")
 
@@ -147,7 +146,7 @@ def test_a_rank_that_died_is_shown_and_the_run_still_opens(tmp_path):
     async def go():
         app = replay_app([directory], tmp_path)
         async with app.run_test(size=(130, 40)) as pilot:
-            await pilot.pause(0.2)
+            await settle(pilot)
             return app, await show(pilot, "8")
 
     app, text = run(go())
@@ -182,22 +181,22 @@ def test_run_form_ranks_are_checked_before_anything_starts(tmp_path, monkeypatch
         app = SlabscopeApp(AppOptions(autostart=False, recordings_dir=tmp_path / "recs"))
         async with app.run_test(size=(110, 40)) as pilot:
             await pilot.press("n")
-            await pilot.pause(0.2)
+            await settle(pilot)
             form = app.screen
             assert isinstance(form, RunFormScreen)
             form.query_one("#form-ranks", Input).value = "2"
-            form.query_one("#form-model", Input).value = "smollm2-135m"
+            form.query_one("#form-model", Select).value = "smollm2-135m"
             await pilot.press("ctrl+s")
-            await pilot.pause(0.1)
+            await settle(pilot)
             heads = str(form.query_one("#form-error").render())
-            form.query_one("#form-model", Input).value = "synthetic:tiny-llama"
+            form.query_one("#form-model", Select).value = "synthetic:tiny-llama"
             form.query_one("#form-launch", Select).value = "jaccl"
             await pilot.press("ctrl+s")
-            await pilot.pause(0.1)
+            await settle(pilot)
             jaccl = str(form.query_one("#form-error").render())
             form.query_one("#form-launch", Select).value = "ring"
             await pilot.press("ctrl+s")
-            await pilot.pause(0.2)
+            await settle(pilot)
             return app, heads, jaccl
 
     app, heads, jaccl = run(go())
@@ -238,10 +237,10 @@ def test_stepping_lands_on_the_rank_snapshot_it_names(tmp_path):
     async def go():
         app = replay_app([directory], tmp_path)
         async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause(0.2)
+            await settle(pilot)
             await show(pilot, "2", "w")
             app.post_message(Scrubber.Seek(7.8))
-            await pilot.pause(0.1)
+            await settle(pilot)
             await show(pilot, "right_square_bracket")
             return app, app.frame().snapshot()
 
@@ -263,7 +262,7 @@ def test_two_runs_of_one_backend_keep_apart(tmp_path):
     async def go():
         app = replay_app([first, second], tmp_path)
         async with app.run_test(size=(130, 40)) as pilot:
-            await pilot.pause(0.2)
+            await settle(pilot)
             return app, await show(pilot, "8")
 
     app, text = run(go())
@@ -288,7 +287,7 @@ def test_a_rank_whose_file_is_damaged_says_so_not_that_it_died(tmp_path):
     async def go():
         app = replay_app([directory], tmp_path)
         async with app.run_test(size=(130, 40)) as pilot:
-            await pilot.pause(0.2)
+            await settle(pilot)
             return app, await show(pilot, "8")
 
     app, text = run(go())

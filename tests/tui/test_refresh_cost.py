@@ -35,13 +35,15 @@ async def measure(n: int, moving: bool = False, recordings_dir: Path | None = No
                                   recordings_dir=recordings_dir))
     out = {}
     async with app.run_test(size=(160, 50)) as pilot:
+        deadline = time.monotonic() + 120  # the fake worker's stream read by the ingest thread (a hang bound)
         while app.store.sessions["slab"].status != "done":
+            assert time.monotonic() < deadline
             await pilot.pause(0.05)
         if moving:
             app.mode = "PAUSED"
         for tab_id, _title, _view in [*TABS, ("sessions", "", None)]:
             app.action_show_tab(tab_id)
-            await pilot.pause(0.05)
+            await pilot.pause()
             times = []
             for k in range(n):
                 if moving:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from tui_fixtures import FakeWorker, big_stream
-from tui_helpers import wait_for
+from tui_helpers import settle, wait_for
 from tui_screen_text import screen_text
 
 from app.tui.app import AppOptions, SlabscopeApp
@@ -26,7 +26,7 @@ def test_28_layers_by_64_slabs_at_80x24(tmp_path):
             screens = {}
             for key in "1234567":
                 await pilot.press(key)
-                await pilot.pause(0.05)
+                await settle(pilot)
                 screens[key] = screen_text(app)
             grid, row_map = app.screen.query_one(SlabGrid), app.screen.query_one(RowMap)
             return screens, grid, row_map

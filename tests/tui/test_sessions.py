@@ -6,7 +6,7 @@ import asyncio
 import os
 import shutil
 
-from tui_helpers import wait_for
+from tui_helpers import settle, wait_for
 from tui_paths import SAMPLE_DENSE, SAMPLE_SLAB
 from tui_screen_text import screen_text
 
@@ -56,13 +56,12 @@ def test_open_and_compare_from_the_sessions_view(tmp_path):
         app = SlabscopeApp(AppOptions(autostart=False, recordings_dir=recs))
         async with app.run_test(size=(110, 32)) as pilot:
             await pilot.press("7")
-            await pilot.pause(0.1)
+            await settle(pilot)
             listing = screen_text(app)
             await pilot.press("m", "down", "m", "c")
             await wait_for(pilot, lambda: app.mode == "REPLAY", timeout=10)
             app.clear_notifications()
-            app.refresh_views()
-            await pilot.pause(0.2)
+            await settle(pilot)
             return app, listing, screen_text(app)
 
     app, listing, compared = asyncio.run(go())
@@ -79,7 +78,7 @@ def test_unreadable_recording_is_reported_not_fatal(tmp_path):
     async def go():
         app = SlabscopeApp(AppOptions(autostart=False, open_paths=[bad], recordings_dir=tmp_path))
         async with app.run_test(size=(100, 30)) as pilot:
-            await pilot.pause(0.2)
+            await settle(pilot)
             return app, [n.message for n in app._notifications]
 
     app, messages = asyncio.run(go())

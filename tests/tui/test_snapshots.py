@@ -1,6 +1,7 @@
 """Snapshot tests (pytest-textual-snapshot) of every view rendered from the sample session shipped in
-assets/recordings/ (recorded by the probes from a real SmolLM2 run). Replay is paused at the recording's peak
-moment, so nothing depends on the wall clock; notifications are cleared before the picture is taken.
+assets/recordings/ (recorded by the probes from a real SmolLM2 run). Replay opens paused at the end (the Memory
+and Sessions pictures are the first screen); the pool views are taken at the peak moment (P), where the pool is
+busy. Nothing depends on the wall clock; notifications are cleared before the picture is taken.
 
 Update after an intended visual change: pytest tests/tui/test_snapshots.py --snapshot-update
 """
@@ -28,20 +29,32 @@ def replay_app(tmp_path, monkeypatch):
         shutil.copyfile(src, dst)
         os.utime(dst, (1_700_000_000 + index, 1_700_000_000 + index))
     monkeypatch.chdir(tmp_path)
-    return SlabscopeApp(AppOptions(autostart=False, open_paths=[recs / SAMPLE_SLAB.name, recs / SAMPLE_DENSE.name],
-                                   recordings_dir=recs.relative_to(tmp_path)))
+    return quiet(SlabscopeApp(AppOptions(autostart=False, open_paths=[recs / SAMPLE_SLAB.name,
+                                                                      recs / SAMPLE_DENSE.name],
+                                         recordings_dir=recs.relative_to(tmp_path))))
+
+
+def quiet(app: SlabscopeApp) -> SlabscopeApp:
+    """No notification toasts in the pictures: a toast posted at mount lands whenever the app handles its message
+    (and one removed leaves its region to a later repaint), so a picture would depend on timing. Notifications are
+    checked by the tests that read them (test_hostile_recordings.py, test_ranks.py)."""
+    app.notify = lambda *args, **kwargs: None
+    return app
 
 
 async def settle(pilot) -> None:
-    pilot.app.clear_notifications()
+    """Handle the keys pressed and redraw (the app's own event loop only: a replay has no other thread)."""
+    await pilot.pause()
     pilot.app.refresh_views()
-    await pilot.pause(0.2)
+    await pilot.pause()
 
 
 @pytest.mark.parametrize("key,name", [("1", "memory"), ("2", "slabs"), ("3", "fragmentation"), ("4", "gather"),
                                       ("5", "fused"), ("7", "sessions")])
 def test_view_snapshot(snap_compare, replay_app, key, name):
     async def before(pilot):
+        if key in "2345":
+            await pilot.press("P")
         await pilot.press(key)
         await settle(pilot)
 
@@ -50,7 +63,7 @@ def test_view_snapshot(snap_compare, replay_app, key, name):
 
 def test_inspector_drilldown_snapshot(snap_compare, replay_app):
     async def before(pilot):
-        await pilot.press("6", "greater_than_sign", "down", "down", "e", "e", "u")
+        await pilot.press("P", "6", "greater_than_sign", "down", "down", "e", "e", "u")
         await settle(pilot)
 
     assert snap_compare(replay_app, terminal_size=SIZE, run_before=before)
@@ -65,8 +78,8 @@ def ranks_app(tmp_path, monkeypatch):
     for index, path in enumerate(sorted(directory.iterdir())):
         os.utime(path, (1_700_000_000 + index,) * 2)
     monkeypatch.chdir(tmp_path)
-    return SlabscopeApp(AppOptions(autostart=False, open_paths=[directory.relative_to(tmp_path)],
-                                   recordings_dir=directory.relative_to(tmp_path)))
+    return quiet(SlabscopeApp(AppOptions(autostart=False, open_paths=[directory.relative_to(tmp_path)],
+                                         recordings_dir=directory.relative_to(tmp_path))))
 
 
 @pytest.mark.parametrize("keys,name", [(("8",), "ranks"), (("1",), "memory"), (("2", "w"), "slabs-rank1")])

@@ -52,11 +52,11 @@ def big_snapshot(layers=28, slabs=64, per=4) -> PoolSnapshot:
     owners = [(r // 7) % 5 if r % 3 else -1 for r in range(rows)]
     refs = [0 if o == -1 else (2 if r % 11 == 0 else 1) for r, o in enumerate(owners)]
     lay = LayerSnapshot(num_chunks=slabs, capacity_rows=rows, free_rows=0, holes=0, largest_free_run=0,
-                        fragmentation=0.0, gather_runs_hist={}, fused=FusedDecision(False, "-"), row_owner=owners,
-                        row_refcount=refs)
+                        fragmentation=0.0, gather_runs_hist={}, fused=FusedDecision(False, "-"))
     return PoolSnapshot(design="slab", block_size=16, slab_blocks=per, num_layers=layers, dtype=None, n_kv_heads=None,
                         head_dim=None, bytes_per_row=0, stats=PoolStats(0, 0, 0, 0, 0, 0, 0),
-                        counters=PoolCounters(), layers=[lay] * layers, seq_rows={})
+                        counters=PoolCounters(), layers=[lay] * layers, seq_rows={}, row_owner=owners,
+                        row_refcount=refs)
 
 
 def test_slab_grid_wide_cells_and_totals_per_layer():
@@ -86,7 +86,8 @@ def test_row_map_glyphs_selection_and_click():
     row_map = RowMap()
     owners, refs = [1, 1, -1, 2, -2, 2, -1, -3], [1, 2, 0, 1, 1, 1, 0, 1]
     text = render(row_map, lambda w: w.show(owners, refs, 4, 2, slab=1, seq=2, free_run=(6, 1), cow_rows={3}))
-    assert text.splitlines()[:2] == [" s0  1◆·2", "▶s1  h2░c"]  # a caller-held row (-3) is "c", never live
+    # an older recording's caller-held row (-3) is held ("h"), never live
+    assert text.splitlines()[:2] == [" s0  1◆·2", "▶s1  h2░h"]
 
 
 def test_row_map_keys_pick_slabs():

@@ -26,7 +26,7 @@ tmux send-keys -t "$SESSION" 7
 wait_for "sample-churn-slab.slabrec" 10
 tmux send-keys -t "$SESSION" Enter
 wait_for "REPLAY" 20
-tmux send-keys -t "$SESSION" 6
+tmux send-keys -t "$SESSION" P 6   # a replay opens at its end (all released): the peak has sequences to inspect
 wait_for "sequences" 10
 tmux send-keys -t "$SESSION" e
 wait_for "gather runs:" 10

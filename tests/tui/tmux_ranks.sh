@@ -40,8 +40,7 @@ tmux send-keys -t "$SESSION" w
 wait_for "slab r1 (slab) @" 10
 tmux send-keys -t "$SESSION" q
 wait_gone 20
-sleep 1
-if pgrep -f "$WORK/ranks-" >/dev/null; then
+if ! wait_no_process "$WORK/ranks-" 60; then  # polls until none is left; the bound only ends a hang
   echo "FAIL: processes of the run left behind:"; pgrep -af "$WORK/ranks-"; exit 1
 fi
 echo "ok: no process left"

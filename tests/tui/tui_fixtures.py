@@ -85,8 +85,8 @@ class SimPool:
         layers = [LayerSnapshot(num_chunks=self.num_slabs, capacity_rows=capacity, free_rows=len(free), holes=holes,
                                 largest_free_run=largest, fragmentation=0.0 if not free else 1 - largest / len(free),
                                 gather_runs_hist=dict(self.hist),
-                                fused=FusedDecision(False, "no GPU kernel backend (CPU)"), row_owner=list(owners),
-                                row_refcount=list(refs)) for _ in range(self.num_layers)]
+                                fused=FusedDecision(False, "no GPU kernel backend (CPU)"))
+                  for _ in range(self.num_layers)]
         return PoolSnapshot(
             design=self.design, block_size=BLOCK, slab_blocks=self.slab_blocks, num_layers=self.num_layers,
             dtype="float32", n_kv_heads=2, head_dim=8, bytes_per_row=1024,
@@ -96,7 +96,8 @@ class SimPool:
                             num_handles=0),
             counters=PoolCounters(slab_appends=self.num_slabs, cow_copies=1, rows_minted=len(self.owner),
                                   gather_decisions=self.num_layers),
-            layers=layers, seq_rows={s: list(rows) for s, rows in self.seq_rows.items()})
+            layers=layers, seq_rows={s: list(rows) for s, rows in self.seq_rows.items()}, row_owner=list(owners),
+            row_refcount=list(refs))
 
 
 def sample(t: float, step: int, tokens: int, active: float, cache: float = 2e6, rss: float | None = None,
@@ -210,14 +211,14 @@ def big_stream(num_layers: int = 28, num_slabs: int = 64, slab_blocks: int = 32,
     layer = LayerSnapshot(num_chunks=num_slabs, capacity_rows=rows, free_rows=owners.count(-1),
                           holes=owners.count(-1), largest_free_run=1,
                           fragmentation=1 - 1 / max(1, owners.count(-1)), gather_runs_hist={40: 12, 64: 3},
-                          fused=FusedDecision(False, "layer has more than one slab"), row_owner=owners,
-                          row_refcount=refs)
+                          fused=FusedDecision(False, "layer has more than one slab"))
     snap = PoolSnapshot(design="slab", block_size=32, slab_blocks=slab_blocks, num_layers=num_layers,
                         dtype="bfloat16", n_kv_heads=8, head_dim=128, bytes_per_row=131072,
                         stats=PoolStats(allocated_blocks=rows, live_blocks=rows - owners.count(-1), free_blocks=0,
                                         bytes_reserved=rows * 131072 * num_layers, bytes_in_use=0, num_sequences=40,
                                         num_handles=0),
-                        counters=PoolCounters(), layers=[layer] * num_layers, seq_rows=seq_rows)
+                        counters=PoolCounters(), layers=[layer] * num_layers, seq_rows=seq_rows, row_owner=owners,
+                        row_refcount=refs)
     meta = {"t_start": t0, "backend": "slab", "session_id": "big",
             "geometry": {"num_layers": num_layers, "block_size": 32, "slab_blocks": slab_blocks, "design": "slab"}}
     events: list = [MetaUpdate(t=t0, meta=meta)]

@@ -22,7 +22,3 @@ def tiny_llama():
 def tiny_qwen3():
     return load("synthetic:tiny-qwen3")
 
-
-@pytest.fixture(scope="session")
-def smollm2():
-    return load("smollm2-135m")

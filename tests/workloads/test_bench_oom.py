@@ -61,8 +61,8 @@ def test_an_engine_out_of_memory_is_its_result_and_the_others_still_print(cli, f
     assert result["warm"]["mlx_lm"] == {"out_of_memory": {"runs": 2, "of": 2, "detail": mlx_lm_runs[1]["detail"]}}
     assert result["warm"]["dense"]["tok_s"]["n"] == 2 and result["rounds"]["dense"][0]["tok_s"] > 0
     assert not any(v["a"] == "mlx_lm" or v["b"] == "mlx_lm" for v in result["verdicts"]["warm"])
-    failed = [line for line in err
-              if line.startswith("round 1 mlx_lm: out of memory (RuntimeError: [malloc] Unable to allocate")]
+    failed = [line for line in err  # each run's line starts with "[k/N] " (app/bench/progress.py)
+              if line.split("] ", 1)[-1].startswith("round 1 mlx_lm: out of memory (RuntimeError: [malloc] Unable")]
     assert len(failed) == 1 and "; released " in failed[0] and "process now: MLX active" in failed[0]
 
 

@@ -1,6 +1,7 @@
-"""``slabscope bench throughput`` on the CPU with the embedded SmolLM2 at a small size (the same command runs the
-H200 workloads): every engine runs the warm-up round, five interleaved rounds and one fresh process, the figures
-have medians and ranges, and the verdict names a winner only when ranges are apart and runs are enough."""
+"""``slabscope bench throughput``: the round logic on stand-in engines (a warm-up round apart, rounds whose order
+rotates, medians and ranges, a verdict only when ranges are apart and runs are enough), and the real command end to
+end on the smallest workload (one warm round, one fresh process per engine). The bench's figures are the bench's
+business: nothing here times anything."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 
 import pytest
 
+from app.bench import throughput
 from app.bench.throughput import MIN_RUNS_FOR_VERDICT, summarize, verdicts
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -33,10 +35,47 @@ def test_verdict_refuses_overlapping_ranges_and_too_few_runs():
     assert (stats["median"], stats["min"], stats["max"], stats["n"]) == (200, 100, 300, 3)
 
 
+def _fake_engine_runs(monkeypatch) -> list[str]:
+    """``run_engine`` replaced by a stand-in whose figures are known (engine e's run k: tok/s 100 * (e + 1) + k) and
+    that records the order engines ran in; ``load`` by a no-op (nothing is loaded)."""
+    calls: list[str] = []
+
+    def run_engine(engine, config, loaded, requests):
+        calls.append(engine)
+        tok_s = 100.0 * (list(config.engines).index(engine) + 1) + calls.count(engine)
+        return {"tok_s": tok_s, "prefill_tok_s": 2 * tok_s, "decode_step_ms": 1000.0 / tok_s,
+                "first_decode_step_ms": 2000.0 / tok_s, "footprint_bytes": 1}
+
+    monkeypatch.setattr(throughput, "run_engine", run_engine)
+    monkeypatch.setattr(throughput, "load", lambda config: (None, None))
+    return calls
+
+
+def test_warm_rounds_run_every_engine_once_each_in_an_order_that_rotates(monkeypatch):
+    """A warm-up round (every engine once, reported apart), then ``rounds`` rounds whose order rotates, so no
+    engine always runs first or last; the stats and verdicts are over the rounds only."""
+    calls = _fake_engine_runs(monkeypatch)
+    config = throughput.BenchConfig(engines=("dense", "slab", "mlx_lm"), rounds=5, fresh_rounds=0)
+    result = throughput.run_bench(config)
+    engines = ["dense", "slab", "mlx_lm"]
+    rotations = [engines[k % 3:] + engines[:k % 3] for k in range(5)]
+    assert calls == engines + [engine for order in rotations for engine in order]
+    assert [run["tok_s"] for run in result["rounds"]["slab"]] == [202, 203, 204, 205, 206]  # warm-up: 201
+    assert result["warmup_round"]["slab"]["tok_s"] == 201 and result["fresh"] == {}
+    slab = result["warm"]["slab"]["tok_s"]
+    assert (slab["n"], slab["median"], slab["min"], slab["max"]) == (5, 204, 202, 206)
+    by_pair = {(v["a"], v["b"], v["metric"]): v for v in result["verdicts"]["warm"]}
+    assert by_pair[("dense", "slab", "tok_s")]["winner"] == "slab"  # 102-106 vs 202-206: apart, 5 runs each
+    assert by_pair[("dense", "slab", "decode_step_ms")]["winner"] == "slab"
+    assert result["verdicts"]["fresh"] == []
+
+
 @pytest.mark.slow
-def test_bench_throughput_runs_every_engine_warm_and_fresh_on_smollm2():
-    argv = [sys.executable, "-m", "app", "bench", "throughput", "--model", "smollm2-135m", "--set", "n=2",
-            "--set", "prompt_tokens=24", "--set", "gen_tokens=3", "--rounds", "5", "--fresh-rounds", "1", "--json"]
+def test_bench_throughput_runs_every_engine_warm_and_fresh_end_to_end():
+    """The real command on the smallest workload (tiny llama, 2 prompts of 24 tokens, 3 generated): one warm
+    round and one fresh process per engine, every figure measured (the round logic is tested above)."""
+    argv = [sys.executable, "-m", "app", "bench", "throughput", "--model", "synthetic:tiny-llama", "--set", "n=2",
+            "--set", "prompt_tokens=24", "--set", "gen_tokens=3", "--rounds", "1", "--fresh-rounds", "1", "--json"]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600,
                           env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
     assert done.returncode == 0, done.stderr[-2000:]
@@ -44,15 +83,14 @@ def test_bench_throughput_runs_every_engine_warm_and_fresh_on_smollm2():
     engines = ["dense", "slab", "mlx_lm"]
     assert result["config"]["engines"] == engines and result["device"].startswith("Device(cpu")
     for engine in engines:
-        assert len(result["rounds"][engine]) == 5 and len(result["fresh"][engine]) == 1
-        warm = result["warm"][engine]
-        for metric in ("tok_s", "prefill_tok_s", "decode_step_ms", "first_decode_step_ms"):
-            s = warm[metric]
-            assert s["n"] == 5 and 0 < s["min"] <= s["median"] <= s["max"]
-        assert result["fresh_stats"][engine]["tok_s"]["n"] == 1
-    assert {v["metric"] for v in result["verdicts"]["warm"]} == {"tok_s", "decode_step_ms"}
-    assert all(v["winner"] is None for v in result["verdicts"]["fresh"])  # one fresh run each: never a winner
-    assert "round 5 slab" in done.stderr and "fresh 1 mlx_lm" in done.stderr
+        assert len(result["rounds"][engine]) == 1 and len(result["fresh"][engine]) == 1
+        for run in (result["warmup_round"][engine], result["rounds"][engine][0], result["fresh"][engine][0]):
+            assert all(run[metric] > 0 for metric in ("tok_s", "prefill_tok_s", "decode_step_ms",
+                                                      "first_decode_step_ms", "footprint_bytes")), (engine, run)
+        assert result["warm"][engine]["tok_s"]["n"] == 1 and result["fresh_stats"][engine]["tok_s"]["n"] == 1
+        assert result["fresh"][engine][0]["load_s"] > 0  # loaded in its own process
+    assert all(v["winner"] is None for v in result["verdicts"]["warm"] + result["verdicts"]["fresh"])  # 1 run each
+    assert "warm-up slab" in done.stderr and "round 1 mlx_lm" in done.stderr and "fresh 1 mlx_lm" in done.stderr
     assert result["fresh"]["slab"][0]["rehearsal_s"] is None  # a CPU run does not rehearse
 
 

@@ -40,6 +40,7 @@ def test_trim_releases_the_cache_only_above_budget():
     assert CacheTrim(weight_bytes=100, bytes_per_token=10, fraction=0.5, min_bytes=0).budget(10) == 100
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("backend", ["slab", "dense"])
 def test_trim_and_cache_limit_change_no_logit_and_are_reported(tiny_llama, tmp_path, backend, monkeypatch):
     import mlx.core as mx

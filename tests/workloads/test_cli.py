@@ -77,9 +77,17 @@ def test_generate_prints_prompt_and_generation_tok_s_and_memory_as_mlx_lm_does(c
 
 
 @pytest.mark.slow
-def test_generate_answers_paris(capsys):
+def test_generate_answers_paris(capsys, monkeypatch, smollm2):
+    """The default model through the generate command: its chat template, the slab engine's greedy decode and the
+    printed answer. The session's SmolLM2 (fp32 on CPU, what the command's defaults load) stands in for the load,
+    which tests/models checks."""
+    import app.models
+
+    asked = []
+    monkeypatch.setattr(app.models, "load_model", lambda name, **kw: asked.append((name, kw)) or smollm2)
     assert main(["generate", "--prompt", "What is the capital of France?", "--max-tokens", "24"]) == 0
     assert "Paris" in capsys.readouterr().out
+    assert asked == [("smollm2-135m", {"dtype": None, "device": None, "seed": 0})]
 
 
 @pytest.mark.slow

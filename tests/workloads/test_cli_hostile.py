@@ -123,7 +123,8 @@ def test_hostile_invocation_is_one_line(case, argv, code, text, files, capsys, m
 
 
 @pytest.mark.parametrize("argv, code, text", [
-    (["run", "--slab-blocks", "1000000000"], 1, "the pool's first slab (1,000,000,000 blocks x 32 tokens per layer)"),
+    (["run", "--slab-blocks", "1000000000", "--model", TINY], 1,  # the check is the pool's, whatever the model
+     "the pool's first slab (1,000,000,000 blocks x 32 tokens per layer)"),
     (["generate", "--prompt", b"caf\xe9".decode(errors="surrogateescape"), "--model", TINY], 2,
      "--prompt is not valid UTF-8 text"),
     (["run", "--block-size", "0"], 2, "slabscope run: error: argument --block-size: must be >= 1, got 0"),

@@ -3,11 +3,23 @@
 ``slabscope bench bookkeeping`` (the pool's per-step bookkeeping, timed without a model)."""
 
 import json
-import time
 
 import pytest
 
 from app.cli import main
+
+
+class _Clock:
+    """A perf_counter the fakes advance by what their work "takes" (no sleeping: the split is exact)."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+CLOCK = _Clock()
 
 
 class _FakeMx:
@@ -15,7 +27,7 @@ class _FakeMx:
         self.evaluated = []
 
     def async_eval(self, *arrays):
-        time.sleep(0.010)  # "encoding"
+        CLOCK.now += 0.010  # "encoding": 10 ms
         self.evaluated.append(arrays)
 
 
@@ -24,14 +36,16 @@ class _FakeEngine:
         self.mx = mx
 
     def _dispatch(self, plan, starts, inputs):
-        time.sleep(0.001)  # "building"
+        CLOCK.now += 0.001  # "building": 1 ms
         self.mx.async_eval(plan)
         return plan
 
 
-def test_the_clock_splits_build_from_encode_and_leaves_out_the_first_dispatch():
+def test_the_clock_splits_build_from_encode_and_leaves_out_the_first_dispatch(monkeypatch):
+    import lab.engine_rounds as engine_rounds
     from lab.engine_rounds import DecodeClock
 
+    monkeypatch.setattr(engine_rounds.time, "perf_counter", CLOCK)
     mx = _FakeMx()
     clock = DecodeClock(_FakeEngine, mx)
     engine = _FakeEngine(mx)
@@ -40,9 +54,8 @@ def test_the_clock_splits_build_from_encode_and_leaves_out_the_first_dispatch():
     for step in range(4):
         assert engine._dispatch(step, [], None) == step  # the patched dispatch returns what the engine's does
     assert len(clock.dispatch_ms) == 4 and len(clock.encode_ms) == 4
-    figures = clock.figures()
-    assert figures["encode_ms"] >= 9.5 and figures["build_ms"] >= 0.9
-    assert figures["build_ms"] < figures["encode_ms"]  # build is the dispatch less its encode (1 ms against 10)
+    figures = clock.figures()  # build is the dispatch less its encode
+    assert figures == {"build_ms": pytest.approx(1.0), "encode_ms": pytest.approx(10.0)}
     clock.reset()
     assert clock.figures() == {"build_ms": None, "encode_ms": None}
 
@@ -52,10 +65,10 @@ def test_the_bookkeeping_bench_times_each_call_of_a_decode_step():
 
     pool = build_pool(layers=3, batch=4, context=70)
     figures = timings(pool, batch=4, context=70, number=3)
-    assert set(figures) == {"prepare_write x 4", "token_slots", "fused_decisions", "run_counts"}
+    assert set(figures) == {"prepare_write x 4", "write_slots", "fused_decision", "step_view", "run_counts"}
     assert all(us > 0 for us in figures.values())
     pool.check_integrity()  # the timed calls leave the pool consistent
-    assert [pool.seq_length(s) for s in range(4)] == [70] * 4
+    assert pool.step_view(range(4)).lengths == (70,) * 4
 
 
 def test_the_bookkeeping_command_prints_its_figures(capsys):
@@ -63,7 +76,9 @@ def test_the_bookkeeping_command_prints_its_figures(capsys):
     assert main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     assert (result["layers"], result["batch"], result["context"]) == (2, 3, 40)
-    assert set(result["us_per_call"]) == {"prepare_write x 3", "token_slots", "fused_decisions", "run_counts"}
+    assert set(result["us_per_call"]) == {"prepare_write x 3", "write_slots", "fused_decision", "step_view",
+                                          "run_counts"}
+    assert result["us_per_step"] == pytest.approx(sum(result["us_per_call"].values()))
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -21,21 +21,23 @@ BURST = dict(n=4, concurrency=4, prompt_tokens="32", gen_tokens="6")
 def _run_slabs(loaded, scenario, monkeypatch, **spec_fields):
     """Run the burst; returns (summary, logits, pool's open_blocks, [slabs written per decode step, layer 0])."""
     written, policies = [], []
-    original = PagedKVPool.token_slots
+    original = PagedKVPool.write_slots
 
-    def spy(self, seq_ids, positions):
-        slots = original(self, seq_ids, positions)
-        policies.append(self.config.open_blocks)
-        written.append(sorted({row // self.config.slab_blocks for row in slots.layer_rows[0]}))
+    def spy(self, seq_ids, starts, num_tokens):
+        slots = original(self, seq_ids, starts, num_tokens)
+        if num_tokens == 1 and len(seq_ids) > 1:  # a batched decode step
+            policies.append(self.config.open_blocks)
+            written.append(sorted({rows[0] // self.config.slab_blocks for rows in slots.rows}))
         return slots
 
-    monkeypatch.setattr(PagedKVPool, "token_slots", spy)
+    monkeypatch.setattr(PagedKVPool, "write_slots", spy)
     summary, _, logits = run_backend(loaded, scenario, "slab", block_size=4, slab_blocks=8, prefill_chunk=16,
                                      **spec_fields)
     monkeypatch.undo()
     return summary, logits, set(policies), written
 
 
+@pytest.mark.numerics
 def test_every_decode_step_of_a_burst_writes_one_slab(tiny_llama, tmp_path, monkeypatch):
     scenario = write_scenario(tmp_path, burst_toml(**BURST))
     auto = _run_slabs(tiny_llama, scenario, monkeypatch)

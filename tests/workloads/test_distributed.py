@@ -34,12 +34,12 @@ HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist_logits.p
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    """The issue's command (churn made small for CI) on 2 ranks, plus the ordinary 1-process record of dense
-    into the same directory."""
+    """The issue's command (churn made small for CI) on 2 ranks, plus the ordinary 1-process record of slab and
+    dense into the same directory."""
     out = tmp_path_factory.mktemp("dist")
     two = cli_main(["record", "--ranks", "2", "--scenario", "churn", "--backends", "slab,dense", "--model", MODEL,
                     *SMALL, "--out", str(out)])
-    one = cli_main(["record", "--scenario", "churn", "--backends", "dense", "--model", MODEL, *SMALL,
+    one = cli_main(["record", "--scenario", "churn", "--backends", "slab,dense", "--model", MODEL, *SMALL,
                     "--out", str(out)])
     return out, two, one
 
@@ -72,13 +72,12 @@ def test_one_recording_per_rank_with_shard_map_and_clock(recorded):
         assert len(runs) == 1  # both ranks of a backend belong to one run
 
 
-def test_each_rank_pool_holds_half_the_heads(recorded, tmp_path):
+def test_each_rank_pool_holds_half_the_heads(recorded):
     """The slab pool of a rank stores 1 of 2 KV heads: half the bytes per row of the 1-process pool."""
-    out, _, _ = recorded
+    out, _, one = recorded
+    assert one == 0
     ranks = [_rank(out, "slab", r).snapshots[-1].snapshot.bytes_per_row for r in (0, 1)]
-    assert cli_main(["record", "--scenario", "churn", "--backends", "slab", "--model", MODEL, *SMALL,
-                     "--out", str(tmp_path)]) == 0
-    whole = Session.open(tmp_path / "churn-slab.slabrec").snapshots[-1].snapshot.bytes_per_row
+    whole = Session.open(out / "churn-slab.slabrec").snapshots[-1].snapshot.bytes_per_row
     assert ranks == [whole // 2, whole // 2]
 
 
@@ -111,6 +110,7 @@ def test_compare_opens_the_ranks_as_one_run_with_the_imbalance_row(recorded, cap
     assert {r["session"] for r in data["rows"]} >= {"slab r0", "slab r1", "dense r0", "dense r1"}
 
 
+@pytest.mark.numerics
 def test_two_rank_logits_are_bounded_and_rank_and_backend_identical(tmp_path, tiny_llama, tiny_qwen3):
     """Tokens: identical to the single process. Logits: byte-identical between the ranks and between slab and
     dense on 2 ranks, but not to the single process, and that is arithmetic, not a bug: mlx-lm's ``shard()``
@@ -193,13 +193,11 @@ def test_killing_one_rank_leaves_every_file_readable_and_stops_the_other(tmp_pat
 def test_a_hung_rank_is_detected_by_the_watchdog_not_waited_on(tmp_path):
     """SIGSTOP keeps the peer's socket open, so no collective errors out: only the watchdog can end rank 0, and
     the parent ends the launcher, which would otherwise wait on the stopped rank forever."""
-    proc = _start_long_record(tmp_path, "--peer-timeout", "4")
+    proc = _start_long_record(tmp_path, "--peer-timeout", "2")
     pid = _pid_once_running(tmp_path / "churn-slab-rank1.slabrec", proc)
     try:
-        start = time.monotonic()
         os.kill(pid, signal.SIGSTOP)
-        text, _ = proc.communicate(timeout=90)
-        assert time.monotonic() - start < 40
+        text, _ = proc.communicate(timeout=120)  # bounds a hang: without the watchdog the run never ends
     finally:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -208,5 +206,5 @@ def test_a_hung_rank_is_detected_by_the_watchdog_not_waited_on(tmp_path):
     assert proc.returncode == 1, text
     r0 = Session.open(tmp_path / "churn-slab-rank0.slabrec")
     assert r0.complete and "no progress for" in r0.summary.summary["error"]
-    assert "peer timeout 4 s" in text and "ranks still running" in text
+    assert "peer timeout 2 s" in text and "ranks still running" in text
     Session.open(tmp_path / "churn-slab-rank1.slabrec")  # readable

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -176,47 +175,57 @@ def test_shard_map_of_rank_one_of_two():
 
 # ---- the watchdog (own process: it installs signal handlers) ----------------------------------------------------
 WATCHDOG = """
-import os, sys, threading
+import os, sys, threading, time
 from app.workloads.rank_watchdog import RankWatchdog
 def abort(text, code):
     print("ABORT", code, text, flush=True)
     os._exit(code)
-dog = RankWatchdog(peer_timeout_s={timeout}, on_abort=abort, poll_s=0.05).install()
+dog = RankWatchdog(peer_timeout_s={timeout}, on_abort=abort, poll_s=0.02).install()
 {arm}
 print("ready", flush=True)
+def report(quiet_for):  # once a check has seen (and let pass) quiet_for seconds of silence, say so
+    deadline = time.monotonic() + 60
+    while dog.checked_silence_s < quiet_for and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print("quiet" if dog.checked_silence_s >= quiet_for else "never checked", flush=True)
+if {quiet_for}:
+    threading.Thread(target=report, args=({quiet_for},), daemon=True).start()
 lock = threading.Lock(); lock.acquire(); lock.acquire()  # the main thread blocks like a rank in a collective
 """
 
 
-def _watchdog_process(timeout: float, arm: str):
-    code = WATCHDOG.format(timeout=timeout, arm=arm)
+def _watchdog_process(timeout: float, arm: str, quiet_for: float = 0.0):
+    """The watchdog in a process of its own; with ``quiet_for``, the process prints "quiet" once a watchdog check
+    has seen that much silence and let it pass (or "ABORT ..." if the watchdog fired first)."""
+    code = WATCHDOG.format(timeout=timeout, arm=arm, quiet_for=quiet_for)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout.readline().strip() == "ready"
     return proc
 
 
 def test_watchdog_stops_a_rank_stuck_without_progress():
-    start = time.monotonic()
     proc = _watchdog_process(0.5, arm="dog.arm()")
-    out, _ = proc.communicate(timeout=30)
+    out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 3 and "no progress for" in out and "peer timeout 0.5 s" in out
-    assert time.monotonic() - start < 20
 
 
 def test_watchdog_timeout_can_be_longer_for_the_start_sync():
-    proc = _watchdog_process(0.3, arm="dog.arm(30)")  # the start sync's timeout, not the step one
-    time.sleep(1.5)  # five peer timeouts: the start timeout holds
-    assert proc.poll() is None
-    proc.kill()
-    proc.wait()
+    """Armed with the start sync's 30 s: a check that saw five step timeouts (0.5 s) of silence let it pass."""
+    proc = _watchdog_process(0.1, arm="dog.arm(30)", quiet_for=0.5)
+    try:
+        assert proc.stdout.readline().strip() == "quiet" and proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_watchdog_turns_sigterm_into_a_recorded_stop_while_the_main_thread_is_blocked():
-    proc = _watchdog_process(60, arm="")
-    time.sleep(0.3)  # unarmed: silence alone does not fire
-    assert proc.poll() is None
+    """Unarmed, silence alone does not fire (a check let five peer timeouts of silence pass); then SIGTERM, while
+    the main thread is blocked, stops the process with the signal's exit status."""
+    proc = _watchdog_process(0.1, arm="", quiet_for=0.5)
+    assert proc.stdout.readline().strip() == "quiet" and proc.poll() is None
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
+    out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM and "SIGTERM received" in out
 
 

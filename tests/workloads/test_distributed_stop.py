@@ -1,7 +1,8 @@
 """Stopping ``slabscope record --ranks`` leaves no process behind: mlx.launch runs in its own process group (so that
-record can stop it), which a signal to record alone would never reach. SIGTERM (the TUI's stop) and the loss of
-record's parent (``--stop-with-parent``: a TUI that was killed) both stop the launcher and every rank, and the ranks
-close their recordings with why they stopped."""
+record can stop it), which a signal to record alone would never reach. The loss of record's parent
+(``--stop-with-parent``: a TUI that was killed) makes record stop itself through its SIGTERM path, which stops the
+launcher and every rank, and the ranks close their recordings with why they stopped. (SIGTERM sent by the TUI, and
+record's exit status for it, are checked by tests/tui/test_ranks_live.py on its one live launch.)"""
 
 from __future__ import annotations
 
@@ -45,36 +46,23 @@ def _wait_gone(processes, seconds: float) -> list[int]:
     return live_pids(processes)
 
 
-def test_sigterm_stops_the_launcher_and_every_rank(tmp_path):
-    proc = subprocess.Popen([*RECORD, "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    _running_ranks(tmp_path, lambda: proc.poll() is None)
-    tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-    assert len(tree) == 4  # record, mlx.launch, two ranks
-    proc.send_signal(signal.SIGTERM)
-    text, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM, text
-    assert _wait_gone(tree, 10) == []
-    assert "stopped by SIGTERM: every rank was stopped, no further backend started" in text
-    for rank in (0, 1):
-        session = Session.open(tmp_path / f"churn-slab-rank{rank}.slabrec")
-        assert session.complete and "SIGTERM received" in session.summary.summary["error"]
-    assert not (tmp_path / "churn-dense-rank0.slabrec").exists()  # no further backend started
-
-
-def test_record_stops_with_its_parent(tmp_path):
-    """A parent (the TUI) that is SIGKILLed: record notices its new parent and stops every rank."""
+def test_record_stops_with_its_parent_and_stops_every_rank(tmp_path):
+    """A parent (the TUI) that is SIGKILLed: record notices its new parent and stops itself as SIGTERM would (the
+    TUI's own stop sends SIGTERM: tests/tui/test_ranks_live.py): the launcher and both ranks of slab are gone,
+    each rank closed its recording with why it stopped, record says so, and no further backend started."""
+    log = tmp_path / "record.log"
+    record = [*RECORD, "--out", str(tmp_path), "--stop-with-parent"]
     parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
-                               f"subprocess.Popen({[*RECORD, '--out', str(tmp_path), '--stop-with-parent']!r}, "
-                               "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); time.sleep(600)"])
+                               f"subprocess.Popen({record!r}, stdout=open({str(log)!r}, 'w'), "
+                               "stderr=subprocess.STDOUT); time.sleep(600)"])
     tree = []
     try:
         _running_ranks(tmp_path, lambda: parent.poll() is None)
         tree = psutil.Process(parent.pid).children(recursive=True)
-        assert len(tree) == 4
+        assert len(tree) == 4  # record, mlx.launch, two ranks
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait()
-        assert _wait_gone(tree, 30) == []
+        assert _wait_gone(tree, 120) == []
     finally:
         parent.kill()
         for p in tree:  # only what this test started, should the check above have failed
@@ -82,5 +70,12 @@ def test_record_stops_with_its_parent(tmp_path):
                 p.kill()
             except psutil.Error:
                 pass
+    text = log.read_text()
+    assert "stopped by SIGTERM: every rank was stopped, no further backend started" in text, text
     for rank in (0, 1):
-        assert Session.open(tmp_path / f"churn-slab-rank{rank}.slabrec").complete
+        session = Session.open(tmp_path / f"churn-slab-rank{rank}.slabrec")
+        error = session.summary.summary["error"]
+        # mlx.launch forwards the SIGTERM to its ranks and exits: a rank sees whichever comes first, the signal or
+        # its watchdog finding the launcher gone; either way it closed its recording with why it stopped
+        assert session.complete and ("SIGTERM received" in error or "the launcher (pid" in error), error
+    assert not (tmp_path / "churn-dense-rank0.slabrec").exists()  # no further backend started

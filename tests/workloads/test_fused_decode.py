@@ -1,21 +1,20 @@
 """Fused paged decode in the live path: per-layer decisions at every decode step, their events and counters, the
 paged SDPA that routes a fused layer's attention to the kernel, and SLABSCOPE_PAGED_ATTENTION_NATIVE=0.
 
-No GPU here, so the routing is exercised with a fake kernel registered for a pretend "metal" backend whose
-function is the gather path (``pool.kernels.paged_decode.gather_decode``). Equality that holds (and is asserted):
-the fused-route run and the gather run give byte-identical logits (``mx.array_equal``) at every decode step and
-identical tokens, on CPU, for single sequences and for batches of different lengths. Why: both end in MLX's CPU
-SDPA on the same K/V bytes; the gather path pads shorter sequences on the left and masks the padding to -inf,
-whose exp() is exactly 0, and those exact zeros lead every reduction (sum of exps, P @ V), so the sums of the real
-terms are formed in the same order. A real GPU kernel reorders the arithmetic (online softmax): that comparison is
-tolerance-bounded and lives in tests/gpu.
+No GPU here, so the routing runs the product's fused route (``KernelRoute`` -> step plans ->
+``pool.kernels.paged_decode.fused_decode``) on a pretend "metal" backend whose kernel is the CPU emulation of the
+fused kernel (``pool.kernels.paged_decode_emulated``: the kernel's blocking, online softmax and merge order in
+float32, reading K/V from the slab tensors through the block table). The fused run and the gather run are two
+different computations of the same attention (online softmax in the log2 domain against MLX's SDPA over a padded
+batch), so their logits are compared within ``reorder_tolerance`` (float32) with identical greedy tokens, and
+must not be byte-identical (that would mean the fused route never ran its own arithmetic).
 """
 
 import pytest
 
 from probes.events import FusedChange, GatherRuns, Step
 
-from .helpers import assert_same_logits, burst_toml, run_backend, write_scenario
+from .helpers import assert_close_logits, burst_toml, run_backend, write_scenario
 
 BURST = burst_toml(n=3, concurrency=3, prompt_tokens="[9, 40]", gen_tokens="[4, 9]")
 POOL = dict(block_size=4, slab_blocks=2, prefill_chunk=16, prefix_cache=False)
@@ -23,31 +22,50 @@ POOL = dict(block_size=4, slab_blocks=2, prefill_chunk=16, prefix_cache=False)
 
 @pytest.fixture
 def fake_metal(monkeypatch):
-    """A KernelRoute whose 'metal' kernel is gather_decode; MLX's device reported as metal. Returns (route, calls);
-    ``route(min_batch=N)`` registers the kernel with a break-even batch of N."""
+    """The product's fused route on a pretend "metal" backend (MLX's device reported as metal) whose kernel is the
+    CPU emulation of the fused kernel. Returns (route, calls): ``route(min_batch=N, plans=True)`` builds a
+    ``KernelRoute`` registering the kernel with a break-even batch of N; ``plans=False`` makes the route call the
+    kernel without a step plan (each layer plans from its own view). ``calls`` records (layer, seq_ids, backend)."""
     import pool.fused_decision as fd
+    import pool.kernels.paged_decode as paged_decode
     from app.workloads.fused_attention import KernelRoute
     from pool.fused_decision import KernelCaps, register_kernel, unregister_kernel
-    from pool.kernels.paged_decode import gather_decode
+    from pool.kernels.paged_decode_emulated import paged_decode_emulated
 
     calls = []
+    kernels = {"metal": paged_decode_emulated}
 
-    def kernel(pool, layer, seq_ids, queries, *, scale, backend):
+    def kernel_for_backend(backend):
+        return kernels[backend]
+
+    def run(pool, layer, seq_ids, queries, *, scale, backend, plan=None, meta=None, launches=None):
         calls.append((layer, tuple(seq_ids), backend))
-        return gather_decode(pool, layer, seq_ids, queries, scale=scale)
+        return paged_decode.fused_decode(pool, layer, seq_ids, queries, scale=scale, backend=backend, plan=plan,
+                                         meta=meta, launches=launches)
 
-    def route(min_batch: int = 1):
+    def route(min_batch: int = 1, plans: bool = True):
         def register():
             register_kernel(KernelCaps(backend="metal", dtypes=frozenset({"float32"}),
                                        head_dims=frozenset({16, 32}), multi_slab=True, min_batch=min_batch))
             return ["metal"]
 
-        return KernelRoute(run=kernel, register=register, backend="metal")
+        return KernelRoute(run=run, register=register, backend="metal", accepts_plan=plans, accepts_launches=plans)
 
+    monkeypatch.setattr(paged_decode, "kernel_for_backend", kernel_for_backend)
     monkeypatch.setattr(fd, "detect_backend", lambda: "metal")
     monkeypatch.delenv("SLABSCOPE_PAGED_ATTENTION_NATIVE", raising=False)
     yield route, calls
     unregister_kernel("metal")
+
+
+def _assert_fused_matches_gather(fused_logits, gather_logits, label):
+    """Within the float32 reorder tolerance with the same tokens, and not the same bytes: the fused route ran the
+    kernel's own arithmetic."""
+    import mlx.core as mx
+
+    assert_close_logits(fused_logits, gather_logits, label)
+    assert any(not mx.array_equal(f, g) for (_, f), (_, g) in zip(fused_logits, gather_logits)), \
+        f"{label}: byte-identical logits: the fused route did not compute its own attention"
 
 
 def _decode_steps(events):
@@ -73,10 +91,11 @@ def test_cpu_decision_is_gather_with_a_reason_asked_per_layer_per_decode_step(ti
     assert max(max(g.runs_max) for g in gathers) > 1  # 2-block slabs: several runs
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("model", ["tiny_llama", "tiny_qwen3"])
 @pytest.mark.parametrize("backend", ["slab", "monolithic"])
-def test_fused_route_matches_the_gather_run_byte_for_byte(model, backend, fake_metal, request, tmp_path,
-                                                          monkeypatch):
+def test_fused_route_matches_the_gather_run_within_float32_tolerance(model, backend, fake_metal, request, tmp_path,
+                                                                      monkeypatch):
     import mlx_lm.models.base as base
 
     loaded = request.getfixturevalue(model)
@@ -103,7 +122,7 @@ def test_fused_route_matches_the_gather_run_byte_for_byte(model, backend, fake_m
     assert {e.reason for e in gather_ev if isinstance(e, FusedChange)} == {
         "disabled by SLABSCOPE_PAGED_ATTENTION_NATIVE=0"}
     assert all(g.fused_layers == layers for g in fused_ev if isinstance(g, GatherRuns))
-    assert_same_logits(fused_logits, gather_logits, f"{model}/{backend} fused route vs gather")
+    _assert_fused_matches_gather(fused_logits, gather_logits, f"{model}/{backend} fused route vs gather")
     runs = lambda evs: [(e.seq_ids, e.runs_layer0, e.runs_max) for e in evs if isinstance(e, GatherRuns)]  # noqa: E731
     assert runs(fused_ev) == runs(gather_ev)  # the runs counted from the tables == what the gathers read
 
@@ -140,7 +159,7 @@ def test_a_fused_layer_writes_without_gathering_and_must_be_served(tiny_llama):
     step.set_fused([True, False], kernel=object())
     keys, values = step.caches()[0].update_and_fetch(kv, kv)
     assert keys is kv and values is kv and pool.gathers == 0  # written, not gathered
-    assert pool.seq_length(0) == 1 and step.caches()[1].fused is False
+    assert pool.step_view([0]).lengths[0] == 1 and step.caches()[1].fused is False
     step.caches()[1].update_and_fetch(kv, kv)
     assert pool.gathers == 1
     with pytest.raises(RuntimeError, match=r"fused layers \[0\] were never attended"):
@@ -202,15 +221,17 @@ class EmulatedBuilds:
         return {"mode": "emulated", "asked": len(self.asked)}
 
 
+@pytest.mark.numerics
 def test_decode_gathers_with_the_compiling_reason_until_the_kernel_is_built(tiny_llama, fake_metal, tmp_path,
                                                                            monkeypatch):
     """Readiness emulated on CPU: while the slab-count variant builds, the decision is gather with the reason
     "kernel for N slabs compiling" (an event per layer, counted by reason); once built, fused. Prefill asked the
-    builds to prefetch the kernels of the slab counts the pool grew through; the logits equal the all-gather run."""
+    builds to prefetch the kernels of the slab counts the pool grew through; the logits match the all-gather run's
+    (within the float32 reorder tolerance, same tokens)."""
     make_route, calls = fake_metal
     scenario = write_scenario(tmp_path, BURST)
     layers = tiny_llama.num_layers
-    # two decode steps' worth of questions: one per step, the layers sharing their slab count (pool.fused_decisions)
+    # two decode steps' worth of questions: one per step, for every layer (pool.fused_decision)
     builds = EmulatedBuilds(ready_after=2)
     route = make_route()
     route.builds = builds
@@ -232,4 +253,4 @@ def test_decode_gathers_with_the_compiling_reason_until_the_kernel_is_built(tiny
     assert projected and max(projected) >= max(reached)  # admission prefetched the final slab count
     monkeypatch.setenv("SLABSCOPE_PAGED_ATTENTION_NATIVE", "0")
     _, _, gather_logits = run_backend(tiny_llama, scenario, "slab", kernel_route=make_route(), **POOL)
-    assert_same_logits(logits, gather_logits, "compiling-then-fused vs all-gather")
+    _assert_fused_matches_gather(logits, gather_logits, "compiling-then-fused vs all-gather")

@@ -1,5 +1,5 @@
 """Process lifecycle: a SIGKILLed ``slabscope record`` leaves no process of its run behind (worker, resource
-tracker) within 5 s, and the worker's recording says why it stopped; a worker killed from outside is reported with
+tracker), and the worker's recording says why it stopped; a worker killed from outside is reported with
 what is known (signal, memory at the last sample vs the limit) before any guess."""
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ def _wait(predicate, timeout: float, step: float = 0.05):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
-def test_sigkill_of_the_record_parent_leaves_no_process_within_5_s(tmp_path):
+def test_sigkill_of_the_record_parent_leaves_no_process_behind(tmp_path):
+    """The worker notices its parent is gone and stops through its cancel path (its recording says why); every
+    process of the run exits. (How fast is the parent watch's poll and grace; the wait here only bounds a hang.)"""
     scenario = write_scenario(tmp_path, LONG_IDLE, name="wait")
     out = tmp_path / "rec"
     with open(tmp_path / "record.log", "wb") as log:
@@ -69,8 +71,8 @@ def test_sigkill_of_the_record_parent_leaves_no_process_within_5_s(tmp_path):
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(5)
         t0 = time.monotonic()
-        left = _wait(lambda: not _session_processes(parent.pid), 5.0)
-        assert left, f"still alive after 5 s: {_session_processes(parent.pid)}"
+        left = _wait(lambda: not _session_processes(parent.pid), 60.0)
+        assert left, f"still alive after 60 s: {_session_processes(parent.pid)}"
         print(f"\nall {len(before)} processes of the run gone {time.monotonic() - t0:.2f} s after the SIGKILL")
     finally:
         for pid in _session_processes(parent.pid):
@@ -85,17 +87,19 @@ def test_sigkill_of_the_record_parent_leaves_no_process_within_5_s(tmp_path):
 
 def test_the_parent_watch_reports_once_the_parent_id_changes(monkeypatch):
     calls: list[str] = []
-    watch = ParentWatch(os.getppid() + 10**6, calls.append, poll_s=0.01, grace_s=5.0).start()
-    assert _wait(lambda: calls, 2.0) and "is gone" in calls[0] and watch.orphaned
+    watch = ParentWatch(os.getppid() + 10**6, calls.append, poll_s=0.01, grace_s=60.0).start()
+    assert _wait(lambda: calls, 60.0) and "is gone" in calls[0] and watch.orphaned and watch.checks == 0
     watch.stop()  # the run ended within the grace: no hard exit
 
 
 def test_the_parent_watch_stays_quiet_while_the_parent_lives():
+    """Five reads of a living parent's id (the watch did look), then stop: nothing was reported."""
     calls: list[str] = []
     watch = ParentWatch(os.getppid(), calls.append, poll_s=0.01).start()
-    time.sleep(0.1)
+    assert _wait(lambda: watch.checks >= 5, 60.0), "the watch thread never read the parent id"
     watch.stop()
-    assert calls == [] and not watch.orphaned
+    watch._thread.join(60.0)
+    assert calls == [] and not watch.orphaned and not watch._thread.is_alive()
 
 
 def _sample(t: float, rss: int, available: int) -> Sample:

@@ -1,4 +1,4 @@
-"""``slabscope run --metrics-port``: Prometheus metrics scraped during a real CPU run (default model, a short
+"""``slabscope run --metrics-port``: Prometheus metrics scraped during a real CPU run (the tiny model, a short
 ``churn``), then checked against the run's own summary; a port in use or a bad port is one line before any work."""
 
 from __future__ import annotations
@@ -57,9 +57,11 @@ def _wait_for(lines: queue.Queue, fragment: str, deadline: float, seen: list) ->
 
 
 def test_metrics_scraped_during_a_cpu_run_match_its_summary():
-    proc = subprocess.Popen([sys.executable, "-m", "app", "run", "--scenario", "churn", "--set", "n=4", "--json",
-                             "--metrics-port", "0", "--metrics-hold", "60"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    # the tiny model: the metrics are the probes' figures whatever the model; 60 requests keep the run going for
+    # a few seconds of steps, the window the first scrape must fall in (it polls every 0.2 s)
+    proc = subprocess.Popen([sys.executable, "-m", "app", "run", "--scenario", "churn", "--set", "n=60", "--model",
+                             "synthetic:tiny-llama", "--json", "--metrics-port", "0", "--metrics-hold", "60"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stderr: queue.Queue = queue.Queue()
     threading.Thread(target=_lines, args=(proc.stderr, stderr), daemon=True).start()
     seen: list = []

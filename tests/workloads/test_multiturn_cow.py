@@ -60,6 +60,7 @@ def test_next_turn_copies_the_shared_partial_block_and_nothing_leaks(runs, backe
     session.pool.check_integrity()
 
 
+@pytest.mark.numerics
 def test_slab_monolithic_and_dense_are_byte_identical(runs):
     tokens = {b: [s.tokens for s in sorted(r[0].scheduler.finished, key=lambda s: s.request.req_id)]
               for b, r in runs.items()}

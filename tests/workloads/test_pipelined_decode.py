@@ -28,6 +28,7 @@ def _run(loaded, scenario, backend, monkeypatch, *, pipelined: bool):
     return summary, logits, decisions
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_pipelined_decode_is_byte_identical_to_synchronous(backend, tiny_qwen3, tmp_path, monkeypatch):
     # 3 running, 5 requests of different lengths: joins and leaves break the pipeline at known steps

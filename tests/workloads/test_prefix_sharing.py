@@ -21,7 +21,7 @@ def _pool_with(seq_id, tokens, pool=None, cache=None):
     pool = pool or PagedKVPool(PoolConfig(num_layers=2, block_size=BS, slab_blocks=2))
     cache = cache or PrefixCache(pool, BS)
     cache.attach(seq_id, tokens, max_tokens=len(tokens) - 1)
-    start = pool.seq_length(seq_id)
+    start = pool.step_view([seq_id]).lengths[0]
     pool.prepare_write(seq_id, start, len(tokens) - start)
     return pool, cache
 
@@ -36,13 +36,13 @@ def test_chain_hashes_cover_full_blocks_only_and_chain():
 def test_insert_then_attach_shares_blocks_by_refcount():
     tokens = list(range(100, 110))  # 2 full blocks + 2 tokens
     pool, cache = _pool_with(0, tokens)
-    donor_blocks = pool.block_ids(0, 0)
+    donor_blocks = list(pool.book.table(0).block_ids)
     assert cache.insert(0, tokens) == 2
     pool.release(0)
     assert pool.stats().live_blocks == 2 * 2  # 2 kept blocks x 2 layers, pinned by the handle
     shared = cache.attach(1, tokens[:8] + [7, 7, 7], max_tokens=10)
-    assert shared == 8 and pool.seq_length(1) == 8
-    assert pool.block_ids(0, 1) == donor_blocks[:2]
+    assert shared == 8 and pool.step_view([1]).lengths[0] == 8
+    assert list(pool.book.table(1).block_ids) == donor_blocks[:2]
     assert cache.counters()["cached_tokens"] == 8 and cache.counters()["shared_blocks"] == 2
     pool.check_integrity()
     cache.check_integrity()
@@ -55,7 +55,7 @@ def test_partial_match_trims_to_the_matched_blocks():
     pool.release(0)
     other = tokens[:4] + [99] * 8  # only block 0 matches
     assert cache.attach(1, other, max_tokens=11) == 4
-    assert pool.seq_length(1) == 4
+    assert pool.step_view([1]).lengths[0] == 4
     pool.prepare_write(1, 4, 8)  # the divergent tail goes to new blocks, the shared one stays shared
     pool.check_integrity()
 
@@ -114,7 +114,7 @@ def test_attach_aligns_the_shared_length():
     cache.insert(0, tokens)  # 5 blocks
     pool.release(0)
     assert cache.attach(1, tokens, max_tokens=19, align_tokens=8) == 16
-    assert cache.attach(2, tokens, max_tokens=19, align_tokens=64) == 0 and pool.seq_length(2) == 0
+    assert cache.attach(2, tokens, max_tokens=19, align_tokens=64) == 0 and pool.step_view([2]).lengths[0] == 0
     pool.check_integrity()
 
 
@@ -139,6 +139,7 @@ gen_tokens = [3, 6]
 """
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("backend", ["slab", "monolithic"])
 def test_adopted_prefix_gives_the_same_bytes_as_a_cold_run(backend, tiny_qwen3, tmp_path):
     """Requests 2 and 3 find request 1's 5 cached blocks (40 tokens) and resume at the chunk boundary 32: same
@@ -170,11 +171,11 @@ def test_random_workloads_only_ever_share_blocks_holding_the_same_tokens():
         content: dict[int, tuple] = {}  # layer-0 block id -> tokens it holds
         for seq_id, tokens in enumerate(prompt_list):
             shared = cache.attach(seq_id, tokens, max_tokens=len(tokens) - 1)
-            blocks = pool.block_ids(0, seq_id)
+            blocks = list(pool.book.table(seq_id).block_ids)
             for j in range(shared // BS):
                 assert content[blocks[j]] == tuple(tokens[j * BS:(j + 1) * BS])
             pool.prepare_write(seq_id, shared, len(tokens) - shared)
-            for j, block in enumerate(pool.block_ids(0, seq_id)[shared // BS:], start=shared // BS):
+            for j, block in enumerate(list(pool.book.table(seq_id).block_ids)[shared // BS:], start=shared // BS):
                 content[block] = tuple(tokens[j * BS:(j + 1) * BS])
             cache.insert(seq_id, tokens)
             pool.release(seq_id)

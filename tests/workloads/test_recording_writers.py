@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from probes.format import FORMAT_VERSION
 from probes.replay import Session
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,7 +137,7 @@ def test_run_record_force_replaces_a_finished_recording(tmp_path, cli):
     summary = json.loads(out)
     assert summary["recording"] == {"path": str(target), "error": None}
     session = Session.open(target)
-    assert session.complete and session.format_version == 2 and session.meta["model"]["name"] != "smollm2-135m"
+    assert session.complete and session.format_version == FORMAT_VERSION and session.meta["model"]["name"] != "smollm2-135m"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.slabrec"]
 
 

@@ -28,6 +28,7 @@ def forced(monkeypatch):
     return reports
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("backend", ["slab", "monolithic", "dense"])
 def test_the_rehearsal_changes_no_byte_of_the_run_and_is_reported(backend, tiny_llama, tmp_path, forced,
                                                                   monkeypatch):

@@ -38,6 +38,7 @@ def any_fill(monkeypatch):
     monkeypatch.setattr(RunSpec, "shrink_policy", lambda spec: ShrinkPolicy(spec.shrink, real(spec).budget_bytes, 1.0))
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("scenario", [name for name, _ in list_scenarios()])
 def test_compaction_keeps_integrity_and_byte_identical_outputs(tiny_llama, scenario, any_fill):
     overrides = SMALL.get(scenario, {})
@@ -65,6 +66,7 @@ def test_compaction_keeps_integrity_and_byte_identical_outputs(tiny_llama, scena
     assert sum(e.report.bytes_moved for e in events) == counters["bytes_moved"] == shrink["bytes_moved"]
 
 
+@pytest.mark.numerics
 def test_compaction_moves_blocks_on_churn_and_keeps_the_monolithic_baseline_identical(tiny_llama):
     """Churn frees rows under running sequences: compaction moves their blocks down (slab), and the monolithic
     design reallocates smaller (allocate-smaller-and-copy, measured) with the same outputs."""

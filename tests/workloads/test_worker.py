@@ -6,11 +6,12 @@ import time
 
 import pytest
 
+import app.workloads.worker as worker_module
 from app.workloads.spec import RunSpec
 from app.workloads.worker import WorkerHandle
-from probes.events import Done, PhaseEdge, WorkerError
+from probes.events import Done, LogLine, PhaseEdge, WorkerError
 
-from .helpers import burst_toml, write_scenario
+from .helpers import burst_toml, stubborn_worker, write_scenario
 
 pytestmark = pytest.mark.slow
 
@@ -43,14 +44,16 @@ def test_worker_streams_meta_phases_steps_snapshots_and_done(tmp_path):
     events = handle.join(60.0)
     kinds = [e.kind for e in events]
     assert handle.done and handle.error is None, (handle.error, kinds)
-    assert kinds[0] == "meta" and kinds[-1] == "done"
+    # where it is first, said before the probes start (importing MLX, then the model); then the probes' meta
+    assert kinds[:3] == ["stage", "stage", "meta"] and kinds[-1] == "done", kinds[:4]
+    assert [e.detail for e in events[:2]] == ["importing MLX", "synthetic:tiny-llama"]
     assert {"phase", "step", "snapshot", "sample"} <= set(kinds)  # sample: the probes run in the worker
-    assert events[0].meta["backend"] == "slab" and events[0].meta["model"]["name"] == "synthetic:tiny-llama"
+    assert events[2].meta["backend"] == "slab" and events[2].meta["model"]["name"] == "synthetic:tiny-llama"
     assert handle.summary["requests_finished"] == 3
     assert _wait_exit(handle) == 0
 
 
-def _wait_exit(handle, timeout=5.0):
+def _wait_exit(handle, timeout=60.0):
     deadline = time.monotonic() + timeout
     while handle.alive and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -79,15 +82,31 @@ def test_a_users_error_in_the_worker_is_one_line_without_a_traceback(tmp_path):
     assert errors[0].traceback == "" and isinstance(events[-1], Done)
 
 
-def test_cancel_stops_a_running_worker_within_a_second(tmp_path):
+def test_cancel_stops_a_running_worker_through_its_stop_event(tmp_path, monkeypatch):
+    """Cancel mid-phase: the worker sees the stop event, ends its run through the cancel path (a Done whose summary
+    says cancelled) and exits by itself with status 0. The grace before the terminate fallback is made long here
+    (it only bounds a hang): on a loaded machine the worker's own exit may take longer than the product's 0.5 s,
+    and this test is about the stop event being honoured, not about speed."""
+    monkeypatch.setattr(worker_module, "CANCEL_GRACE_S", 60.0)
     spec = RunSpec(scenario=write_scenario(tmp_path, LONG_IDLE), backend="slab", model="synthetic:tiny-llama")
     handle = WorkerHandle(spec).start()
     _wait_for(handle, lambda evs: any(isinstance(e, PhaseEdge) for e in evs))
-    t0 = time.monotonic()
     handle.cancel()
-    assert time.monotonic() - t0 < 1.0
-    assert not handle.alive
-    handle.poll()
+    assert not handle.alive and handle.exitcode == 0
+    events = handle.join(60.0)
+    assert isinstance(events[-1], Done) and events[-1].summary.get("cancelled") is True and handle.error is None
+
+
+def test_cancel_terminates_a_worker_that_ignores_its_stop_event(tmp_path, monkeypatch):
+    """A worker stuck in a step never sees the stop event: cancel returns with it terminated (SIGTERM after the
+    grace), and the handle says it was killed after cancel, not that it crashed by itself."""
+    monkeypatch.setattr(worker_module, "_worker_main", stubborn_worker)
+    handle = WorkerHandle(RunSpec(scenario="churn", model="synthetic:tiny-llama")).start()
+    _wait_for(handle, lambda evs: any(isinstance(e, LogLine) for e in evs))
+    handle.cancel()
+    assert not handle.alive and handle.exitcode == -signal.SIGTERM
+    events = handle.poll()
+    assert [e.text for e in events if isinstance(e, WorkerError)] == ["killed by signal 15 (SIGTERM) after cancel"]
 
 
 def test_a_worker_killed_by_sigkill_is_reported_not_waited_on(tmp_path):
@@ -95,6 +114,6 @@ def test_a_worker_killed_by_sigkill_is_reported_not_waited_on(tmp_path):
     handle = WorkerHandle(spec).start()
     _wait_for(handle, lambda evs: any(isinstance(e, PhaseEdge) for e in evs))
     os.kill(handle.pid, signal.SIGKILL)
-    events = _wait_for(handle, lambda evs: any(isinstance(e, WorkerError) for e in evs), timeout=5.0)
+    events = _wait_for(handle, lambda evs: any(isinstance(e, WorkerError) for e in evs))
     assert "killed by signal 9 (SIGKILL) from outside the worker; last memory sample" in handle.error
     assert [e for e in events if isinstance(e, WorkerError)][0].origin == "parent"

@@ -1,4 +1,5 @@
-"""Help screen: every key the app and its views understand, built from the live bindings (never out of date)."""
+"""Help screen: every key the app and its views understand, built from the live bindings (never out of date), and the
+way to the glossary (``g``: what every figure and word means)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ EXTRA_KEYS = [
 class HelpScreen(ModalScreen[None]):
     """Modal list of keys. Escape, q or ? closes it."""
 
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close"), Binding("g", "glossary", "glossary")]
 
     def __init__(self, sections: list[tuple[str, list[Binding]]], long_help: dict[str, str] | None = None) -> None:
         super().__init__()
@@ -38,10 +39,18 @@ class HelpScreen(ModalScreen[None]):
         for key, does in EXTRA_KEYS:
             table.add_row("anywhere", key, does)
         with VerticalScroll(id="help-body"):
+            yield Static("[b]g[/b]: the glossary, what every figure and word on screen means "
+                         "([@click=screen.glossary]open it[/])", id="help-glossary")
             yield Static(table)
 
     def action_dismiss(self) -> None:
         self.dismiss(None)
+
+    def action_glossary(self) -> None:
+        """Close the help and open the glossary (at the visible view's terms)."""
+        app = self.app
+        self.dismiss(None)
+        app.call_later(app.action_glossary)
 
 
 def _key_label(key: str) -> str:

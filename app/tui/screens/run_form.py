@@ -1,6 +1,9 @@
 """Run form: choose scenario, model, backends, block size, slab size and shrink policy (and the ratio gate) for a new
 live run, and how many ranks it runs across (ranks > 1: tensor parallel through ``mlx.launch`` with the chosen launch
-backend, every rank recorded: ``slabscope record --ranks``)."""
+backend, every rank recorded: ``slabscope record --ranks``).
+
+The model is picked from the models slabscope knows (or "a local mlx-lm directory", typed below it); the block and
+slab size fields, left empty, say the chosen scenario's own values ("scenario default (8)"), read from its file."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from textual.widgets import Button, Checkbox, Input, Label, Select
 from app.workloads.launch import LAUNCH_BACKENDS  # mlx-free, as the TUI needs (rank_live imports it too)
 
 BACKENDS = ("slab", "dense", "monolithic")
+PATH_CHOICE = "__path__"  # the model Select's "a local mlx-lm directory" entry: the path field below it says which
 SHRINK_MODES = ("off", "release", "compact")  # pool.shrink_types.SHRINK_MODES (the TUI stays import-light)
 
 
@@ -41,11 +45,14 @@ class RunFormScreen(ModalScreen[RunChoice | None]):
     BINDINGS = [Binding("escape", "cancel", "cancel"), Binding("ctrl+s", "submit", "start")]
 
     def __init__(self, scenarios: list[tuple[str, str]], initial: RunChoice,
-                 check: Callable[[RunChoice], str | None] | None = None) -> None:
+                 check: Callable[[RunChoice], str | None] | None = None, models: list[str] | None = None,
+                 defaults: Callable[[str], dict] | None = None) -> None:
         super().__init__()
         self.scenarios = scenarios
         self.initial = initial
         self.check = check
+        self.models = list(models or [])
+        self.defaults = defaults  # scenario name -> its pool parameters when the form leaves them empty
 
     def compose(self) -> ComposeResult:
         init = self.initial
@@ -58,13 +65,20 @@ class RunFormScreen(ModalScreen[RunChoice | None]):
                 yield Select(options, value=init.scenario if init.scenario in names else Select.BLANK,
                              id="form-scenario", allow_blank=not names, compact=True)
                 yield Label("model")
-                yield Input(init.model, id="form-model", placeholder="smollm2-135m | synthetic:NAME | path", compact=True)
+                known = init.model in self.models
+                yield Select([(name, name) for name in self.models] + [("a local mlx-lm directory…", PATH_CHOICE)],
+                             value=init.model if known else PATH_CHOICE, id="form-model", allow_blank=False,
+                             compact=True)
+                yield Label("  directory")
+                yield Input("" if known else init.model, id="form-model-path", disabled=known, compact=True,
+                            placeholder="path to an mlx-lm model directory (config.json + *.safetensors)")
+                pool = self._scenario_pool(init.scenario)
                 yield Label("block size")
                 yield Input("" if init.block_size is None else str(init.block_size), id="form-block",
-                            placeholder="scenario default (32)", type="integer", compact=True)
+                            placeholder=_default_text(pool, "block_size"), type="integer", compact=True)
                 yield Label("slab blocks")
                 yield Input("" if init.slab_blocks is None else str(init.slab_blocks), id="form-slab",
-                            placeholder="scenario default (32)", type="integer", compact=True)
+                            placeholder=_default_text(pool, "slab_blocks"), type="integer", compact=True)
                 yield Label("shrink")
                 yield Select([(mode, mode) for mode in SHRINK_MODES], value=init.shrink if init.shrink in SHRINK_MODES
                              else "off", id="form-shrink", allow_blank=False, compact=True)
@@ -84,6 +98,25 @@ class RunFormScreen(ModalScreen[RunChoice | None]):
             with Horizontal(id="form-buttons"):
                 yield Button("Start", variant="primary", id="form-start", compact=True)
                 yield Button("Cancel", id="form-cancel", compact=True)
+
+    def _scenario_pool(self, scenario: object) -> dict:
+        """The scenario's pool parameters ({} when unknown or unreadable: the form still opens)."""
+        if self.defaults is None or not isinstance(scenario, str) or not scenario:
+            return {}
+        try:
+            return self.defaults(scenario)
+        except (ValueError, OSError):  # a broken scenario file: the run's own check says why on Start
+            return {}
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        """A scenario's own block and slab sizes as the empty fields' placeholders; the path field for a model
+        directory."""
+        if event.select.id == "form-scenario":
+            pool = self._scenario_pool(event.value)
+            self.query_one("#form-block", Input).placeholder = _default_text(pool, "block_size")
+            self.query_one("#form-slab", Input).placeholder = _default_text(pool, "slab_blocks")
+        elif event.select.id == "form-model":
+            self.query_one("#form-model-path", Input).disabled = event.value != PATH_CHOICE
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "form-start":
@@ -110,9 +143,11 @@ class RunFormScreen(ModalScreen[RunChoice | None]):
         scenario = self.query_one("#form-scenario", Select).value
         if scenario is Select.BLANK or not scenario:
             raise ValueError("choose a scenario")
-        model = self.query_one("#form-model", Input).value.strip()
-        if not model:
-            raise ValueError("model must not be empty")
+        model = str(self.query_one("#form-model", Select).value)
+        if model == PATH_CHOICE:
+            model = self.query_one("#form-model-path", Input).value.strip()
+            if not model:
+                raise ValueError("type the model directory's path (or pick a known model)")
         backends = [n for n in BACKENDS if self.query_one(f"#form-backend-{n}", Checkbox).value]
         if not backends:
             raise ValueError("choose at least one backend")
@@ -124,6 +159,11 @@ class RunFormScreen(ModalScreen[RunChoice | None]):
         return RunChoice(str(scenario), model, backends, _positive(self, "#form-block", "block size"),
                          _positive(self, "#form-slab", "slab blocks"), gate, ranks, launch,
                          str(self.query_one("#form-shrink", Select).value))
+
+
+def _default_text(pool: dict, key: str) -> str:
+    value = pool.get(key)
+    return f"scenario default ({value})" if value is not None else "scenario default"
 
 
 def _positive(screen: ModalScreen, selector: str, name: str) -> int | None:

@@ -11,7 +11,8 @@ from textual.widgets import DataTable, Static
 from app.tui.analysis import next_request_need
 from app.tui.data import ViewState
 from app.tui.views import frame_key, unchanged
-from app.tui.widgets.palette import OK_STYLE, WARN_STYLE
+from app.tui.widgets.glossary_link import glossary_link
+from app.tui.widgets.palette import ATTENTION_STYLE, OK_STYLE
 from probes.store import SessionModel
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -34,6 +35,20 @@ def layer_trends(model: SessionModel, cursor: float | None, num_layers: int) -> 
         for i, layer in enumerate(record.snapshot.layers[:num_layers]):
             trends[i].append(layer.fragmentation)
     return trends
+
+
+def fragmentation_figures(layers, need: int) -> tuple[list[tuple[float, int, bool]], int, float]:
+    """Per layer (its fragmentation index, its largest free run, whether that run holds the next request's
+    ``need`` blocks), how many layers it does not fit, and the worst (largest) index: what the table and the
+    summary line show."""
+    per_layer, short, worst = [], 0, 0.0
+    for layer in layers:
+        frag, largest = layer.fragmentation, layer.largest_free_run
+        fits = largest >= need
+        short += not fits
+        worst = max(worst, frag)
+        per_layer.append((frag, largest, fits))
+    return per_layer, short, worst
 
 
 class FragmentationView(Vertical):
@@ -60,15 +75,12 @@ class FragmentationView(Vertical):
         layers = snap.layers
         need = next_request_need(snap, track)
         trends = layer_trends(track, frame.cursor_in(track), len(layers))
-        rows, short, worst = [], 0, 0.0
-        for i, layer in enumerate(layers):
-            frag, largest = layer.fragmentation, layer.largest_free_run
-            fits = largest >= need
-            short += not fits
-            worst = max(worst, frag)
+        figures, short, worst = fragmentation_figures(layers, need)
+        rows = []
+        for i, (layer, (frag, largest, fits)) in enumerate(zip(layers, figures)):
             rows.append((f"L{i}", str(layer.num_chunks), str(layer.free_rows), str(layer.holes),
-                         Text(str(largest), style=OK_STYLE if fits else WARN_STYLE), str(need),
-                         Text(f"{frag:.2f}", style=WARN_STYLE if frag >= 0.5 else ""), sparkline(trends[i])))
+                         Text(str(largest), style="" if fits else ATTENTION_STYLE), str(need),
+                         Text(f"{frag:.2f}", style=ATTENTION_STYLE if frag >= 0.5 else ""), sparkline(trends[i])))
         row = table.cursor_row
         table.clear()
         table.add_rows(rows)
@@ -76,6 +88,7 @@ class FragmentationView(Vertical):
             table.move_cursor(row=row)
         text = Text(f"{track.label} @ {found[0]:.1f}s  next request needs {need} blocks; ", style="bold")
         text.append(f"{short} layer(s) have no free run that long (it would split into more gather runs or mint "
-                    "new rows)", style=WARN_STYLE if short else OK_STYLE)
-        text.append(f"  worst frag idx {worst:.2f}  (index = 1 - largest free run / free rows)", style="dim")
+                    "new rows)", style=ATTENTION_STYLE if short else OK_STYLE)
+        text.append(f"  worst frag idx {worst:.2f}  (index = 1 - largest free run / free rows)  ", style="dim")
+        text.append_text(glossary_link("frag"))
         summary.update(text)

@@ -12,7 +12,8 @@ from textual.widgets import DataTable, Static
 from app.tui.data import ViewState
 from app.tui.views import frame_key, unchanged
 from app.tui.widgets.lane import Lane
-from app.tui.widgets.palette import OK_STYLE, WARN_STYLE
+from app.tui.widgets.glossary_link import glossary_link
+from app.tui.widgets.palette import NEUTRAL_STYLE, OK_STYLE
 from pool import PoolSnapshot
 from probes import figures
 from probes.events import FusedChange, GatherRuns
@@ -39,7 +40,7 @@ def decision_lanes(model: SessionModel, cursor: float | None) -> dict[str, list[
     of): a decline mark where any layer gathered, a fused mark where any layer ran the kernel; at most LANE_POINTS
     of each, evenly spread (a step with a decline is never dropped for one without)."""
     steps = figures.decision_steps(model, None, cursor)
-    declined = [(s.t, "✗", WARN_STYLE) for s in steps if s.gather]
+    declined = [(s.t, "·", NEUTRAL_STYLE) for s in steps if s.gather]  # a decline is a choice, not a failure
     fused = [(s.t, "✓", OK_STYLE) for s in steps if s.fused]
     return {"declines": _spread(declined), "fused": _spread(fused)}
 
@@ -53,10 +54,11 @@ def declines_text(figure) -> Text:
     """The declines figure up to the cursor: "declines 0/896 decode-step layer decisions" (by reason class)."""
     label = figures.LABELS["declines"]
     if figure is None:
-        return Text(f"{label}: - (no fused-kernel decision up to here)", style="dim")
-    text = Text(f"{label} {figures.format_declines(figure)} decode-step layer decisions up to here", style="dim")
+        return Text(f"{label}: - (no fused-kernel decision up to here)", style=NEUTRAL_STYLE)
+    text = Text(f"{label} {figures.format_declines(figure)} decode-step layer decisions up to here",
+                style=NEUTRAL_STYLE)
     if figure.by_class:
-        text.append(" (" + ", ".join(f"{name} {n}" for name, n in figure.by_class.items()) + ")", style=WARN_STYLE)
+        text.append(" (" + ", ".join(f"{name} {n}" for name, n in figure.by_class.items()) + ")", style=NEUTRAL_STYLE)
     return text
 
 
@@ -69,10 +71,12 @@ def fused_summary(track: SessionModel, decisions: dict[int, tuple[bool, str]], c
             now_gather[reason] = now_gather.get(reason, 0) + 1
     text = Text(f"{track.label} now: layers fused {len(decisions) - sum(now_gather.values())}, gather "
                 f"{sum(now_gather.values())}  ", style="bold")
+    text.append_text(glossary_link("fused"))  # before the figures: a wrap moves their words, never the link
+    text.append("  ")
     text.append_text(declines_text(figures.declines(track, None, cursor)))
     if now_gather:
         top = max(now_gather, key=now_gather.get)
-        text.append(f"  declining now, mostly: {top}", style=WARN_STYLE)
+        text.append(f"  gather now, mostly: {top}", style=NEUTRAL_STYLE)
     return text
 
 
@@ -101,7 +105,7 @@ class FusedView(Vertical):
         table = self.query_one(DataTable)
         table.clear()
         for layer, (use, reason) in sorted(decisions.items()):
-            table.add_row(f"L{layer}", Text("fused" if use else "gather", style=OK_STYLE if use else WARN_STYLE),
+            table.add_row(f"L{layer}", Text("fused" if use else "gather", style=OK_STYLE if use else NEUTRAL_STYLE),
                           reason)
         summary.update(fused_summary(track, decisions, frame.cursor_in(track)))
         cursor = frame.cursor_in(track)  # the lane is in the session's own seconds

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -17,7 +16,8 @@ from app.tui.data import ViewState
 from app.tui.views import frame_key, unchanged
 from app.tui.widgets.hbars import HBars
 from app.tui.widgets.lane import Lane
-from app.tui.widgets.palette import WARN_STYLE, seq_colour
+from app.tui.widgets.glossary_link import glossary_link
+from app.tui.widgets.palette import HIGHLIGHT_STYLE, seq_colour
 from probes import figures
 from probes.store import SessionModel
 
@@ -51,13 +51,25 @@ def gather_picture(track: SessionModel, shown_at: float, cursor: float | None) -
     the header line naming both ("gather runs mean/max up to here 4.97/5 ... worst: 5 runs at step 70")."""
     runs = figures.gather_runs(track, None, cursor)
     history = worst_runs_over_time(track, cursor)
-    peak = max(history, key=lambda h: h[2], default=None)
-    text = Text(f"{track.label} @ {shown_at:.1f}s  {figures.LABELS['gather_runs']} up to here "
-                f"{figures.format_runs(runs)} over {runs.pairs if runs else 0} (step, sequence) pairs  ", style="bold")
+    _bucket, _seq, peak = worst_cases(runs.hist if runs else {}, {}, history)
+    text = Text(f"{track.label} @ {shown_at:.1f}s  ", style="bold")
+    text.append_text(glossary_link("gather"))  # before the figures: a wrap moves their words, never the link
+    text.append(f"  {figures.LABELS['gather_runs']} up to here {figures.format_runs(runs)} over "
+                f"{runs.pairs if runs else 0} (step, sequence) pairs  ", style="bold")
     if peak and peak[2]:
         where = f"step {peak[1]} ({peak[0]:.1f}s)" if peak[1] >= 0 else f"{peak[0]:.1f}s"
-        text.append(f"worst: {peak[2]} runs at {where}", style=WARN_STYLE)
+        text.append(f"worst: {peak[2]} runs at {where}", style=HIGHLIGHT_STYLE)  # the worst case, not a failure
     return GatherPicture(runs, history, peak, text)
+
+
+def worst_cases(hist: dict[int, int], per_seq: dict[int, int], history: list[tuple[float, int, int]]):
+    """The worst of each figure the view highlights: the largest runs-per-gather bucket, the sequence whose rows
+    take the most runs, and the lane's point (t, step, runs) with the most runs (the earliest on a tie); None
+    where there is nothing."""
+    bucket = max(hist) if hist else None
+    seq = max(per_seq, key=per_seq.get) if per_seq else None
+    peak = max(history, key=lambda h: h[2], default=None)
+    return bucket, seq, peak
 
 
 class GatherView(Vertical):
@@ -84,16 +96,15 @@ class GatherView(Vertical):
         snap = found[1]
         cursor = frame.cursor_in(track)  # the histogram and the lane are in the session's own seconds
         picture = gather_picture(track, found[0], cursor)
-        runs = picture.runs
+        runs, per_seq = picture.runs, runs_per_sequence(snap)
+        worst_bucket, worst_seq, peak = worst_cases(runs.hist if runs else {}, per_seq, picture.history)
         self.query_one("#gather-hist", HBars).show(
             "runs per sequence per decode step (count)", [(str(k), v) for k, v in (runs.hist if runs else {}).items()],
-            str(runs.max) if runs is not None else None)
-        per_seq = runs_per_sequence(snap)
-        worst_seq = max(per_seq, key=per_seq.get) if per_seq else None
+            str(worst_bucket) if worst_bucket is not None else None)
         self.query_one("#gather-seqs", HBars).show(
             "runs per sequence now", [(f"seq {s}", r) for s, r in sorted(per_seq.items())],
             f"seq {worst_seq}" if worst_seq is not None else None, colour=seq_colour(worst_seq or 0))
-        peak = picture.peak
-        marks = [(t, str(min(9, r)), WARN_STYLE if peak and r == peak[2] else "") for t, _s, r in picture.history]
+        marks = [(t, str(min(9, r)), HIGHLIGHT_STYLE if peak and r == peak[2] else "dim")
+                 for t, _s, r in picture.history]
         self.query_one(Lane).show(track.duration or 1.0, {"max run": marks}, cursor)
         summary.update(picture.text)

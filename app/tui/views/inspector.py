@@ -14,6 +14,7 @@ from textual.widgets.option_list import Option
 from app.tui.analysis import free_run_origin, free_runs, gather_runs, rows_per_slab
 from app.tui.data import ViewState, refresh_guarded
 from app.tui.views import frame_key, unchanged
+from app.tui.widgets.glossary_link import glossary_link
 from app.tui.widgets.palette import seq_colour
 from app.tui.widgets.row_map import RowMap
 from pool import PoolSnapshot, row_state
@@ -39,10 +40,11 @@ class InspectorView(Vertical):
     """The Inspector tab. Owns the selection: layer, slab, sequence, free run."""
 
     BINDINGS = [
-        Binding("less_than_sign,comma", "layer(-1)", "layer -"),
-        Binding("greater_than_sign,full_stop", "layer(1)", "layer +"),
-        Binding("e", "next_seq", "next sequence"),
-        Binding("u", "next_free_run", "next free run"),
+        # listed on the view's header line and by ?, not in the footer (it keeps the app's keys at 80 columns)
+        Binding("less_than_sign,comma", "layer(-1)", "layer -", show=False),
+        Binding("greater_than_sign,full_stop", "layer(1)", "layer +", show=False),
+        Binding("e", "next_seq", "next sequence", show=False),
+        Binding("u", "next_free_run", "next free run", show=False),
         Binding("j", "slab(1)", "slab +", show=False),
         Binding("k", "slab(-1)", "slab -", show=False),
     ]
@@ -90,15 +92,15 @@ class InspectorView(Vertical):
         num_slabs = layer.num_chunks if layer is not None else 0
         self.slab_index = max(0, min(self.slab_index, num_slabs - 1))
         self._seq_ids = sorted(snap.seq_rows or {})
-        self._runs = free_runs(layer) if layer is not None else []
+        self._runs = free_runs(snap) if layer is not None else []
         if self.seq is not None and self.seq not in self._seq_ids:
             self.seq = None
         if self.run_index is not None and self.run_index >= len(self._runs):
             self.run_index = None
         cows = cow_rows(track, snap, frame.cursor_in(track))
         run = self._runs[self.run_index] if self.run_index is not None else None
-        owners = layer.row_owner or [] if layer is not None else []
-        refcounts = layer.row_refcount or [] if layer is not None else []
+        owners = snap.row_owner or [] if layer is not None else []  # every layer holds these rows
+        refcounts = snap.row_refcount or [] if layer is not None else []
         self.query_one(RowMap).show(owners, refcounts, per, num_slabs, slab=self.slab_index, seq=self.seq,
                                     free_run=run, cow_rows=cows)
         header.update(self._header(track, t, len(layers), num_slabs))
@@ -107,11 +109,12 @@ class InspectorView(Vertical):
         self._fill_rows(owners, refcounts, per, cows)
 
     def _header(self, track: SessionModel, t: float, num_layers: int, num_slabs: int) -> Text:
-        text = Text(no_wrap=True, overflow="ellipsis")
+        text = Text()  # wraps to a second line on narrow terminals: the legend and its glossary link stay visible
         text.append(f"{track.label} @ {t:.1f}s  ", style="bold")
         text.append(f"layer {self.layer_index}/{num_layers - 1} (<,>)  slab {self.slab_index}/{max(0, num_slabs - 1)} (↑↓)  ")
-        text.append("e: next seq  u: next free run   ", style="dim")
-        text.append("· free ◆ shared h held c caller ", style="dim")
+        text.append_text(glossary_link("inspect"))  # before the legend: a wrap moves legend words, never the link
+        text.append("  e: next seq  u: next free run   ", style="dim")
+        text.append("· free ◆ shared h held ", style="dim")
         text.append("u", style="underline")
         text.append("=cow", style="dim")
         return text

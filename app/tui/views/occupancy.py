@@ -11,6 +11,7 @@ from textual.widgets import Static
 from app.tui.analysis import ShrinkSoFar, pool_totals, shrink_so_far
 from app.tui.data import ViewState
 from app.tui.views import frame_key, unchanged
+from app.tui.widgets.glossary_link import glossary_link
 from app.tui.widgets.palette import OCCUPANCY, SHARED_STYLE, human_bytes
 from app.tui.widgets.slab_grid import SlabGrid
 from pool import PoolSnapshot
@@ -21,9 +22,8 @@ def totals_text(name: str, t: float, snap: PoolSnapshot, shrink: ShrinkSoFar | N
     tot = pool_totals(snap)
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f"{name} ({snap.design}) @ {t:.1f}s  ", style="bold")
-    caller = f"caller {tot.caller_rows}  " if tot.caller_rows else ""
     text.append(f"slabs {tot.slabs}  rows live {tot.live_rows}  shared {tot.shared_rows}  held {tot.held_rows}  "
-                f"{caller}free {tot.free_rows}\n")
+                f"free {tot.free_rows}\n")
     text.append(f"bytes reserved {human_bytes(tot.bytes_reserved)}  in use {human_bytes(tot.bytes_in_use)}")
     if tot.bytes_reserved:
         text.append(f" ({100 * tot.bytes_in_use / tot.bytes_reserved:.0f}%)")
@@ -36,7 +36,8 @@ def totals_text(name: str, t: float, snap: PoolSnapshot, shrink: ShrinkSoFar | N
         text.append(glyph, style=colour)
     text.append(" empty→full ", style="dim")
     text.append("s", style=SHARED_STYLE)
-    text.append(" shared", style="dim")
+    text.append(" shared  ", style="dim")
+    text.append_text(glossary_link("slabs"))
     counters = snap.counters
     if counters.slab_releases or counters.blocks_moved:
         text.append("\n")

@@ -15,6 +15,7 @@ from app.tui.data import ViewState
 from app.tui.views import frame_key, unchanged
 from app.tui.widgets.lane import Lane
 from app.tui.widgets.memory_chart import ChartData, MemoryChart, Series
+from app.tui.widgets.glossary_link import glossary_link
 from app.tui.widgets.palette import OK_STYLE, WARN_STYLE, human_bytes, seq_colour
 from probes.ranks import IMBALANCE_COLUMNS, ImbalanceRow, RankRun, imbalance_rows, rank_info, rank_lanes
 from probes.store import SessionModel
@@ -127,8 +128,9 @@ class RanksView(Vertical):
         yield Static(id="ranks-header")
         yield MemoryChart(id="ranks-chart")
         yield Lane(id="ranks-lane")
-        yield Static(Text("imbalance across ranks per phase (max(active+cache) in the phase; times on rank 0's "
-                          "clock)", style="bold"), id="ranks-title")
+        yield Static(Text.assemble(glossary_link("ranks"), ("  imbalance across ranks per phase (max(active+cache) in "
+                                                            "the phase; times on rank 0's clock)", "bold")),
+                     id="ranks-title")
         table = DataTable(id="ranks-table", zebra_stripes=True, cursor_type="row")
         table.add_columns(*IMBALANCE_COLUMNS)
         yield table

@@ -1,7 +1,8 @@
-"""Sessions view: the recordings in a directory, opening one (replay), a distributed run (Enter on any of its rank
-recordings opens every rank listed as one run) or several side by side (compare), and a comparison table of
-whatever is on screen (the figures of ``probes.figures``: footprint and its ratio to dense, RSS, busy and decode
-tok/s, slabs held, gather runs, fused-kernel declines, probe cost)."""
+"""Sessions view: the recordings in a folder, and its subfolders to browse into (``..`` goes up; Backspace too), opening
+one (replay), a distributed run (Enter on any of its rank recordings opens every rank listed as one run) or several
+side by side (compare), and a comparison table of whatever is on screen (the figures of ``probes.figures``:
+footprint and its ratio to dense, RSS, busy and decode tok/s, slabs held, gather runs, fused-kernel declines, probe
+cost)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from app.tui.data import ViewState
-from app.tui.sources import RecordingInfo, list_recordings, recording_files
+from app.tui.sources import RecordingInfo, list_folders, list_recordings, recording_files
 from app.tui.views import frame_key, unchanged
+from app.tui.widgets.glossary_link import glossary_link
 from app.tui.widgets.palette import OK_STYLE, WARN_STYLE, human_bytes
 from probes import figures
 from probes.errors import RecordingError
@@ -69,14 +71,24 @@ def _snapshot(frame: ViewState, model: SessionModel):
         return None
 
 
+def shown_path(path: Path) -> str:
+    """``path`` relative to the working directory when it is inside it (shorter on screen), else as it is."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve())) or "."
+    except ValueError:
+        return str(path)
+
+
 class SessionsView(Vertical):
     """The Sessions tab. Owns the listed directory and the set of marked recordings."""
 
     BINDINGS = [
-        Binding("enter", "open_highlighted", "open"),
-        Binding("m", "mark", "mark for compare"),
-        Binding("c", "open_marked", "compare marked"),
-        Binding("f5", "rescan", "rescan"),
+        # listed on the view's header line and by ?, not in the footer (it keeps the app's keys at 80 columns)
+        Binding("enter", "open_highlighted", "open", show=False),
+        Binding("backspace", "folder_up", "parent folder", show=False),
+        Binding("m", "mark", "mark for compare", show=False),
+        Binding("c", "open_marked", "compare marked", show=False),
+        Binding("f5", "rescan", "rescan", show=False),
     ]
 
     class OpenRecordings(Message):
@@ -92,8 +104,10 @@ class SessionsView(Vertical):
         super().__init__(id=id)
         self.directory = Path(directory)
         self.infos: list[RecordingInfo] = []
+        self.folders: list[Path] = []  # listed above the recordings: the parent (..) first, then subfolders
         self.marked: set[Path] = set()
         self.listing = None  # app.tui.opening.BackgroundOpen while a large directory is listed
+        self._keep_cursor = False  # the listing under way keeps the cursor where it was (F5), or resets it
 
     def compose(self) -> ComposeResult:
         yield Static(id="sessions-header")
@@ -107,7 +121,7 @@ class SessionsView(Vertical):
         yield table
 
     def on_mount(self) -> None:
-        self.action_rescan()
+        self._list(keep_cursor=False)
 
     def on_unmount(self) -> None:
         if self.listing is not None:
@@ -115,15 +129,21 @@ class SessionsView(Vertical):
 
     def set_directory(self, directory: Path) -> None:
         self.directory = Path(directory)
-        self.action_rescan()
+        self._list(keep_cursor=False)
 
     def action_rescan(self) -> None:
-        """Re-list the directory's session files (many of them: off the UI thread, app/tui/opening.py)."""
+        """Re-list the folder: its parent and subfolders, then its session files (the cursor stays where it is)."""
+        self._list(keep_cursor=True)
+
+    def _list(self, keep_cursor: bool) -> None:
+        """List the folder: its parent and subfolders at once, then its session files (many of them: off the UI
+        thread, app/tui/opening.py); a new listing's cursor lands on its newest recording (else on ``..``)."""
         from app.tui.opening import BackgroundOpen, in_background
 
         if self.listing is not None:
             self.listing.cancel()
             self.listing = None
+        self.folders, self._keep_cursor = list_folders(self.directory), keep_cursor
         files = recording_files(self.directory)
         if not in_background(files):
             self._listed(list_recordings(self.directory, files=files))
@@ -134,16 +154,26 @@ class SessionsView(Vertical):
 
     def _listing_step(self, count: int, total: int) -> None:
         self.query_one("#sessions-header", Static).update(
-            Text(f"recordings in {self.directory}/  listing {count:,}/{total:,}…", style="bold"))
+            Text(f"recordings in {shown_path(self.directory)}/  listing {count:,}/{total:,}…", style="bold"))
 
     def _listed(self, infos: list[RecordingInfo]) -> None:
         self.listing, self.infos = None, infos
         self._fill_listing()
+        if not self._keep_cursor:
+            self.query_one("#sessions-list", DataTable).move_cursor(row=len(self.folders) if self.infos else 0)
+
+    def action_folder_up(self) -> None:
+        parent = self.directory.resolve().parent
+        if parent != self.directory.resolve():
+            self.set_directory(parent)
 
     def _fill_listing(self) -> None:
         table = self.query_one("#sessions-list", DataTable)
         keep = table.cursor_row
         table.clear()
+        for folder in self.folders:
+            name = ".." if folder == self.directory.resolve().parent else f"{folder.name}/"
+            table.add_row("▸", name, Text("folder", style="dim"), "", "", "", "", "")
         for info in self.infos:
             state = Text(info.error, style=WARN_STYLE) if info.error else \
                 Text(f"damaged: {info.damage}", style=WARN_STYLE) if info.damage else \
@@ -151,18 +181,23 @@ class SessionsView(Vertical):
             backend = f"{info.backend} {info.rank}" if info.rank else info.backend
             table.add_row("●" if info.path in self.marked else " ", info.path.name, backend, info.scenario,
                           info.model, f"{info.duration:.1f}s", human_bytes(info.size), state)
-        if 0 <= keep < len(self.infos):
+        if 0 <= keep < table.row_count:
             table.move_cursor(row=keep)
-        header = Text(f"recordings in {self.directory}/  ", style="bold")
-        header.append("enter: open (a rank: its whole run)  m: mark  c: open marked side by side  F5: rescan",
-                      style="dim")
+        header = Text(f"recordings in {shown_path(self.directory)}/  ", style="bold")
+        header.append("enter: open (a folder: go in; a rank: its whole run)  backspace: up  m: mark  c: open "
+                      "marked  F5: rescan  ", style="dim")
+        header.append_text(glossary_link("sessions"))
         if not self.infos:
             header.append("\n(no session files here yet: press R during a live run to record)", style="dim")
         self.query_one("#sessions-header", Static).update(header)
 
     def _highlighted(self) -> RecordingInfo | None:
-        row = self.query_one("#sessions-list", DataTable).cursor_row
+        row = self.query_one("#sessions-list", DataTable).cursor_row - len(self.folders)
         return self.infos[row] if 0 <= row < len(self.infos) else None
+
+    def _highlighted_folder(self) -> Path | None:
+        row = self.query_one("#sessions-list", DataTable).cursor_row
+        return self.folders[row] if 0 <= row < len(self.folders) else None
 
     def action_mark(self) -> None:
         info = self._highlighted()
@@ -171,7 +206,12 @@ class SessionsView(Vertical):
             self._fill_listing()
 
     def action_open_highlighted(self) -> None:
-        """Open the highlighted recording; a rank recording opens with every rank of its run listed here."""
+        """Open the highlighted recording (a rank recording opens with every rank of its run listed here), or go
+        into the highlighted folder."""
+        folder = self._highlighted_folder()
+        if folder is not None:
+            self.set_directory(folder)
+            return
         info = self._highlighted()
         if info is not None:
             run = [i.path for i in self.infos if info.run_id and i.run_id == info.run_id]

@@ -1,11 +1,12 @@
-"""HBars: a text histogram (one labelled horizontal bar per bucket) with one bucket highlighted (the worst case)."""
+"""HBars: a text histogram (one labelled horizontal bar per bucket) with one bucket highlighted (the worst case, in
+bold: an extreme, not an error)."""
 
 from __future__ import annotations
 
 from rich.text import Text
 from textual.widget import Widget
 
-from app.tui.widgets.palette import WARN_STYLE
+from app.tui.widgets.palette import HIGHLIGHT_STYLE
 
 
 class HBars(Widget):
@@ -39,7 +40,7 @@ class HBars(Widget):
         bar_w = max(5, self.size.width - label_w - 12)
         for label, value in self._items:
             hot = label == self._highlight
-            text.append(f"\n{label:>{label_w}} ", style=WARN_STYLE if hot else "")
-            text.append("█" * max(1 if value else 0, round(bar_w * value / top)), style=WARN_STYLE if hot else self._colour)
-            text.append(f" {value:g}" + ("  ◀ worst" if hot else ""), style=WARN_STYLE if hot else "")
+            text.append(f"\n{label:>{label_w}} ", style=HIGHLIGHT_STYLE if hot else "")
+            text.append("█" * max(1 if value else 0, round(bar_w * value / top)), style=self._colour)
+            text.append(f" {value:g}" + ("  ◀ worst" if hot else ""), style=HIGHLIGHT_STYLE if hot else "")
         return text

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from textual.binding import Binding
 from textual_plot import HiResMode, LegendLocation, PlotWidget
 
 MIB = 1024 * 1024
@@ -55,7 +56,13 @@ def decimate(xs: list[float], ys: list[float], max_points: int) -> tuple[list[fl
 
 
 class MemoryChart(PlotWidget):
-    """The memory timeline. ``draw`` replaces the whole picture."""
+    """The memory timeline. ``draw`` replaces the whole picture. Its zoom and pan keys stay out of the footer (the
+    help screen lists them), which keeps the app's own keys readable at 80 columns."""
+
+    BINDINGS = [Binding(key, action, text, show=False) for key, action, text in (
+        ("+", "zoom_in", "zoom in"), ("-", "zoom_out", "zoom out"), ("left", "pan_left", "pan left"),
+        ("right", "pan_right", "pan right"), ("up", "pan_up", "pan up"), ("down", "pan_down", "pan down"),
+        ("r", "reset_scales", "reset scales"))]
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, allow_pan_and_zoom=True)
@@ -64,7 +71,7 @@ class MemoryChart(PlotWidget):
     def on_mount(self) -> None:
         super().on_mount()
         self.margin_top = 1
-        self.margin_bottom = 2
+        self.margin_bottom = 3  # tick labels, then the axis's name and unit ("time (s)")
         self.margin_left = 8
         self.set_ylabel("MiB")
         self.show_legend(LegendLocation.BOTTOMRIGHT)

@@ -1,10 +1,11 @@
-"""RowMap: every physical row of one layer, one line per slab, one character per row.
+"""RowMap: every physical row of a layer (every layer holds the same rows), one line per slab, one character per
+row.
 
 A row shows its owning sequence (base-36 id in the sequence's colour), ``·`` free, ``◆`` shared (refcount > 1),
-``h`` held by a prefix handle, ``c`` held by the caller (restored, not adopted yet); what a row is comes from
-``pool.row_state``. Rows written by copy-on-write are underlined. The chosen slab's line is marked ``▶``;
-the chosen sequence's rows are shown reversed in every slab (its gather runs); a chosen free run is shown as ``░``.
-Up/down (or a click) picks the slab; the view listens to ``RowMap.SlabPicked``.
+``h`` held by a prefix handle; what a row is comes from ``pool.row_state``. Rows written by copy-on-write are
+underlined. The chosen slab's line is marked ``▶``; the chosen sequence's rows are shown reversed in every slab (its
+gather runs); a chosen free run is shown as ``░``. Up/down (or a click) picks the slab; the view listens to
+``RowMap.SlabPicked``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widget import Widget
 
-from app.tui.widgets.palette import CALLER_STYLE, FREE_STYLE, HELD_STYLE, SHARED_STYLE, seq_colour
+from app.tui.widgets.palette import FREE_STYLE, HELD_STYLE, SHARED_STYLE, seq_colour
 from app.tui.widgets.styled import SpanBuffer
 from pool import RowState, row_state
 
@@ -85,8 +86,6 @@ class RowMap(Widget, can_focus=True):
             return
         if state is RowState.HANDLE:
             glyph, style = "h", HELD_STYLE
-        elif state is RowState.CALLER:
-            glyph, style = "c", CALLER_STYLE
         elif state is RowState.SHARED:
             glyph, style = "◆", SHARED_STYLE
         else:

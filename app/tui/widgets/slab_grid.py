@@ -1,8 +1,8 @@
 """SlabGrid: layers x slabs, each slab a glyph coloured by its occupancy.
 
 Wide terminals get a three-character cell per slab (fill glyph twice, then a state mark: ``s`` when the slab holds
-shared rows, ``h`` for rows held only by a prefix handle, ``c`` for rows held by the caller); when the widest layer does not fit, every layer becomes
-a compact strip of one character per slab. Rendering is one ``rich.Text`` per refresh (28 x 64 slabs is ~1.8k
+shared rows, ``h`` for rows held only by a prefix handle); when the widest layer does not fit, every layer becomes a
+compact strip of one character per slab. Rendering is one ``rich.Text`` per refresh (28 x 64 slabs is ~1.8k
 segments), so no child widget per slab.
 """
 
@@ -12,7 +12,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from app.tui.analysis import SlabCell, slab_cells
-from app.tui.widgets.palette import CALLER_STYLE, HELD_STYLE, SHARED_STYLE, occupancy_glyph
+from app.tui.widgets.palette import HELD_STYLE, SHARED_STYLE, occupancy_glyph
 from app.tui.widgets.styled import SpanBuffer
 from pool import PoolSnapshot
 
@@ -72,7 +72,5 @@ class SlabGrid(Widget):
             spans.add("s", SHARED_STYLE)
         elif cell.held:
             spans.add("h", HELD_STYLE)
-        elif cell.caller:
-            spans.add("c", CALLER_STYLE)
         else:
             spans.add(" ", "")

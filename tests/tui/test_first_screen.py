@@ -100,4 +100,6 @@ def test_healthy_runs_are_never_drawn_in_the_error_colour():
     keys = ["1", "2", "3", "4", "5", "6", "e", "7", "P", "1", "2", "4"]
     gpu = asyncio.run(go(list(README_FILES), keys))
     cpu = asyncio.run(go([SAMPLE_SLAB, SAMPLE_DENSE], keys))
-    assert not gpu and not cpu, (gpu, cpu)
+    # a run whose layers gathered while their kernels compiled (112 declines): a decline is a choice, not a failure
+    compiling = asyncio.run(go(sorted((GPU / "nccl2").glob("distinct_burst-slab-rank*.slabrec")), ["5", "P", "5"]))
+    assert not gpu and not cpu and not compiling, (gpu, cpu, compiling)

@@ -28,6 +28,6 @@ fuzz: venv
 # MUTATE: mutant name globs (module paths with dots); default: the modules whose figures slabscope prints. Two
 # workers: the machine is shared. Results stay in mutants/ (git-ignored); `mutmut show NAME` prints a mutant.
 MUTATE ?= pool.copy_meter* pool.free_rows* pool.gather_runs* pool.stats* probes.sampler* pool.snapshot* \
-	pool.book_rows* pool.book_integrity* probes.compare* probes.whatif* app.tui.analysis* app.tui.data*
+	pool.book_rows* pool.book_integrity* probes.figures* probes.compare* probes.whatif* app.tui.analysis* app.tui.data*
 mutate: venv
 	@.venv/bin/mutmut run --max-children 2 $(MUTATE); .venv/bin/mutmut results | grep -v "not checked"

@@ -22,6 +22,7 @@ from typing import Sequence
 
 from pool.config import MAX_DIMENSION, chunk_rows
 from pool.errors import SizeLimitError
+from pool.units import format_bytes  # noqa: F401  (re-exported: the pool's messages and its users)
 
 INDEX_LIMIT = 2**32         # elements a 32-bit unsigned index can address: the fused kernels decline a K/V tensor
                             # past it (pool/fused_decision.py rule 6, pool/kernels/plan.py)
@@ -35,16 +36,6 @@ class MemoryLimits:
     memory_bytes: int
     max_buffer_bytes: int
     source: str
-
-
-def format_bytes(count: int) -> str:
-    """``1536`` -> ``'1.5 KiB'``; binary units up to EiB (for error messages)."""
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(value) < 1024:
-            return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} EiB"
 
 
 # ---- arithmetic ----------------------------------------------------------------------------------------------

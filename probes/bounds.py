@@ -29,6 +29,7 @@ from itertools import chain
 
 import msgspec
 
+from pool.units import format_bytes
 from probes import limits
 
 MAX_MEMORY_BYTES = 2**50       # 1 PiB: more memory than any one machine holds (the bound when a recording does not
@@ -52,15 +53,6 @@ SAMPLE_SIGNED_BYTES = ("weights", "pool_live", "pool_free", "other_active", "rss
 
 class ImpossibleValue(ValueError):
     """A figure no machine or run could produce (the record holding it is damage, not data)."""
-
-
-def format_bytes(count: float) -> str:
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(value) < 1024 or unit == "PiB":
-            return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} PiB"
 
 
 def _memory_figure(block, key: str) -> int | None:

@@ -1,19 +1,20 @@
 """Compare sessions per phase and gate on the figures (mlx-free).
 
-For every session and every phase (plus a whole-run row "all"): max(active+cache) ("max in window" of the
-phase), max RSS, footprint ratio to the baseline session's same phase, throughput (tokens of the phase's step
-events / phase wall time) and its ratio, slab count (max over layers and snapshots), fragmentation (max), gather
-runs (mean and max, from the pool's run histograms over the phase) and the fused-decode decline rate (gather
-decisions / all decisions in the phase). Pool figures are None for sessions without a pool (dense).
+For every session and every phase (plus a whole-run row "all"), the figures ``probes.figures`` defines, over the
+phase's span: the footprint (max(active+cache), "max in window" of the phase) and max RSS, the footprint's ratio to
+the baseline session's same phase, busy tok/s and its ratio, decode tok/s, slabs held (all layers), fragmentation
+(max over layers and snapshots), gather runs mean/max (per sequence per decode step) and the fused-kernel declines.
+Pool figures are None for sessions without a pool (dense). The baseline's own rows carry no ratio (a session is
+not compared with itself, and no ratio gate applies to it).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import asdict, dataclass
 
-from pool.gather_runs import mean_runs
-from probes.events import Step
+from probes import figures
+from probes.tables import Column, render_table
+from pool.units import mib
 
 
 @dataclass
@@ -31,6 +32,11 @@ class PhaseRow:
     mean_runs: float | None
     max_runs: int | None
     decline_rate: float | None
+    prefill_tokens_per_s: float | None = None
+    decode_tokens_per_s: float | None = None
+    declines: int | None = None
+    decisions: int | None = None
+    is_baseline: bool = False
 
 
 def _label(view, index: int) -> str:
@@ -38,66 +44,37 @@ def _label(view, index: int) -> str:
     return str(meta.get("label") or meta.get("backend") or f"session{index}")
 
 
-def _windows(view) -> list[tuple[str, float, float]]:
+def _windows(view) -> list[tuple[str, float | None, float | None]]:
     end = view.duration
     spans = [(p.name, p.start, p.end if p.end is not None else end) for p in view.phases()]
-    return spans + [("all", 0.0, end)]
+    return spans + [("all", None, None)]
 
 
-def _peak(view, field: str, t0: float, t1: float) -> float | None:
-    """Max of a sample field in [t0, t1]; None when no sample fell in the window (a phase shorter than the
-    sampling period): shown as "-", never as 0."""
-    peak = view.peak(field, t0, t1)
-    return peak.value if peak.t is not None else None
+def _pool_figures(view, t0: float | None, t1: float | None) -> dict:
+    """The pool figures of one window (``probes.figures``), None for a session without a pool."""
+    runs = figures.gather_runs(view, t0, t1)
+    declined = figures.declines(view, t0, t1)
+    return {
+        "max_slabs": figures.slab_count(view, t0, t1),
+        "max_fragmentation": _max_fragmentation(view, t0, t1),
+        "mean_runs": runs.mean if runs else None,
+        "max_runs": runs.max if runs else None,
+        "decline_rate": declined.rate if declined else None,
+        "declines": declined.gather if declined else None,
+        "decisions": declined.decisions if declined else None,
+    }
 
 
-def _throughput(view, t0: float, t1: float) -> float | None:
-    steps = view.events_between(t0, t1, Step)
-    tokens = sum(e.num_tokens for e in steps)
-    if not steps or t1 <= t0:
-        return None
-    return tokens / (t1 - t0)
-
-
-def _hist_delta(view, t0: float, t1: float) -> Counter:
-    """Gather-run histogram (all layers) accumulated between the snapshots bracketing [t0, t1]."""
-    def total(record) -> Counter:
-        hist: Counter = Counter()
-        for layer in record.snapshot.layers if record is not None else []:
-            hist.update(layer.gather_runs_hist)
-        return hist
-
-    end, start = view.summary_at(t1), view.summary_at(t0)
-    delta = total(end)
-    delta.subtract(total(start) if start is not end else Counter())
-    return +delta
-
-
-def _counter_delta(view, t0: float, t1: float, key: str) -> int:
-    end, start = view.summary_at(t1), view.summary_at(t0)
-    value = lambda record: getattr(record.snapshot.counters, key) if record is not None else 0  # noqa: E731
-    return value(end) - (value(start) if start is not end else 0)
-
-
-def _pool_figures(view, t0: float, t1: float) -> dict:
+def _max_fragmentation(view, t0: float | None, t1: float | None) -> float | None:
+    """The largest fragmentation index over layers in the window's snapshots and the state in force at its end."""
     if not view.snapshots:
-        return {"max_slabs": None, "max_fragmentation": None, "mean_runs": None, "max_runs": None,
-                "decline_rate": None}
-    snaps = [s.snapshot for s in view.snapshots if t0 <= s.t <= t1]
-    at_end = view.snapshot_at(t1)  # exact state at the phase end (short phases may hold no periodic snapshot)
+        return None
+    lo, hi = 0.0 if t0 is None else t0, view.duration if t1 is None else t1
+    snaps = [s.snapshot for s in view.snapshots if lo <= s.t <= hi]
+    at_end = view.snapshot_at(hi)  # exact state at the phase end (short phases may hold no periodic snapshot)
     if at_end is not None:
         snaps.append(at_end)
-    layers = [layer for snap in snaps for layer in snap.layers]
-    hist = _hist_delta(view, t0, t1)
-    fused = _counter_delta(view, t0, t1, "fused_decisions")
-    declined = _counter_delta(view, t0, t1, "gather_decisions")
-    return {
-        "max_slabs": max((layer.num_chunks for layer in layers), default=0),
-        "max_fragmentation": max((layer.fragmentation for layer in layers), default=0.0),
-        "mean_runs": mean_runs(hist),
-        "max_runs": max(hist, default=None),
-        "decline_rate": declined / (fused + declined) if fused + declined else None,
-    }
+    return max((layer.fragmentation for snap in snaps for layer in snap.layers), default=0.0)
 
 
 @dataclass(frozen=True)
@@ -110,29 +87,41 @@ class PhaseFigures:
     rss_max: float | None
     tokens_per_s: float | None
     pool: dict
+    prefill_tokens_per_s: float | None = None
+    decode_tokens_per_s: float | None = None
 
 
 def phase_figures(view) -> list[PhaseFigures]:
     """Every phase's figures of ``view`` (the phases in order, then "all")."""
-    return [PhaseFigures(name, _peak(view, "footprint", t0, t1), _peak(view, "rss", t0, t1),
-                         _throughput(view, t0, t1), _pool_figures(view, t0, t1))
-            for name, t0, t1 in _windows(view)]
+    out = []
+    for name, t0, t1 in _windows(view):
+        rss = view.peak("rss", t0, t1)
+        out.append(PhaseFigures(name, figures.peak_footprint(view, t0, t1), rss.value if rss.t is not None else None,
+                                figures.tok_s(view, "busy", t0, t1),
+                                _pool_figures(view, t0, t1) if view.is_pool else dict.fromkeys(POOL_KEYS),
+                                figures.tok_s(view, "prefill", t0, t1), figures.tok_s(view, "decode", t0, t1)))
+    return out
 
 
-def rows_from_figures(figures: list[list[PhaseFigures]], labels: list[str], backends: list[str],
+POOL_KEYS = ("max_slabs", "max_fragmentation", "mean_runs", "max_runs", "decline_rate", "declines", "decisions")
+
+
+def rows_from_figures(per_session: list[list[PhaseFigures]], labels: list[str], backends: list[str],
                       baseline: int = 0) -> list[PhaseRow]:
-    """Rows for every session x phase from ``phase_figures`` of each; ratios against ``figures[baseline]``'s
-    same-named phase."""
-    base = {f.phase: (f.footprint_max, f.tokens_per_s) for f in figures[baseline]}
+    """Rows for every session x phase from ``phase_figures`` of each; ratios against ``per_session[baseline]``'s
+    same-named phase (the baseline's own rows: none)."""
+    base = {f.phase: (f.footprint_max, f.tokens_per_s) for f in per_session[baseline]}
     rows = []
-    for label, backend, per_phase in zip(labels, backends, figures):
+    for index, (label, backend, per_phase) in enumerate(zip(labels, backends, per_session)):
         for f in per_phase:
-            base_foot, base_tps = base.get(f.phase, (None, None))
+            base_foot, base_tps = base.get(f.phase, (None, None)) if index != baseline else (None, None)
             foot, tps = f.footprint_max, f.tokens_per_s
             rows.append(PhaseRow(
                 session=label, backend=backend, phase=f.phase, footprint_max=foot, rss_max=f.rss_max,
-                footprint_ratio=foot / base_foot if foot is not None and base_foot else None,
-                tokens_per_s=tps, throughput_ratio=tps / base_tps if tps and base_tps else None, **f.pool))
+                footprint_ratio=figures.footprint_ratio(foot, base_foot), tokens_per_s=tps,
+                throughput_ratio=tps / base_tps if tps and base_tps else None, **f.pool,
+                prefill_tokens_per_s=f.prefill_tokens_per_s, decode_tokens_per_s=f.decode_tokens_per_s,
+                is_baseline=index == baseline))
     return rows
 
 
@@ -152,7 +141,8 @@ class Gates:
 
 
 def check_gates(rows: list[PhaseRow], gates: Gates) -> list[str]:
-    """Human-readable failures (empty: all gates pass). Each gate applies to every row that has the figure."""
+    """Human-readable failures (empty: all gates pass). Each gate applies to every row that has the figure, with
+    the verdict the TUI draws (``probes.figures.gate_verdict``: ok at or below the gate)."""
     checks = (("footprint_ratio", gates.max_ratio, "footprint ratio"),
               ("max_fragmentation", gates.max_fragmentation, "fragmentation"),
               ("mean_runs", gates.max_mean_runs, "mean gather runs"),
@@ -161,36 +151,40 @@ def check_gates(rows: list[PhaseRow], gates: Gates) -> list[str]:
     for row in rows:
         for attr, limit, what in checks:
             value = getattr(row, attr)
-            if limit is not None and value is not None and value > limit:
+            if limit is not None and value is not None and not figures.gate_verdict(value, limit).ok:
                 failures.append(f"{row.session} [{row.phase}]: {what} {value:.3f} > {limit}")
     return failures
-
-
-def _fmt_bytes(n: float | None) -> str:
-    return "-" if n is None else f"{n / 2**20:,.1f}"
 
 
 def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-COLUMNS = ("session", "phase", "max(act+cache) MiB", "RSS MiB", "x base", "tok/s", "x base", "slabs", "frag",
-           "runs mean/max", "decline")
+def _ratio(row: PhaseRow, value: float | None) -> str:
+    return "base" if row.is_baseline else figures.format_ratio(value)
 
 
-def format_table(rows: list[PhaseRow]) -> str:
-    """A plain-text table (one line per session x phase)."""
-    body = []
-    for r in rows:
-        runs = "-" if r.mean_runs is None else f"{r.mean_runs:.2f}/{r.max_runs}"
-        body.append((r.session, r.phase, _fmt_bytes(r.footprint_max), _fmt_bytes(r.rss_max),
-                     _fmt(r.footprint_ratio, ".2f"), _fmt(r.tokens_per_s, ",.1f"), _fmt(r.throughput_ratio, ".2f"),
-                     _fmt(r.max_slabs, "d"), _fmt(r.max_fragmentation, ".2f"), runs, _fmt(r.decline_rate, ".2f")))
-    widths = [max(len(str(x)) for x in col) for col in zip(COLUMNS, *body)]
-    lines = ["  ".join(str(c).rjust(w) if i > 1 else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
-             for row in (COLUMNS, *body)]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+L = figures.LABELS
+COLUMNS = (Column("session"), Column("phase"), Column(f"{L['footprint']} MiB", right=True),
+           Column("RSS MiB", right=True), Column(L["footprint_ratio"], right=True), Column(L["tok_s:busy"], right=True),
+           Column(L["tok_s_ratio"], right=True), Column(L["tok_s:decode"], right=True),
+           Column(L["slabs"], right=True), Column("frag", right=True), Column(L["gather_runs"], right=True),
+           Column(L["declines"], right=True))
+
+
+def table_cells(r: PhaseRow) -> tuple[str, ...]:
+    """One row's cells, each figure printed as ``probes.figures`` prints it."""
+    runs = "-" if r.mean_runs is None else f"{r.mean_runs:.2f}/{r.max_runs}"
+    declines = "-" if r.declines is None else f"{r.declines}/{r.decisions}"
+    return (r.session, r.phase, mib(r.footprint_max), mib(r.rss_max), _ratio(r, r.footprint_ratio),
+            figures.format_tok_s(r.tokens_per_s), _ratio(r, r.throughput_ratio),
+            figures.format_tok_s(r.decode_tokens_per_s), figures.format_slabs(r.max_slabs),
+            _fmt(r.max_fragmentation, ".2f"), runs, declines)
+
+
+def format_table(rows: list[PhaseRow], markdown: bool = False) -> str:
+    """The table (one line per session x phase), for a terminal or (``markdown``) a Markdown document."""
+    return render_table(COLUMNS, [table_cells(r) for r in rows], markdown=markdown)
 
 
 def rows_to_json(rows: list[PhaseRow]) -> list[dict]:

@@ -13,6 +13,7 @@ from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 
+from probes import figures
 from probes.compare import PhaseFigures, phase_figures
 
 META_KEYS = ("label", "backend", "scenario", "model", "device", "mlx_version", "mlx_lm_version",
@@ -44,8 +45,8 @@ class SessionDigest:
     distributed: bool
     series: Series | None = None    # report only
     phase_spans: list[tuple[str, float, float]] = field(default_factory=list)
-    slabs: tuple[list[float], list[int], str] | None = None  # (t, max slabs over layers, design); pool sessions
-    gather_hist: Counter = field(default_factory=Counter)    # whole run, all layers (the last snapshot's)
+    slabs: tuple[list[float], list[int], str] | None = None  # (t, slabs held over all layers, design): pool sessions
+    gather_hist: Counter = field(default_factory=Counter)    # runs -> (decode step, sequence) pairs, whole run
 
     @property
     def label(self) -> str:
@@ -57,7 +58,7 @@ def digest(view, *, series: bool = False) -> SessionDigest:
     meta = {key: view.meta.get(key) for key in META_KEYS if view.meta.get(key) is not None}
     out = SessionDigest(str(view.path), meta, phase_figures(view), view.complete,
                         str(view.damage) if view.damage is not None else None, view.duration,
-                        view.overhead.cost_fraction if view.overhead else None, bool(view.meta.get("distributed")))
+                        figures.probe_cost(view), bool(view.meta.get("distributed")))
     if series:
         _add_series(out, view)
     return out
@@ -69,12 +70,20 @@ def _add_series(out: SessionDigest, view) -> None:
     peak = view.peak("footprint")
     out.series = Series(t, footprint, rss, (peak.t, peak.value, peak.label) if peak.t is not None else None)
     out.phase_spans = [(p.name, p.start, p.end if p.end is not None else view.duration) for p in view.phases()]
-    if view.snapshots:
-        out.slabs = ([s.t for s in view.snapshots],
-                     [max((layer.num_chunks for layer in s.snapshot.layers), default=0) for s in view.snapshots],
-                     view.snapshots[-1].snapshot.design)
-        for layer in view.snapshots[-1].snapshot.layers:
-            out.gather_hist.update(layer.gather_runs_hist)
+    ts, slabs = figures.slab_series(view)
+    if ts:
+        design = view.geometry.design if view.geometry is not None else "slab"
+        out.slabs = (*_stepped(ts, slabs), design)
+    runs = figures.gather_runs(view)
+    if runs is not None:
+        out.gather_hist.update(runs.hist)
+
+
+def _stepped(ts: list[float], values: list[int]) -> tuple[list[float], list[int]]:
+    """A step series kept at its changes (and its last point): 100 Hz samples of a slab count that changes a few
+    times a run cost the report nothing."""
+    keep = [i for i in range(len(ts)) if i == 0 or i == len(ts) - 1 or values[i] != values[i - 1]]
+    return [ts[i] for i in keep], [values[i] for i in keep]
 
 
 def _bucketed(t: list, footprint: list, rss: list) -> tuple[array, array, array]:

@@ -19,8 +19,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from pool.units import mib
 from probes.events import Step
 from probes.rank_clock import RankClock
+from probes.tables import Column, render_table
 
 
 class RankMergeError(ValueError):
@@ -238,10 +240,6 @@ def outputs_report(runs: list[RankRun], plain: list) -> tuple[list[str], list[st
 
 
 # ---- text ------------------------------------------------------------------------------------------------------
-def _mib(n: float | None) -> str:
-    return "-" if n is None else f"{n / 2**20:,.1f}"
-
-
 def _ms(s: float | None) -> str:
     return "-" if s is None else f"{s * 1e3:.3f}"
 
@@ -256,13 +254,10 @@ def format_imbalance(rows: list[ImbalanceRow]) -> str:
     for r in rows:
         first = "-" if r.first_peak_rank is None else f"r{r.first_peak_rank} @{r.first_peak_t:.2f}s"
         skew = "-" if r.step_skew_max_s is None else f"{_ms(r.step_skew_median_s)}/{_ms(r.step_skew_max_s)}"
-        body.append((r.run, r.phase, " / ".join(_mib(f) for f in r.footprints),
+        body.append((r.run, r.phase, " / ".join(mib(f) for f in r.footprints),
                      "-" if r.imbalance is None else f"{r.imbalance:.3f}", _fmt_rank(r.max_rank),
                      _fmt_rank(r.min_rank), first, _ms(r.peak_spread_s), skew))
-    widths = [max(len(str(x)) for x in col) for col in zip(IMBALANCE_COLUMNS, *body)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in (IMBALANCE_COLUMNS, *body)]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return render_table([Column(name) for name in IMBALANCE_COLUMNS], body)
 
 
 def _fmt_rank(rank: int | None) -> str:
@@ -286,5 +281,5 @@ def describe_run(run: RankRun) -> list[str]:
                  f"{_ms(clock.residual_s)} ms over {clock.measurements} syncs)")
         out.append(f"  r{rank} {info.get('host', '?')} pid {info.get('pid', '?')}: KV heads [{heads[0]}, {heads[1]}) "
                    f"of {shard.get('n_kv_heads_total', '?')}, {shard.get('kv_bytes_per_token', '?')} B/token, "
-                   f"device memory {_mib(mem)} MiB; {where}; {state}")
+                   f"device memory {mib(mem)} MiB; {where}; {state}")
     return out

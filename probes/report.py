@@ -2,8 +2,10 @@
 
 Plots: memory timeline (max(active+cache) and RSS per backend, phases shaded, "max since start" peak marked),
 accounting stack per session (weights / pool live / pool reserved-free / other MLX active / MLX cache, with the
-RSS remainder drawn as its own line: never hidden), slab count over time (max over layers) and the gather-run
-histogram (all layers, whole run). Tables: the compare table and each session's metadata and probe cost.
+RSS remainder drawn as its own line: never hidden), slabs held over time (all layers, from the 100 Hz samples where
+they carry it) and the gather-run histogram (per sequence per decode step, whole run). Tables (Markdown, rendered
+by ``probes.tables``): the compare table and each session's metadata and probe cost. Every figure is the one
+``probes.figures`` defines, under its label there.
 
 Built from ``probes.digest`` digests, so a folder is read one file at a time (``slabscope report``). Past
 ``MANY_SESSIONS`` sessions the plots stay readable: no legend or peak labels (the tables name every session), the
@@ -17,10 +19,12 @@ import os
 from collections import Counter
 from pathlib import Path
 
+from probes import figures
 from probes.compare import format_table, rows_from_figures
 from probes.digest import SessionDigest, digest
 from probes.outfile import write_atomically
 from probes.sampler import FOOTPRINT_PARTS, accounting_parts
+from probes.tables import Column, render_table
 
 MIB = 2**20
 MANY_SESSIONS = 16    # more sessions than this: plots without per-session legends and labels
@@ -103,8 +107,8 @@ def plot_slabs(digests: list[SessionDigest], path: str) -> bool:
         ts, slabs, design = d.slabs
         ax.step(ts, slabs, where="post", label=f"{d.label} ({design})", linewidth=1.5 if few else 0.5)
     ax.set_xlabel("seconds since start")
-    ax.set_ylabel("slabs / grow chunks per layer")
-    ax.set_title("Slab count over time (max over layers)" + ("" if few else f": {len(pooled):,} sessions"))
+    ax.set_ylabel(figures.LABELS["slabs"] + " (monolithic: grow chunks)")
+    ax.set_title("Slabs held over time" + ("" if few else f": {len(pooled):,} sessions"))
     _save(plt, fig, ax, path, legend=few)
     return True
 
@@ -128,9 +132,9 @@ def plot_gather_hist(digests: list[SessionDigest], path: str) -> bool:
         offset = (i - (len(hists) - 1) / 2) * width  # bars of one run count grouped around the integer tick
         ax.bar([x + offset for x in xs], [hist[x] for x in xs], width=width, label=label)
     ax.set_xticks(sorted(ticks))
-    ax.set_xlabel("same-slab runs per gather")
-    ax.set_ylabel("gathers (all layers)")
-    ax.set_title("Gather-run histogram")
+    ax.set_xlabel("same-slab runs per sequence per decode step")
+    ax.set_ylabel("(decode step, sequence) pairs")
+    ax.set_title("Gather-run histogram (" + figures.LABELS["gather_runs"] + " is its mean and largest bar)")
     _save(plt, fig, ax, path)
     return True
 
@@ -157,19 +161,21 @@ META_ROWS = ("backend", "scenario", "model", "device", "mlx_version", "mlx_lm_ve
 
 
 def _meta_cells(d: SessionDigest) -> list[str]:
-    cost = f"{100 * d.probe_cost:.2f}% wall" if d.probe_cost is not None else "-"
+    cost = figures.format_probe_cost(d.probe_cost)
     return [_meta_cell(d.meta.get(key)) for key in META_ROWS] + [f"{d.duration:.1f} s", _completeness(d), cost]
 
 
 def _meta_table(digests: list[SessionDigest]) -> list[str]:
-    """Keys as rows and sessions as columns; one row per session past MANY_SESSIONS."""
-    names = [*META_ROWS, "duration", "complete", "probe cost"]
+    """Keys as rows and sessions as columns; one row per session past MANY_SESSIONS (a Markdown table)."""
+    names = [*META_ROWS, "duration", "complete", figures.LABELS["probe_cost"] + " (of wall time)"]
     cells = [_meta_cells(d) for d in digests]
     if len(digests) > MANY_SESSIONS:
-        lines = ["| session | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-        return lines + [f"| `{d.path}` | " + " | ".join(row) + " |" for d, row in zip(digests, cells)]
-    lines = ["| | " + " | ".join(d.label for d in digests) + " |", "|---" * (len(digests) + 1) + "|"]
-    return lines + [f"| {name} | " + " | ".join(row[k] for row in cells) + " |" for k, name in enumerate(names)]
+        table = render_table([Column("session"), *(Column(n) for n in names)],
+                             [(f"`{d.path}`", *row) for d, row in zip(digests, cells)], markdown=True)
+    else:
+        table = render_table([Column(""), *(Column(d.label.replace("|", "/")) for d in digests)],
+                             [(name, *(row[k] for row in cells)) for k, name in enumerate(names)], markdown=True)
+    return table.splitlines()
 
 
 def report_digest(view) -> SessionDigest:
@@ -198,9 +204,10 @@ def write_report_from(digests: list[SessionDigest], out_dir: str, baseline: int,
     rows = rows_from_figures([d.phases for d in digests], labels,
                              [str(d.meta.get("backend", "?")) for d in digests], baseline)
     md = ["# slabscope report", "", "Sessions: " + ", ".join(f"`{d.path}`" for d in digests), "",
-          "## Compare (per phase)", "", "```", format_table(rows), "```", "",
+          "## Compare (per phase)", "", format_table(rows, markdown=True), "",
           "Footprint = max(active + cache) sampled in-process (MLX's own peak counter misses the buffer cache); "
-          "per-phase figures are \"max in window\" of the phase.", "", "## Sessions", "", *_meta_table(digests), ""]
+          "per-phase figures are \"max in window\" of the phase. Every figure is defined in `probes/figures.py` "
+          "(docs/contracts.md).", "", "## Sessions", "", *_meta_table(digests), ""]
     plot_timeline(digests, os.path.join(out_dir, "timeline.png"))
     md += ["## Memory timeline", "", "![memory timeline](timeline.png)", ""]
     md += ["## Accounting", ""]

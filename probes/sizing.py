@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from pool.config import PoolConfig, blocks_for_tokens, capacity_for
 from pool.errors import SizeLimitError
+from probes import figures
 from pool.limits import (MemoryLimits, check_buffer, check_pool_capacity, elements_per_row, format_bytes,
                          index_range_problem, largest_buffer_elements, largest_buffer_rows)
 from pool.ops import PrepareWrite
@@ -115,7 +116,7 @@ def footprint_model(view, timeline: PoolTimeline) -> FootprintModel:
         outside = max(window.rss_other[k], 0) if unified else 0
         nonpool = max(nonpool, footprint - timeline.recorded_reserved[k] + outside)
         need = max(need, modelled + outside)
-    return FootprintModel(int(view.peak("footprint").value), best[0], best[1], best[2], nonpool, need, unified)
+    return FootprintModel(int(figures.peak_footprint(view) or 0), best[0], best[1], best[2], nonpool, need, unified)
 
 
 @dataclass

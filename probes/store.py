@@ -389,17 +389,6 @@ class SessionModel:
         sample = samples.at(best)
         return Peak(float(getattr(sample, field)), sample.t, label)
 
-    def decode_tok_s(self, until: float | None = None) -> float | None:
-        """Decode throughput up to ``until``: decode tokens / decode wall time (None before the first decode)."""
-        tokens = wall = 0.0
-        for step in self.events_of(Step):
-            if until is not None and step.t > until:
-                break
-            if step.type == "decode":
-                tokens += step.num_tokens or step.batch
-                wall += step.wall_s
-        return tokens / wall if wall > 0 else None
-
     # ---- the op log ------------------------------------------------------------------------------------------
     def all_ops(self) -> list[OpEntry]:
         """Every pool op so far, numbered, in order."""

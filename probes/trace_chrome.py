@@ -5,7 +5,9 @@ Layout: one process per session (``pid``, named with ``process_name`` metadata a
 ``process_sort_index``); one thread per slice/instant track (``thread_name``: phases, steps, pool, decisions,
 errors, events); counters are process-level ``"ph": "C"`` events whose one argument is named by the unit (Perfetto
 shows a counter as "NAME UNIT"). Slices are complete events (``"X"`` with ``dur``), instants ``"i"`` with thread
-scope. Times are integer microseconds since each session's start.
+scope. Times are integer microseconds since each session's start. The file is UTF-8 with names as written (no
+``\\u`` escapes: viewers show escapes verbatim). Counter tracks: the JSON format has no order field, so viewers sort
+them as they will (Perfetto: by name); the protobuf writer sets the order.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def write_chrome(processes: list[TraceProcess], path) -> int:
              "displayTimeUnit": "ms",
              "otherData": {"generator": "slabscope export",
                            "sessions": {str(p.pid): p.name for p in processes}}}
-    text = json.dumps(trace, separators=(",", ":"), default=str)
+    text = json.dumps(trace, separators=(",", ":"), default=str, ensure_ascii=False)  # names stay UTF-8 ("·")
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return len(text.encode("utf-8"))

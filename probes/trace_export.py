@@ -8,16 +8,19 @@ these records out.
 
 What a process holds:
 
-* Counters: from every memory sample, the footprint (``active + cache``), MLX active and cache, RSS, the pool's
-  live and reserved bytes and its slab count; from every pool snapshot, per layer its slabs, occupancy (rows in
-  use / capacity) and fragmentation index (layers with equal series share a track, "slabs L0-29"); from every decode step, the gather runs (max and
-  mean over the step's sequences, layer 0) and the layers that ran fused; from every step, its tokens per second.
+* Counters, in this order (the protobuf writer keeps it): from every memory sample, the footprint
+  (``active + cache``), MLX active and cache, RSS, the pool's live and reserved bytes and the slabs it holds over all
+  layers (``probes.figures.slab_series``); from every pool snapshot, per layer its slabs, occupancy (rows in use /
+  capacity) and fragmentation index (layers with equal series share a track, "slabs L0-29"); from every decode step,
+  the gather runs of its sequences (max and mean, the steps behind ``probes.figures.gather_runs``) and the layers that
+  ran fused; from every step, its own tokens per second.
   A counter keeps a value until the next one, so only changes are kept (a flat line costs nothing).
 * Slices: the scenario's phases, and every prefill/decode step (``Step.t`` is its end, ``wall_s`` its length; a
   start is clamped to the previous step's end so slices nest on their track).
 * Instants: pool ops that change what memory holds (``OP_INSTANTS``: growth, copies, releases), fused/gather
   decisions per layer with their reasons, errors, and every other timeline event kind by its tag (a new event kind
-  shows up with no change here; a new op kind with one line in ``OP_INSTANTS``).
+  shows up with no change here; a new op kind with one line in ``OP_INSTANTS``); on the "figures" track one instant
+  at the end whose arguments are the whole-run figures (``whole_run_figures``), as ``compare`` prints them.
 
 Times are seconds since the session start (the writers convert); values are plain numbers.
 """
@@ -31,15 +34,18 @@ import msgspec
 
 from pool.ops import (BlockMove, Clone, Copied, CopyOnWrite, Detach, Grow, Release, ReleaseHandle, Reserve,
                       SlabAppend, SlabRelease, StorageInit, Trim)
+from probes import figures
 from probes.events import (FusedChange, GatherRuns, PhaseEdge, ProbeStats, Step, TimelineEvent, WorkerError)
 
 # Sample column -> (counter name, unit). ``pool reserved`` is live + free (the pool's reserved capacity).
 SAMPLE_COUNTERS = (("footprint", "footprint (active+cache)", "bytes"), ("active", "MLX active", "bytes"),
                    ("cache", "MLX cache", "bytes"), ("rss", "RSS", "bytes"), ("pool_live", "pool live", "bytes"),
-                   ("pool_reserved", "pool reserved", "bytes"), ("pool_slabs", "pool slabs", "count"))
+                   ("pool_reserved", "pool reserved", "bytes"), ("pool_slabs", figures.LABELS["slabs"], "count"))
 LAYER_COUNTERS = (("slabs", "count"), ("occupancy", "ratio"), ("fragmentation", "ratio"))
-STEP_COUNTERS = (("gather runs max", "count"), ("gather runs mean", "count"), ("fused layers", "count"),
-                 ("step tok/s", "tok/s"))
+# per decode step: the most and the mean runs of its sequences (the steps behind figures.gather_runs); per step:
+# its own tokens over its own time
+STEP_COUNTERS = (("gather runs max (step)", "count"), ("gather runs mean (step)", "count"),
+                 ("fused layers", "count"), ("step tok/s", "tok/s"))
 
 # Pool op type -> instant name (track "pool"); the op's fields become the instant's arguments. One line per kind.
 OP_INSTANTS: dict[type, str] = {
@@ -61,7 +67,7 @@ OP_INSTANTS: dict[type, str] = {
 # Timeline events drawn elsewhere (slices, counters) or too frequent to be useful as instants.
 _NOT_INSTANTS = (Step, PhaseEdge, GatherRuns, ProbeStats)
 
-TRACKS = ("phases", "steps", "pool", "decisions", "errors", "events")  # slice and instant tracks, in display order
+TRACKS = ("phases", "steps", "pool", "decisions", "errors", "events", "figures")  # slice/instant tracks, in order
 
 
 @dataclass
@@ -147,7 +153,23 @@ def trace_process(model, pid: int, name: str) -> TraceProcess:
                         for span in model.phases()]
     tracks["pool"] = _op_instants(model)
     _event_instants(model, tracks)
+    tracks["figures"] = [Mark("whole-run figures", model.duration, None, whole_run_figures(model))]
     return TraceProcess(pid, name, [c for c in counters if c.t], tracks, model.duration, model.meta)
+
+
+def whole_run_figures(model) -> dict:
+    """The session's whole-run figures (``probes.figures``), keyed by their labels and printed as every other surface
+    prints them: what a trace viewer shows on the "figures" track's one instant, at the session's end."""
+    L = figures.LABELS
+    declined = figures.declines(model)
+    return {L["footprint"]: figures.format_bytes_cell(figures.peak_footprint(model)),
+            L["tok_s:busy"]: figures.format_tok_s(figures.tok_s(model, "busy")),
+            L["tok_s:prefill"]: figures.format_tok_s(figures.tok_s(model, "prefill")),
+            L["tok_s:decode"]: figures.format_tok_s(figures.tok_s(model, "decode")),
+            L["gather_runs"]: figures.format_runs(figures.gather_runs(model)),
+            L["declines"]: figures.format_declines(declined),
+            L["slabs"]: figures.format_slabs(figures.slab_count(model)),
+            L["probe_cost"]: figures.format_probe_cost(figures.probe_cost(model))}
 
 
 def _sample_counters(model) -> list[Counter]:
@@ -160,6 +182,11 @@ def _sample_counters(model) -> list[Counter]:
         if column.startswith("pool_") and not model.is_pool:
             continue
         counter = Counter(name, unit)
+        if column == "pool_slabs":
+            for t, value in zip(*figures.slab_series(model)):
+                counter.add(t, value)
+            counters.append(counter)
+            continue
         if column in ("pool_live", "pool_reserved") and not sampled_pool:
             stat = "bytes_in_use" if column == "pool_live" else "bytes_reserved"
             for record in model.snapshots:
@@ -224,10 +251,11 @@ def _step_counters(model, steps: list[Mark]) -> list[Counter]:
                           {"step": step.step, "phase": step.phase, "batch": step.batch, "tokens": step.num_tokens}))
         if step.wall_s > 0:
             tok_s.add(step.t, round(step.num_tokens / step.wall_s, 1))
+    for t, _step, worst in figures.worst_runs_per_step(model):
+        runs_max.add(t, worst)
     for event in model.events_of(GatherRuns):
         if event.runs_max:
-            runs_max.add(event.t, max(event.runs_max))
-            runs_mean.add(event.t, round(sum(event.runs_layer0) / len(event.runs_layer0), 3))
+            runs_mean.add(event.t, round(sum(event.runs_max) / len(event.runs_max), 3))
         fused.add(event.t, event.fused_layers)
     return [runs_max, runs_mean, fused, tok_s]
 

@@ -4,7 +4,9 @@ downloads a binary, is not used). mlx-free; the package is imported only when a 
 
 Layout (docs: perfetto.dev "Writing TrackEvent Protos Synthetically"): one process track per session (a
 ``TrackDescriptor`` with a ``ProcessDescriptor``, pid and name), and under it one child track per counter (a
-``CounterDescriptor``: bytes, count, or a named unit) and per slice/instant track. Slices are SLICE_BEGIN/SLICE_END
+``CounterDescriptor``: bytes, count, or a named unit) and per slice/instant track, in the order
+``probes.trace_export`` lists them (footprint first): the process track asks for ``EXPLICIT`` child ordering and
+each child carries its ``sibling_order_rank`` (without them the UI sorts children by name). Slices are SLICE_BEGIN/SLICE_END
 pairs, instants TYPE_INSTANT, arguments debug annotations. Timestamps are nanoseconds since each session's start.
 Packets are serialised in chunks (concatenated ``Trace`` messages are one ``Trace``), so memory stays bounded.
 """
@@ -72,10 +74,12 @@ def _write_process(w: _Writer, p, process: TraceProcess) -> None:
     desc.uuid = base
     desc.process.pid = process.pid
     desc.process.process_name = process.name
+    desc.child_ordering = p.TrackDescriptor.EXPLICIT
     number = 0
     for number, counter in enumerate(process.counters, start=1):
         desc = w.packet().track_descriptor
         desc.uuid, desc.parent_uuid, desc.name = base + number, base, counter.name
+        desc.sibling_order_rank = number
         if counter.unit == "bytes":
             desc.counter.unit = p.CounterDescriptor.UNIT_SIZE_BYTES
         elif counter.unit == "count":

@@ -3,11 +3,14 @@
 "What would this workload have cost with 64-block slabs / 16-token blocks / the monolithic design?" The recorded
 sequence-level ops (add/prepare_write/release/clone/detach/adopt/trim/...) are re-executed on a fresh
 ``pool.BlockBook`` built with the requested geometry; the derived ops are recomputed by the book itself. At every
-instant where the recording took a pool snapshot the replay measures slab count, reserved bytes, live blocks,
-fragmentation (layer 0; layers move in lockstep) and the gather runs every live sequence would need.
+instant where the recording took a pool snapshot the replay measures slab count, reserved bytes, live blocks and
+fragmentation (layer 0; layers move in lockstep); at every decode step (``DecodeSteps``) it measures the gather runs
+of the step's sequences, and after every op the slabs held: the figures ``probes.figures`` defines, so the
+recorded geometry's replay prints what ``compare`` and the TUI print.
 
 With the recorded geometry the replay must reproduce the recording exactly: ``mismatches_with_recording`` lists
-every figure that differs (the tests, and the last line ``slabscope whatif`` prints, rely on it).
+every figure that differs, the recorded decode steps' gather runs included (the tests, and the last line
+``slabscope whatif`` prints, rely on it).
 
 Copied bytes here are the bookkeeping's *model* (``bytes_copied_model``: old rows x bytes per row per monolithic
 growth; the slab design copies nothing): a replay has no storage to measure. The recording's measured figure
@@ -21,6 +24,7 @@ A recording made before shrink existed has no shrink points: any policy then rep
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -30,10 +34,11 @@ from pool import BlockBook, PoolConfig, PoolError, apply_op
 from pool.errors import BudgetExceeded
 from pool.config import chunk_rows
 from pool.gather_runs import table_runs, visible_rows
-from pool.ops import SetSlabBlocks, ShrinkTick, StorageInit, Trim
+from pool.ops import DerivedOp, PrepareWrite, SetSlabBlocks, ShrinkTick, StorageInit, Trim
 from pool.snapshot import free_figures
 from probes import limits
 from probes.errors import ReplayError
+from probes.events import GatherRuns, Step
 
 CHECKED_STATS = ("allocated_blocks", "live_blocks", "free_blocks", "bytes_reserved", "bytes_in_use",
                  "num_sequences", "num_handles")
@@ -51,7 +56,6 @@ class WhatIfPoint:
     stats: dict
     counters: dict
     layer0: dict
-    runs: list[int]  # gather runs per live sequence (layer 0)
 
 
 @dataclass
@@ -62,17 +66,21 @@ class WhatIfResult:
     ops_replayed: int = 0
     skipped: list[str] = field(default_factory=list)  # ops the new geometry cannot execute, with the reason
     shrink_points: int = 0  # ``shrink`` ops replayed (where the policy ran; none in recordings made before shrink)
+    decode_steps: list["DecodeStep"] = field(default_factory=list)  # every decode step's gather runs, replayed
+    max_slabs: int = 0  # the most slabs (all layers) the replayed pool held, after any op
 
     def summary(self) -> dict:
-        """Headline figures over the whole replay."""
+        """Headline figures over the whole replay (gather runs and slabs as ``probes.figures`` defines them)."""
         pts = self.points
-        runs = [r for p in pts for r in p.runs]
-        hist = Counter(runs)
+        hist = Counter(runs for step in self.decode_steps for runs in step.runs)
+        pairs = sum(hist.values())
         last = pts[-1] if pts else None
         return {
             "config": config_figures(self.config),
             "ops_replayed": self.ops_replayed,
             "ops_skipped": len(self.skipped),
+            "max_slabs": self.max_slabs,
+            "final_slabs": last.layer0["num_slabs"] * self.config.num_layers if last else 0,
             "max_slabs_per_layer": max((p.layer0["num_slabs"] for p in pts), default=0),
             "final_slabs_per_layer": last.layer0["num_slabs"] if last else 0,
             "peak_bytes_reserved": max((p.stats["bytes_reserved"] for p in pts), default=0),
@@ -80,8 +88,9 @@ class WhatIfResult:
             "peak_bytes_in_use": max((p.stats["bytes_in_use"] for p in pts), default=0),
             "max_fragmentation": max((p.layer0["fragmentation"] for p in pts), default=0.0),
             "mean_fragmentation": sum(p.layer0["fragmentation"] for p in pts) / len(pts) if pts else 0.0,
-            "mean_gather_runs": sum(runs) / len(runs) if runs else 0.0,
-            "max_gather_runs": max(runs, default=0),
+            "decode_steps": len(self.decode_steps),
+            "mean_gather_runs": sum(r * n for r, n in hist.items()) / pairs if pairs else None,
+            "max_gather_runs": max(hist, default=None),
             "gather_runs_hist": {str(k): v for k, v in sorted(hist.items())},
             "slab_appends": last.counters["slab_appends"] if last else 0,
             "grow_events": last.counters["grow_events"] if last else 0,
@@ -92,6 +101,66 @@ class WhatIfResult:
             "blocks_moved": last.counters["blocks_moved"] if last else 0,
             "bytes_moved_model": last.counters["bytes_moved_model"] if last else 0,
         }
+
+
+@dataclass
+class DecodeStep:
+    """One decode step found in the op log: its sequences, the same-slab runs each one's attention walks in the
+    replayed pool (one block table per sequence, shared by every layer), and the time of its last write."""
+
+    t: float
+    seqs: list[int]
+    runs: list[int]
+
+
+class DecodeSteps:
+    """Finds the decode steps in an op log as it is replayed and measures their gather runs.
+
+    A decode step prepares one token for each sequence of its batch, one ``prepare_write`` of 1 token per sequence
+    in a row (derived ops between them), before any other sequence-level op: such a group is a decode step, measured
+    once its last write is applied (what the step's attention then reads). A prefill chunk of one token looks the
+    same; the recorded ``Step`` events tell them apart: the first step recorded after the group is that chunk's own
+    (a prefill step of one token), whereas a decode group is followed by a decode step (its own, or with pipelined
+    decoding the one before it)."""
+
+    def __init__(self, steps: list) -> None:
+        self.found: list[DecodeStep] = []
+        self._steps = steps
+        self._group: list[int] = []
+        self._t = 0.0
+
+    def before(self, entry, book) -> None:
+        """Called before ``entry`` is applied: a sequence-level op that does not extend the group closes it."""
+        op = entry.op
+        if isinstance(op, DerivedOp):
+            return
+        if isinstance(op, PrepareWrite) and op.num_tokens == 1 and op.seq not in self._group:
+            return
+        self.close(book)
+
+    def after(self, entry) -> None:
+        op = entry.op
+        if isinstance(op, PrepareWrite) and op.num_tokens == 1:
+            self._group.append(op.seq)
+            self._t = entry.t
+
+    def close(self, book) -> None:
+        """Measure the open group (unless it is a one-token prefill chunk) and start a new one."""
+        group, self._group = self._group, []
+        if not group or self._prefill_chunk(group):
+            return
+        self.found.append(DecodeStep(self._t, group, [_seq_runs(book, seq) for seq in group]))
+
+    def _prefill_chunk(self, group: list[int]) -> bool:
+        index = bisect.bisect_left(self._steps, self._t, key=lambda step: step.t)
+        after = self._steps[index] if index < len(self._steps) else None
+        return after is not None and after.type == "prefill" and after.num_tokens == len(group)
+
+
+def _seq_runs(book, seq_id: int) -> int:
+    table = book.table(seq_id)
+    visible = visible_rows(table.rows, table.logical_start, table.length, book.block_size)
+    return table_runs(visible, book.design, book.slab_blocks)
 
 
 def config_figures(config: PoolConfig) -> dict:
@@ -162,15 +231,23 @@ def run_whatif(view, *, slab_blocks: int | None = None, block_size: int | None =
                               shrink_budget=shrink_budget)
     replay = Replay(cfg, base)
     result = replay.result
+    steps = DecodeSteps(view.events_of(Step))
+    book = replay.bookkeeping
+    per_slab = chunk_rows(book.design, book.slab_blocks)
     marks = [(s.op_index, s.t) for s in view.snapshots]
     mark = 0
     for entry in view.all_ops():
         while mark < len(marks) and marks[mark][0] <= entry.i:
-            result.points.append(_measure(replay.bookkeeping, marks[mark]))
+            result.points.append(_measure(book, marks[mark]))
             mark += 1
+        steps.before(entry, book)
         replay.step(entry)
+        steps.after(entry)
+        result.max_slabs = max(result.max_slabs, book.capacity * book.num_layers // per_slab)
+    steps.close(book)
     for op_index, t in marks[mark:]:
-        result.points.append(_measure(replay.bookkeeping, (op_index, t)))
+        result.points.append(_measure(book, (op_index, t)))
+    result.decode_steps = steps.found
     return result
 
 
@@ -203,16 +280,10 @@ def _measure(book, mark: tuple[int, float]) -> WhatIfPoint:
     free, holes, largest, fragmentation = free_figures(book)
     layer0 = {"num_slabs": capacity // chunk_rows(book.design, book.slab_blocks), "capacity_rows": capacity,
               "free_rows": free, "holes": holes, "largest_free_run": largest, "fragmentation": fragmentation}
-    runs = []
-    for seq_id in book.sequence_ids():
-        table = book.table(seq_id)
-        visible = visible_rows(table.rows, table.logical_start, table.length, book.block_size)
-        if visible:
-            runs.append(table_runs(visible, book.design, book.slab_blocks))
     counters = book.counters.to_dict()
     counters["bytes_copied_model"] = counters.pop("bytes_copied")  # the book's figures are models: named so
     counters["bytes_moved_model"] = counters.pop("bytes_moved")
-    return WhatIfPoint(t, op_index, book.stats().to_dict(), counters, layer0, runs)
+    return WhatIfPoint(t, op_index, book.stats().to_dict(), counters, layer0)
 
 
 def mismatches_with_recording(view, result: WhatIfResult) -> list[str]:
@@ -230,6 +301,22 @@ def mismatches_with_recording(view, result: WhatIfResult) -> list[str]:
                                     f"replayed {replayed[key]}")
     if len(result.points) != len(view.snapshots):
         problems.append(f"{len(view.snapshots)} recorded snapshots, {len(result.points)} replayed points")
+    return problems + _decode_mismatches(view.events_of(GatherRuns), result.decode_steps)
+
+
+def _decode_mismatches(recorded: list, replayed: list[DecodeStep]) -> list[str]:
+    """Every recorded decode step (``GatherRuns``) whose gather runs the replay does not reproduce."""
+    if not recorded:
+        return []
+    problems = []
+    for number, (event, step) in enumerate(zip(recorded, replayed)):
+        measured = dict(zip(event.seq_ids, event.runs_max))
+        replay = dict(zip(step.seqs, step.runs))
+        if measured != replay:
+            problems.append(f"decode step {number} (t={event.t:.3f}) gather runs: recorded {measured}, "
+                            f"replayed {replay}")
+    if len(replayed) != len(recorded):
+        problems.append(f"{len(recorded)} recorded decode steps, {len(replayed)} found in the op log")
     return problems
 
 

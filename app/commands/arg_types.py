@@ -72,21 +72,14 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-_SIZE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-
-
 def byte_size(text: str) -> int:
-    """Bytes, with an optional binary unit: ``0``, ``1048576``, ``512M``, ``2G`` (K/M/G/T = KiB/MiB/GiB/TiB)."""
-    raw = text.strip().lower().removesuffix("ib").removesuffix("b")
-    unit = raw[-1:] if raw[-1:] in _SIZE_UNITS and raw[-1:] else ""
-    number = raw[:-1] if unit else raw
+    """Bytes, with an optional binary unit: ``0``, ``1048576``, ``512M``, ``2G`` (``pool.units.parse_size``)."""
+    from pool.units import parse_size
+
     try:
-        value = float(number)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 0, 512M, 2G)") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"a size must be a finite number >= 0, got {text!r}")
-    return int(value * _SIZE_UNITS[unit])
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def positive_byte_size(text: str) -> int:

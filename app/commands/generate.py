@@ -2,6 +2,10 @@
 
 Greedy by default (``--temperature``/``--top-p``/``--seed`` for sampling). The prompt runs through the same
 scheduler/engine as the workloads, so ``--backend slab|monolithic|dense`` exercises the same KV paths.
+
+After the answer, on stderr, what mlx-lm's ``generate`` prints: the prompt's tokens and prefill tok/s, the generated
+tokens and decode tok/s (``probes.figures.tok_s`` over the run's steps), and memory: the footprint (max(active +
+cache), sampled after every step: MLX's peak counter misses the buffer cache), MLX's peak beside it, and RSS.
 """
 
 from __future__ import annotations
@@ -53,8 +57,9 @@ def prompt_ids(tokenizer, text: str, use_template: bool) -> list[int]:
 
 def generate(loaded, ids: list[int], *, backend: str, max_tokens: int, temperature: float = 0.0,
              top_p: float = 0.0, seed: int = 0, block_size: int = DEFAULT_BLOCK_SIZE,
-             slab_blocks: int = DEFAULT_SLAB_BLOCKS) -> list[int]:
-    """Generated token ids for prompt ``ids`` (stops at EOS or ``max_tokens``)."""
+             slab_blocks: int = DEFAULT_SLAB_BLOCKS, stats: "GenerateStats | None" = None) -> list[int]:
+    """Generated token ids for prompt ``ids`` (stops at EOS or ``max_tokens``). ``stats``: filled with every step
+    and the footprint sampled after each."""
     import mlx.core as mx
 
     from app.workloads.engine import Engine, make_sampler
@@ -75,14 +80,52 @@ def generate(loaded, ids: list[int], *, backend: str, max_tokens: int, temperatu
         scheduler = Scheduler(prefill_chunk=256, admit_fn=kv.admit, release_fn=kv.release)
         engine = Engine(loaded.model, kv, scheduler, sampler=make_sampler(temperature, top_p))
         scheduler.submit([Request(0, ids, max_tokens, "generate", stop_tokens=frozenset(loaded.eos_token_ids))])
-        while engine.step() is not None:
-            pass
+        stats = stats if stats is not None else GenerateStats()
+        while (result := engine.step()) is not None:
+            stats.add(result)
         seq = scheduler.finished[0]
     finally:
         kv.close()
         uninstall_paged_sdpa(module)
     out = seq.generated
     return out[:-1] if out and out[-1] in loaded.eos_token_ids else out
+
+
+class GenerateStats:
+    """The steps of one generation (as ``probes.events.Step`` events on a read model, so tok/s is
+    ``probes.figures.tok_s``) and the footprint tracked after each (``app.workloads.footprint``)."""
+
+    def __init__(self) -> None:
+        from app.workloads.footprint import FootprintTracker
+        from probes.store import SessionModel
+
+        self.model = SessionModel(label="generate", source="generate")
+        self.footprint = FootprintTracker()
+        self.footprint.sample()  # the weights and whatever was there before the first step
+        self.elapsed = 0.0
+
+    def add(self, result) -> None:
+        from probes.events import Step
+
+        self.elapsed += result.wall_s
+        self.model.add_event(Step(t=self.elapsed, phase="generate", type=result.kind, batch=result.batch,
+                                  num_tokens=result.num_tokens, wall_s=result.wall_s))
+        self.footprint.sample()
+
+    def lines(self, prompt_tokens: int, generated: int) -> list[str]:
+        """mlx-lm's closing lines, with slabscope's footprint."""
+        from pool.units import format_bytes
+        from probes import figures
+
+        prefill = figures.tok_s(self.model, "prefill")
+        decode = figures.tok_s(self.model, "decode")
+        fp = self.footprint.summary()
+        return [f"Prompt: {prompt_tokens} tokens, {figures.format_tok_s(prefill)} {figures.LABELS['tok_s:prefill']}",
+                f"Generation: {generated} tokens, {figures.format_tok_s(decode)} {figures.LABELS['tok_s:decode']}",
+                f"Peak memory: {figures.LABELS['footprint']} {format_bytes(fp['max_footprint_bytes'])} sampled after "
+                f"every step (a shorter peak inside a step falls between samples); MLX's peak counter "
+                f"{format_bytes(fp['mlx_peak_bytes'])} (active memory only, every instant); RSS "
+                f"{format_bytes(fp['max_rss_bytes'])}"]
 
 
 def check_prompt_text(text: str) -> None:
@@ -118,13 +161,18 @@ def main(args) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     t0 = time.perf_counter()
+    stats = GenerateStats()
     try:
         out = generate(loaded, ids, backend=args.backend, max_tokens=args.max_tokens, temperature=args.temperature,
-                       top_p=args.top_p, seed=args.seed, block_size=args.block_size, slab_blocks=args.slab_blocks)
+                       top_p=args.top_p, seed=args.seed, block_size=args.block_size, slab_blocks=args.slab_blocks,
+                       stats=stats)
     except PoolError as exc:  # a slab the device cannot hold, a budget: one line
         raise RunError(str(exc)) from None
     elapsed = time.perf_counter() - t0
-    print(loaded.tokenizer.decode(out))
+    print(loaded.tokenizer.decode(out), flush=True)  # the answer before the figures, also when both are a terminal
+    print("==========", file=sys.stderr)
+    for line in stats.lines(len(ids), len(out)):
+        print(line, file=sys.stderr)
     print(f"[{args.backend} | {loaded.name} {loaded.dtype} | {len(ids)} prompt + {len(out)} generated tokens in "
           f"{elapsed:.2f} s]", file=sys.stderr)
     return 0

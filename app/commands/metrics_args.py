@@ -14,8 +14,9 @@ from app.commands.ports import check_listenable, tcp_port_or_any
 
 def add_metrics_arguments(parser) -> None:
     parser.add_argument("--metrics-port", type=tcp_port_or_any, default=None, metavar="PORT",
-                        help="serve Prometheus metrics (footprint, pool bytes, slabs, fragmentation, gather runs, "
-                             "fused/gather decisions by reason, tok/s) on PORT while running (0: a free port)")
+                        help="serve Prometheus metrics (footprint and its peak, pool bytes, KV usage, slabs, "
+                             "fragmentation, gather runs, fused/gather decisions by reason class, token and step-time "
+                             "counters, requests, probe cost; docs/export.md) on PORT while running (0: a free port)")
     parser.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR",
                         help="address the metrics endpoint binds (default 127.0.0.1; 0.0.0.0 for every interface)")
     parser.add_argument("--metrics-hold", type=finite_float(0.0), default=0.0, metavar="SECONDS",

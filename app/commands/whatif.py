@@ -34,19 +34,32 @@ def add_parser(sub) -> None:
     p.set_defaults(func=main)
 
 
-ROWS = (("slabs per layer (max)", "max_slabs_per_layer", "d"), ("slabs per layer (end)", "final_slabs_per_layer", "d"),
-        ("reserved MiB (peak)", "peak_bytes_reserved", "mib"), ("reserved MiB (end)", "final_bytes_reserved", "mib"),
-        ("in use MiB (peak)", "peak_bytes_in_use", "mib"), ("fragmentation (max)", "max_fragmentation", ".3f"),
-        ("fragmentation (mean)", "mean_fragmentation", ".3f"), ("gather runs (mean)", "mean_gather_runs", ".2f"),
-        ("gather runs (max)", "max_gather_runs", "d"), ("slab appends", "slab_appends", "d"),
-        ("grow events", "grow_events", "d"), ("bytes copied MiB (model)", "bytes_copied_model", "mib"),
-        ("shrink points", "shrink_points", "d"), ("slabs released", "slab_releases", "d"),
-        ("released MiB", "bytes_released", "mib"), ("blocks moved (row moves)", "blocks_moved", "d"),
-        ("bytes moved MiB (model)", "bytes_moved_model", "mib"))
+def _runs(summary: dict) -> str:
+    mean, most = summary["mean_gather_runs"], summary["max_gather_runs"]
+    return "-" if mean is None else f"{mean:.2f}/{most}"
 
 
-def _cell(value, spec: str) -> str:
-    return f"{value / 2**20:,.2f}" if spec == "mib" else format(value, spec)
+def _rows() -> list[tuple[str, object]]:
+    """(label, how to print it from a summary): the figures ``probes.figures`` defines under their labels there."""
+    from probes.figures import LABELS, format_slabs
+    from pool.units import mib
+
+    def cell(key, spec):
+        return lambda s: mib(s[key]) if spec == "mib" else format(s[key], spec)
+
+    return [(f"{LABELS['slabs']}, max", lambda s: format_slabs(s["max_slabs"])),
+            (f"{LABELS['slabs']}, end", lambda s: format_slabs(s["final_slabs"])),
+            ("reserved MiB (peak)", cell("peak_bytes_reserved", "mib")),
+            ("reserved MiB (end)", cell("final_bytes_reserved", "mib")),
+            ("in use MiB (peak)", cell("peak_bytes_in_use", "mib")),
+            ("fragmentation (max)", cell("max_fragmentation", ".3f")),
+            ("fragmentation (mean)", cell("mean_fragmentation", ".3f")),
+            (f"{LABELS['gather_runs']} ({{decode_steps}} decode steps)", _runs),
+            ("slab appends", cell("slab_appends", "d")), ("grow events", cell("grow_events", "d")),
+            ("bytes copied MiB (model)", cell("bytes_copied_model", "mib")),
+            ("shrink points", cell("shrink_points", "d")), ("slabs released", cell("slab_releases", "d")),
+            ("released MiB", cell("bytes_released", "mib")), ("blocks moved (row moves)", cell("blocks_moved", "d")),
+            ("bytes moved MiB (model)", cell("bytes_moved_model", "mib"))]
 
 
 def main(args) -> int:
@@ -76,11 +89,12 @@ def main(args) -> int:
     fmt_cfg = lambda c: (f"{c['design']}, block {c['block_size']}, slab {c['slab_blocks']}, "  # noqa: E731
                          f"shrink {c['shrink']}")
     print(f"session: {session.path}  ({len(session.all_ops())} ops, {len(session.snapshots)} snapshot instants)")
-    head = ("", f"recorded: {fmt_cfg(a['config'])}", f"what-if: {fmt_cfg(b['config'])}")
-    body = [(label, _cell(a[key], spec), _cell(b[key], spec)) for label, key, spec in ROWS]
-    widths = [max(len(r[i]) for r in (head, *body)) for i in range(3)]
-    for row in (head, *body):
-        print(f"{row[0].ljust(widths[0])}  {row[1].rjust(widths[1])}  {row[2].rjust(widths[2])}")
+    from probes.tables import Column, render_table
+
+    columns = (Column(""), Column(f"recorded: {fmt_cfg(a['config'])}", right=True),
+               Column(f"what-if: {fmt_cfg(b['config'])}", right=True))
+    print(render_table(columns, [(label.format(decode_steps=a["decode_steps"]), show(a), show(b))
+                                 for label, show in _rows()]))
     verdict = "exact" if not problems else f"{len(problems)} differences, first: {problems[0]}"
     print(f"replay of the recorded configuration vs the recording: {verdict}")
     if not proposed.shrink_points and args.shrink not in (None, "off"):

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from pool.units import format_bytes, mib
 from probes.sizing import FitRow, FootprintModel, PoolTimeline
 from probes.whatif import config_figures
-
-MIB, GIB = 2**20, 2**30
-
 
 @dataclass
 class Sizing:
@@ -55,11 +53,11 @@ def sizing(session, args) -> Sizing:
 
 
 def _size(nbytes: int) -> str:
-    return f"{nbytes / GIB:g} GiB" if nbytes % (GIB // 4) == 0 else f"{nbytes / GIB:.2f} GiB"
+    return format_bytes(nbytes)
 
 
 def _mib(nbytes: int) -> str:
-    return f"{nbytes / MIB:,.1f} MiB"
+    return f"{mib(nbytes)} MiB"
 
 
 def print_sizing(s: Sizing) -> None:
@@ -81,13 +79,13 @@ def print_sizing(s: Sizing) -> None:
     if cfg.design == "monolithic" and t.base.design != "monolithic":
         print("  not modelled: grow-by-copy's transient old+new tensors and the freed buffers MLX keeps cached on "
               "a GPU (a lower bound)")
+    from probes.tables import Column, render_table
+
     head = ("memory", "fits? (what-if peak)", "headroom", f"largest batch @ {t.max_context} tok",
             f"largest context @ {t.max_batch} seq")
     body = [(_size(r.memory), "yes" if r.fits else "no", _mib(r.headroom), f"{r.largest_batch:,}",
              f"{r.largest_context:,}") for r in s.rows]
-    widths = [max(len(row[i]) for row in (head, *body)) for i in range(len(head))]
-    for row in (head, *body):
-        print("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
+    print(render_table([Column(h, right=True) for h in head], body, indent=2))
     print("  (model: non-pool memory as recorded, activations at the recorded batch; the pool must also pass the "
           "largest-buffer and MLX shape checks of pool/limits.py; the model's own position limit applies too)")
     for why in dict.fromkeys(r.why_not for r in s.rows if r.why_not and not r.why_not.startswith("the modelled")):

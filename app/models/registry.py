@@ -105,11 +105,11 @@ def max_positions(name: str) -> int | None:
     elif kind == "local":
         value = _local_config(canonical).get("max_position_embeddings")
     else:
-        from .gguf_header import read_gguf_value
+        from .gguf_metadata import gguf_metadata
         from .gguf_smollm2 import locate_gguf
 
         try:
-            value = read_gguf_value(locate_gguf(), "llama.context_length")
+            value = gguf_metadata(locate_gguf()).get("llama.context_length")
         except (OSError, ValueError):
             return None  # the loader reports a missing or broken file with its own words
     return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

@@ -117,15 +117,6 @@ def runs_per_sequence(snap: PoolSnapshot) -> dict[int, int]:
     return {seq: table_runs(rows, snap.design, snap.slab_blocks) for seq, rows in (snap.seq_rows or {}).items()}
 
 
-def merged_gather_hist(snap: PoolSnapshot) -> dict[int, int]:
-    """Histogram runs-per-gather -> count, summed over layers (the pool's own counts)."""
-    hist: dict[int, int] = {}
-    for layer in snap.layers:
-        for runs, count in layer.gather_runs_hist.items():
-            hist[runs] = hist.get(runs, 0) + count
-    return hist
-
-
 def next_request_need(snap: PoolSnapshot, model: SessionModel | None = None) -> int:
     """Blocks the next request needs: the scenario's announced size when the run says it, else the longest live
     sequence's block count (a request like the biggest one now)."""

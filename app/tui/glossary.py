@@ -24,8 +24,11 @@ TOPICS: list[tuple[str, str, list[tuple[str, str]]]] = [
          "caches). Below 1.00x: it held less memory at its peak."),
         ("gate", "the footprint ratio you accept (`--gate`, default 1.15x, also on the run form): `ok` at or "
          "below it, `EXCEEDED` (red) above it. Only the whole-run ratio is gated."),
-        ("tok/s", "tokens of every forward pass (prefill chunks and decode steps) divided by the wall seconds of "
-         "the window, idle time included: `compare`'s tok/s column."),
+        ("busy tok/s", "tokens of every forward pass (prompt and generated) divided by those steps' own wall "
+         "seconds (idle time between requests does not dilute it): `compare`'s busy tok/s column and `run`'s "
+         "\"tok/s busy\"."),
+        ("prefill tok/s, decode tok/s", "prompt tokens over the prefill steps' time, generated tokens over the "
+         "decode steps' time (mlx-lm's \"Prompt\" and \"Generation\" figures)."),
         ("RSS", "resident set size of the worker process as the OS counts it (host memory; on a unified-memory "
          "machine it includes what MLX holds)."),
         ("weights / pool live / pool reserved-free", "accounting bar: the model's parameters; the pool's rows "
@@ -80,10 +83,13 @@ TOPICS: list[tuple[str, str, list[tuple[str, str]]]] = [
          "attention)."),
         ("runs", "a sequence's rows split into maximal runs that lie in one slab: one run is one contiguous read. "
          "More runs, more pieces to read."),
-        ("runs per gather", "histogram of runs over the pool's gathers, all layers; `mean runs` is its mean."),
+        ("gather runs mean/max", "for every decode step and every sequence it advanced, the runs its attention "
+         "walked (the most over layers); the histogram `runs per sequence per decode step`, its mean and maximum: "
+         "`compare`'s column of that name."),
         ("runs per sequence now", "runs each live sequence's next gather takes at the cursor; the most is marked "
          "`◀ worst` (bold: the extreme, not an error)."),
-        ("max run lane", "the worst sequence's runs per decode step over the run."),
+        ("max run lane", "the worst sequence's runs per decode step over the run (its worst is the histogram's "
+         "largest bar)."),
     ]),
     ("fused", "Fused", [
         ("fused kernel", "slabscope's paged decode attention kernel: reads K/V from the slabs in place."),
@@ -91,8 +97,9 @@ TOPICS: list[tuple[str, str, list[tuple[str, str]]]] = [
          "step; drawn in grey: a choice by design, not a failure."),
         ("decision, reason", "per layer, fused or gather and the first reason that applied (no GPU kernel backend, "
          "dtype, batch, context below the measured break-even, kernel compiling...)."),
-        ("declines", "decode decisions that took the gather path; `decline rate` = gather / (fused + gather) "
-         "decisions over a window."),
+        ("declines", "of the per-layer decisions of the decode steps (one per layer per step), those that took "
+         "the gather path, shown as declines/decisions and by reason class; `decline rate` = gather / (fused + "
+         "gather) decisions over a window. `-`: no fused-kernel decision in the window."),
     ]),
     ("inspect", "Inspector", [
         ("row map", "one line per slab, one character per row: the owning sequence's id (base 36, in its colour), "
@@ -106,7 +113,8 @@ TOPICS: list[tuple[str, str, list[tuple[str, str]]]] = [
         ("complete / partial / damaged", "a recording with its END record / one whose writer stopped early "
          "(figures cover what it holds) / one read up to a damaged record."),
         ("on screen now", "the sessions on screen compared up to the cursor: the same figures as the Memory "
-         "view's at-cursor line, plus slabs, reserved bytes, mean runs and declines."),
+         "view's at-cursor line, plus decode tok/s, slabs, reserved bytes, gather runs mean/max, declines and "
+         "probe cost."),
     ]),
     ("ranks", "Ranks", [
         ("rank", "one process of a tensor-parallel run (`--ranks N`), recorded in a file of its own; `w` picks the "

@@ -26,7 +26,7 @@ ROW = 2 * 4 * 2 * 4 * 4
 def test_slab_arithmetic():
     assert elements_per_slab(32, 32, 3, 64) == 32 * 32 * 3 * 64
     assert bytes_per_slab(32, 32, 3, 64, 2) == 2 * 32 * 32 * 3 * 64
-    assert format_bytes(1536) == "1.5 KiB" and format_bytes(3 * 2**30) == "3.0 GiB" and format_bytes(12) == "12 B"
+    assert format_bytes(1536) == "1.5 KiB" and format_bytes(3 * 2**30) == "3 GiB" and format_bytes(12) == "12 B"
 
 
 def test_index_range_stops_at_2_pow_32():
@@ -42,7 +42,7 @@ def test_index_range_stops_at_2_pow_32():
 def test_capacity_check_names_buffer_and_total():
     limits = MemoryLimits(memory_bytes=10 * ROW, max_buffer_bytes=2 * ROW // 2, source="test device")
     check_pool_capacity("slab", 2, [4, 4], ROW, limits)  # 8 rows of K+V, slabs of 2 rows
-    with pytest.raises(SizeLimitError, match=r"need 3\.0 KiB; the device has room for 2\.5 KiB \(test device\)"):
+    with pytest.raises(SizeLimitError, match=r"need 3 KiB; the device has room for 2\.5 KiB \(test device\)"):
         check_pool_capacity("slab", 2, [6, 6], ROW, limits)
     with pytest.raises(SizeLimitError, match="one 3-row tensor of 384 B exceeds the largest allocation"):
         check_pool_capacity("monolithic", 2, [3, 2], ROW, limits)  # one 3-row tensor
@@ -129,4 +129,4 @@ def test_a_million_block_slab_under_a_4_gib_address_limit_is_an_error_not_a_segf
                             preexec_fn=limit_address_space)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "refused: the KV pool with float32" in result.stdout
-    assert "address-space limit (ulimit -v) 4.0 GiB" in result.stdout
+    assert "address-space limit (ulimit -v) 4 GiB" in result.stdout

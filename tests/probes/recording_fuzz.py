@@ -48,7 +48,7 @@ import msgspec
 from recording_craft import RawRecord, build, edited, parse
 
 from probes import format as fmt
-from probes import limits
+from probes import figures, limits
 from probes.compare import compare_sessions, format_table
 from probes.errors import RecordingDamage, RecordingError, ReplayError
 from probes.events import Step
@@ -106,7 +106,7 @@ def fingerprint(session: Session, report_dir: Path | None = None, partner: Sessi
         "meta": session.meta, "samples": {name: getattr(window, name) for name in ("t", "footprint", "rss", "step")},
         "events": list(session.events), "snapshots": list(session.snapshots), "summary": session.summary,
         "duration": end, "phases": session.phases(), "phase": [session.phase_at(t) for t in instants],
-        "peak": session.peak(), "peak_window": session.peak("rss", 0.0, end / 2), "tok_s": session.decode_tok_s(),
+        "peak": session.peak(), "peak_window": session.peak("rss", 0.0, end / 2), "tok_s": figures.tok_s(session, "decode"),
         "frames": [session.frame_at(t) for t in instants], "steps": list(session.iter_steps())[:50],
         "history": session.history(end, limit=-20), "time_of_step": session.time_of_step(3),
         "pool": (session.is_pool, session.geometry, session.overhead, session.dropped_batches),

@@ -1,12 +1,15 @@
 """``probes.prometheus.RunMetrics`` on hand-made events (no run, no server): the reserved-capacity gauge is live +
-free rows (not live bytes), and the tokens rate covers only the last ``RATE_WINDOW_S`` seconds of steps."""
+free rows (not live bytes), and the token and step-time counters keep every step, so that PromQL's ``rate()``
+quotient over a run is the busy tok/s ``probes.figures.tok_s`` defines (no home-made windowed tok/s gauge)."""
 
 from __future__ import annotations
 
 import pytest
 
 from probes.events import Sample, Step
-from probes.prometheus import RATE_WINDOW_S, RunMetrics
+from probes import figures
+from probes.prometheus import RunMetrics
+from probes.store import SessionModel
 
 prometheus_client = pytest.importorskip("prometheus_client")
 
@@ -38,21 +41,25 @@ def test_reserved_gauge_is_live_plus_free_rows_and_differs_from_live_bytes():
     assert _value(registry, "slabscope_pool_reserved_bytes") == 300
 
 
-def _step(t: float, tokens: int, wall_s: float) -> Step:
-    return Step(t=t, step=1, tokens=tokens, phase="p", type="decode", batch=1, num_tokens=tokens, wall_s=wall_s)
+def _step(t: float, kind: str, tokens: int, wall_s: float) -> Step:
+    return Step(t=t, step=1, tokens=tokens, phase="p", type=kind, batch=1, num_tokens=tokens, wall_s=wall_s)
 
 
-def test_tokens_rate_covers_only_the_last_window_of_steps():
-    """A fast burst long ago (1,000 tokens in 1 s) then a slow stretch (10 tokens per 1 s step): once the burst is
-    older than the window the rate is the slow one's, 10 tok/s; never windowed it would stay near 1,010 / 3 s."""
+def test_token_counters_keep_every_step_and_their_quotient_is_busy_tok_s():
+    """A fast prefill then slow decode steps: the counters hold every token and every step's seconds by type, and
+    tokens_total / step_seconds_total is the busy tok/s of ``probes.figures`` over the same steps (decode tok/s with
+    type="decode"). A windowed gauge (the old ``tokens_per_second``) or a counter dropping a step fails here."""
     metrics, registry = _metrics()
-    metrics.observe(_step(100.0, 1000, 1.0), "slab")
-    rate = lambda: _value(registry, "slabscope_tokens_per_second", type="decode")  # noqa: E731
-    assert rate() == 1000.0
-    metrics.observe(_step(100.0 + RATE_WINDOW_S / 2, 10, 1.0), "slab")
-    assert rate() == 1010 / 2  # both inside the window
-    metrics.observe(_step(100.0 + RATE_WINDOW_S + 1.0, 10, 1.0), "slab")
-    assert rate() == 20 / 2  # the burst left the window
-    metrics.observe(_step(100.0 + 3 * RATE_WINDOW_S, 10, 1.0), "slab")
-    assert rate() == 10.0
-    assert _value(registry, "slabscope_tokens_total", type="decode") == 1030  # the counter keeps every token
+    steps = [_step(100.0, "prefill", 1000, 0.5), _step(101.0, "decode", 10, 1.0), _step(140.0, "decode", 10, 1.0)]
+    model = SessionModel(label="slab")
+    for step in steps:
+        metrics.observe(step, "slab")
+        model.append(step)
+    total = lambda name, kind: _value(registry, f"slabscope_{name}_total", type=kind)  # noqa: E731
+    assert (total("tokens", "prefill"), total("tokens", "decode")) == (1000, 20)
+    assert (total("step_seconds", "prefill"), total("step_seconds", "decode")) == (0.5, 2.0)
+    assert (total("steps", "prefill"), total("steps", "decode")) == (1, 2)
+    busy = (total("tokens", "prefill") + total("tokens", "decode")) / (0.5 + 2.0)
+    assert busy == figures.tok_s(model, "busy") == 1020 / 2.5
+    assert total("tokens", "decode") / total("step_seconds", "decode") == figures.tok_s(model, "decode") == 10.0
+    assert _value(registry, "slabscope_tokens_per_second", type="decode") is None

@@ -17,19 +17,20 @@ from probes.whatif import run_whatif
 ROOT = Path(__file__).resolve().parents[2] / "assets" / "recordings"
 # name: (samples, (peak footprint, at s), steps, ops, snapshots, mid: (layer-0 chunks, free rows, holes,
 #        largest run, live blocks, bytes reserved) | None, what-if peak reserved with 8-block slabs,
-#        whole-run compare row: (footprint max, tok/s, max slabs, max fragmentation, mean runs))
+#        whole-run compare row: (footprint max, busy tok/s, slabs held over all layers, max fragmentation,
+#        mean gather runs per sequence per decode step): the figures of probes/figures.py)
 EXPECTED = {
     "v1-h200/distinct_burst-dense.slabrec": (176, (11941630552.0, 1.741503), 96, 0, 0, None, None,
-                                         (11941630552.0, 18918.33504844488, None, None, None)),
+                                         (11941630552.0, 19284.38213869966, None, None, None)),
     "v1-h200/distinct_burst-monolithic.slabrec": (565, (68552058248.0, 5.62461), 96, 450, 4,
                                               (32, 0, 0, 0, 28672, 3758096384), 3875536896,
-                                              (68552058248.0, 5848.136685123345, 33, 0.0, 1.0)),
+                                              (68552058248.0, 5901.749878849315, 924, 0.0, 1.0)),
     "v1-h200/distinct_burst-slab.slabrec": (821, (6895692936.0, 8.006473), 96, 450, 5, (32, 0, 0, 0, 28672, 3758096384),
-                                        3787456512, (6895692936.0, 4021.747859303556, 33, 0.0, 2.5)),
+                                        3787456512, (6895692936.0, 4055.814872246622, 924, 0.0, 4.96875)),
     "sample-churn-dense.slabrec": (169, (664292209.0, 8.206169), 45, 0, 0, None, None,
-                                   (664292209.0, 66.8029233154921, None, None, None)),
+                                   (664292209.0, 67.59072117968259, None, None, None)),
     "sample-churn-slab.slabrec": (160, (616235177.0, 11.825563), 45, 184, 29, (10, 1, 1, 1, 1170, 29491200), 29491200,
-                                  (616235177.0, 70.17626052363943, 10, 0.53125, 3.0875912408759123)),
+                                  (616235177.0, 70.99991590609781, 300, 0.53125, 3.124031007751938)),
 }
 
 

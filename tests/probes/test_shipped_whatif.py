@@ -12,9 +12,11 @@ rows, and whether every layer holds the same rows). A dense recording's what-if 
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,16 @@ VARIANTS = {"recorded": [], "slab8": ["--slab-blocks", "8"], "slab64": ["--slab-
 # reason a pool fits at no size: the largest-buffer check, issue 23). Compared without them; their own tests are in
 # tests/probes/test_whatif_max_buffer.py.
 ADDED_FIT_FIELDS = ("why_not",)
+# What-if figures issue 27 added (slabs over all layers, decode steps found) or redefined as ``probes.figures``
+# defines them for every surface (gather runs: per sequence per decode step, where 5241d86 counted every live
+# sequence at every snapshot instant). Compared without them here; tests/probes/test_same_figures.py holds what-if's
+# gather runs and slabs to compare's and the TUI's, and test_figures.py each definition to its measured value.
+REDEFINED_WHATIF_FIELDS = ("max_slabs", "final_slabs", "decode_steps", "gather_runs_hist", "mean_gather_runs",
+                           "max_gather_runs")
+# Byte sizes in the fit rows' sentences: printed by one formatter since issue 27 (``pool.units.format_bytes``: two
+# decimals below 10, "11 GiB" not "11.0 GiB"); 5241d86 printed one decimal. Compared as numbers, each to its
+# printed precision.
+SIZE = re.compile(r"(\d[\d,]*(?:\.\d+)?) (B|KiB|MiB|GiB|TiB)\b")
 
 
 def _whatif(path: Path, flags: list[str]) -> dict:
@@ -42,7 +54,43 @@ def _whatif(path: Path, flags: list[str]) -> dict:
     for row in (parsed or {}).get("sizing", {}).get("fit", []):
         for field in ADDED_FIT_FIELDS:
             row.pop(field, None)
-    return {"rc": rc, "out": parsed, "err": err.getvalue().strip().replace(str(path), "PATH")}
+    return _without_redefined({"rc": rc, "out": parsed, "err": err.getvalue().strip().replace(str(path), "PATH")})
+
+
+def _without_redefined(output: dict) -> dict:
+    """``output`` (a copy) without ``REDEFINED_WHATIF_FIELDS`` in its what-if and recorded summaries."""
+    output = copy.deepcopy(output)
+    for part in ("whatif", "recorded"):
+        for field in REDEFINED_WHATIF_FIELDS:
+            (output.get("out") or {}).get(part, {}).pop(field, None)
+    return output
+
+
+def _same_sizes(got: dict, expected: dict) -> dict:
+    """``got`` with every fit sentence that reads ``expected``'s sizes (to the coarser of the two printed
+    precisions) replaced by ``expected``'s sentence; a sentence that differs in any other word, or in a size, is
+    left as it is (and the comparison fails on it)."""
+    fits = zip((got.get("out") or {}).get("sizing", {}).get("fit", []),
+               (expected.get("out") or {}).get("sizing", {}).get("fit", []))
+    for row, old in fits:
+        for key in ("batch_limit", "context_limit"):
+            if isinstance(row.get(key), str) and isinstance(old.get(key), str) and _sizes_agree(row[key], old[key]):
+                row[key] = old[key]
+    return got
+
+
+def _sizes_agree(new: str, old: str) -> bool:
+    if SIZE.sub("<size>", new) != SIZE.sub("<size>", old):
+        return False
+    pairs = zip(SIZE.findall(new), SIZE.findall(old))
+    return all(unit_a == unit_b and abs(float(a.replace(",", "")) - float(b.replace(",", ""))) <= _half_unit(a)
+               + _half_unit(b) for (a, unit_a), (b, unit_b) in pairs)
+
+
+def _half_unit(printed: str) -> float:
+    """Half the last printed digit's unit: how far the printed number may be from the value it rounds."""
+    decimals = len(printed.split(".")[1]) if "." in printed else 0
+    return 0.5 * 10 ** -decimals
 
 
 def _slim(output: dict) -> dict:
@@ -83,12 +131,13 @@ def _digest(data) -> str:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_shipped_recording_gives_the_whatif_figures_it_gave_before(name):
-    expected = EXPECTED[name]["whatif"]
+    expected = {key: _without_redefined(value) for key, value in EXPECTED[name]["whatif"].items()}
     path = ROOT / name
-    assert json.loads(json.dumps(_whatif(path, []))) == expected["recorded"]
+    assert _same_sizes(json.loads(json.dumps(_whatif(path, []))), expected["recorded"]) == expected["recorded"]
     for key, flags in VARIANTS.items():
         if flags and key in expected:
-            assert json.loads(json.dumps(_slim(_whatif(path, flags)))) == expected[key], key
+            got = _same_sizes(json.loads(json.dumps(_slim(_whatif(path, flags)))), expected[key])
+            assert got == expected[key], key
 
 
 @pytest.mark.parametrize("name", sorted(name for name, entry in EXPECTED.items() if "rebuilt" in entry))

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pool.ops import Release, SlabAppend
+from probes import figures
 from probes.events import FusedChange, GatherRuns, RequestDone, Step, WorkerError
 from probes.replay import Session
 from probes.trace_export import TRACKS, layer_label, trace_process, trace_processes
@@ -89,7 +90,9 @@ def test_each_shipped_recording_exports_as_a_valid_chrome_trace(path, tmp_path):
             named = [name for name in counters if name.startswith(f"{what} L")]
             assert named and _layers_covered(named) == list(range(layers)), named
         assert POOL_COUNTERS <= set(counters) and max(v for _, v in counters["pool reserved"]) > 0
-        assert ("gather runs max" in counters) == bool(session.events_of(GatherRuns))
+        runs = figures.gather_runs(session)  # measured steps, or the op log's (a recording without GatherRuns)
+        assert max(v for _, v in counters["gather runs max (step)"]) == runs.max
+        assert max(v for _, v in counters["slabs (all layers)"]) == figures.slab_count(session)
         appends = sum(isinstance(entry.op, SlabAppend) for entry in session.all_ops())
         assert sum(e["name"] == "slab append" for e in proc["marks"]["pool"]) == appends
         releases = sum(isinstance(entry.op, Release) for entry in session.all_ops())

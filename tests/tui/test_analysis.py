@@ -8,7 +8,7 @@ from msgspec.structs import replace
 from tui_fixtures import SimPool, event_stream, sample
 
 from app.tui.analysis import (
-    HISTORY_LIMIT, accounting, free_run_origin, free_runs, gather_runs, merged_gather_hist, next_request_need,
+    HISTORY_LIMIT, accounting, free_run_origin, free_runs, gather_runs, next_request_need,
     pool_totals, rows_per_slab, runs_per_sequence, shrink_so_far, slab_cells,
 )
 from app.tui.views.occupancy import totals_text
@@ -77,7 +77,7 @@ def test_runs_per_sequence_slab_vs_monolithic():
     assert runs_per_sequence(snap([layer([], [], 3)], rows, design="monolithic")) == {1: 1, 2: 1}
 
 
-def test_pool_totals_and_merged_hist_from_sim_pool():
+def test_pool_totals_from_sim_pool():
     pool = SimPool(num_layers=2, slab_blocks=4)
     pool.add(1, 3)
     pool.add(2, 3, share_from=1, shared=1)
@@ -86,7 +86,6 @@ def test_pool_totals_and_merged_hist_from_sim_pool():
     totals = pool_totals(shot)
     # rows: 0 shared (seq1+seq2), 1-2 seq1, 3-4 seq2 -> 2 slabs per layer, 8 rows capacity per layer
     assert (totals.slabs, totals.live_rows, totals.shared_rows, totals.free_rows) == (4, 8, 2, 6)
-    assert merged_gather_hist(shot) == {1: 2, 2: 2}
     assert next_request_need(shot) == 3
 
 

@@ -14,7 +14,7 @@ from app.tui.app import AppOptions, SlabscopeApp
 from app.tui.screens.help import HelpScreen
 from app.tui.screens.run_form import RunFormScreen
 
-TAB_MARKERS = {"memory": "tok/s", "slabs": "rows live", "frag": "largest run", "gather": "runs per gather",
+TAB_MARKERS = {"memory": "tok/s", "slabs": "rows live", "frag": "largest run", "gather": "runs per sequence per decode step",
                "fused": "L2     gather", "inspect": "sequences", "sessions": "on screen now"}
 TAB_KEYS = {"memory": "1", "slabs": "2", "frag": "3", "gather": "4", "fused": "5", "inspect": "6", "sessions": "7"}
 
@@ -42,10 +42,10 @@ def test_every_view_shows_the_live_run(fake_factory, tmp_path):
     app, seen = run(go())
     assert set(fake_factory.made) == {"slab", "dense"} and all(w.started for w in fake_factory.made.values())
     assert "slab/dense 0.87x (gate 1.15x ok)" in seen["memory"]  # (40+24+2)/(50+24+2)
-    assert "tok/s (prefill+decode tokens / wall s) slab 9.5" in seen["memory"] and "weights" in seen["memory"]
+    assert "busy tok/s slab 95.0" in seen["memory"] and "weights" in seen["memory"]
     assert "slabs 12  rows live 39" in seen["slabs"] and "L2" in seen["slabs"]
     assert "next request needs 10 blocks" in seen["frag"] and "L0     4      3" in seen["frag"]
-    assert "runs per gather" in seen["gather"] and "seq 2" in seen["gather"] and "◀ worst" in seen["gather"]
+    assert "runs per sequence per decode step" in seen["gather"] and "seq 2" in seen["gather"] and "◀ worst" in seen["gather"]
     assert "layer has more than one slab" in seen["fused"] and "declines" in seen["fused"]
     assert "layers fused 0, gather 3" in seen["fused"]
     assert "seq 2: 10 blocks, 6 runs" in seen["inspect"]

@@ -19,7 +19,7 @@ from app.tui.app import AppOptions, SlabscopeApp
 from app.tui.widgets.accounting_bar import AccountingBar
 from app.tui.widgets.palette import ERROR_HEXES, ERROR_STYLE, NEUTRAL_STYLE, OK_STYLE
 from probes.compare import compare_sessions
-from probes.figures import footprint_ratio, tokens_per_s
+from probes import figures
 from probes.replay import Session
 
 GPU = SAMPLE_DIR / "gpu"
@@ -28,15 +28,16 @@ NEGATIVE_BYTES = re.compile(r"-\s?\d[\d.,]*\s?(B|KiB|MiB|GiB)\b")
 
 
 def test_the_figures_are_compares_all_rows():
-    """``probes.figures`` gives the numbers ``compare`` prints in its ``all`` rows (footprint ratio to dense, tok/s):
-    the first screen's verdict is compare's. A tok/s over decode steps only, or a ratio of the peaks up to some
-    instant, fails here."""
+    """``probes.figures`` gives the numbers ``compare`` prints in its ``all`` rows (footprint ratio to dense, busy
+    tok/s): the first screen's verdict is compare's. A tok/s over decode steps only, or a ratio of the peaks up to
+    some instant, fails here."""
     sessions = [Session.open(p) for p in README_FILES]
     rows = {row.session: row for row in compare_sessions(sessions, baseline=1) if row.phase == "all"}
     slab, dense, mono = sessions
-    assert footprint_ratio(slab, dense) == rows["slab"].footprint_ratio
-    assert footprint_ratio(mono, dense) == rows["monolithic"].footprint_ratio
-    assert [tokens_per_s(s) for s in sessions] == [rows[k].tokens_per_s for k in ("slab", "dense", "monolithic")]
+    ratio = lambda s: figures.footprint_ratio(figures.peak_footprint(s), figures.peak_footprint(dense))  # noqa: E731
+    assert ratio(slab) == rows["slab"].footprint_ratio and ratio(mono) == rows["monolithic"].footprint_ratio
+    busy = [rows[k].tokens_per_s for k in ("slab", "dense", "monolithic")]
+    assert [figures.tok_s(s, "busy") for s in sessions] == busy
     assert f"{rows['slab'].footprint_ratio:.2f}" == "0.54"  # the README's figure
 
 
@@ -100,4 +101,6 @@ def test_healthy_runs_are_never_drawn_in_the_error_colour():
     keys = ["1", "2", "3", "4", "5", "6", "e", "7", "P", "1", "2", "4"]
     gpu = asyncio.run(go(list(README_FILES), keys))
     cpu = asyncio.run(go([SAMPLE_SLAB, SAMPLE_DENSE], keys))
-    assert not gpu and not cpu, (gpu, cpu)
+    # a run whose layers gathered while their kernels compiled (112 declines): a decline is a choice, not a failure
+    compiling = asyncio.run(go(sorted((GPU / "nccl2").glob("distinct_burst-slab-rank*.slabrec")), ["5", "P", "5"]))
+    assert not gpu and not cpu and not compiling, (gpu, cpu, compiling)

@@ -35,4 +35,4 @@ def test_28_layers_by_64_slabs_at_80x24(tmp_path):
     assert grid.compact and len(grid._rows) == 28 and all(len(cells) == 64 for cells in grid._rows)
     assert "slabs 1792" in screens["2"]  # 28 x 64
     assert row_map.num_slabs == 64 and row_map.per_slab == 32
-    assert "L0" in screens["3"] and "runs per gather" in screens["4"]
+    assert "L0" in screens["3"] and "runs per sequence per decode step" in screens["4"]

@@ -12,8 +12,9 @@ import math
 
 from pool import FusedDecision, LayerSnapshot, PoolCounters, PoolSnapshot, PoolStats
 from pool.ops import AddSequence, CopyOnWrite, PrepareWrite, Release, RowsFreed
-from probes.events import (Done, FusedChange, MetaUpdate, OpBatch, PhaseEdge, ProbeOverhead, ProbeStats, Sample,
-                           SnapshotTaken, Step, WorkerError)
+from pool.gather_runs import table_runs
+from probes.events import (Done, FusedChange, GatherRuns, MetaUpdate, OpBatch, PhaseEdge, ProbeOverhead, ProbeStats,
+                           Sample, SnapshotTaken, Step, WorkerError)
 
 BLOCK = 4
 
@@ -148,6 +149,10 @@ def event_stream(backend: str = "slab", steps: int = 24, t0: float = 1000.0, num
             ev.append(SnapshotTaken(**stamp, snapshot=pool.snapshot(), keyframe=step == 1))
             ev.append(FusedChange(**stamp, layer=step % num_layers, use_fused=step % 5 == 0,
                                   reason="fused" if step % 5 == 0 else "layer has more than one slab"))
+            if kind == "decode":  # the step's gather runs, as the pool backend reports them after each decode step
+                seqs = sorted(pool.seq_rows)
+                runs = [table_runs(pool.seq_rows[seq], pool.design, pool.slab_blocks) for seq in seqs]
+                ev.append(GatherRuns(**stamp, seq_ids=seqs, runs_layer0=runs, runs_max=runs))
         if step == steps // 2:
             ev.append(ProbeStats(**stamp, overhead=ProbeOverhead(cost_fraction=0.012)))
     ev.append(PhaseEdge(t=t, step=step, tokens=tokens, name="burst", edge="end"))

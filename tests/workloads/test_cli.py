@@ -58,6 +58,24 @@ def test_generate_on_a_synthetic_model_prints_text(capsys):
     assert captured.out.strip() and "5 generated tokens" in captured.err
 
 
+@pytest.mark.parametrize("backend", ["slab", "dense"])
+def test_generate_prints_prompt_and_generation_tok_s_and_memory_as_mlx_lm_does(capsys, backend):
+    """At 5241d86 generate printed one line of token counts and seconds: no memory, no tok/s split (mlx-lm prints
+    "Prompt: N tokens, X tokens-per-sec", "Generation: ...", "Peak memory: ...")."""
+    import re
+
+    assert main(["generate", "--prompt", "hello", "--model", "synthetic:tiny-llama", "--max-tokens", "6",
+                 "--backend", backend, "--no-chat-template"]) == 0
+    err = capsys.readouterr().err
+    prompt = re.search(r"^Prompt: (\d+) tokens, ([\d,.]+) prefill tok/s$", err, re.M)
+    generation = re.search(r"^Generation: (\d+) tokens, ([\d,.]+) decode tok/s$", err, re.M)
+    memory = re.search(r"^Peak memory: max\(act\+cache\) ([\d.]+ [KMG]iB) sampled after every step .*MLX's peak "
+                       r"counter ([\d.]+ [KMG]iB) .*; RSS ([\d.]+ [KMG]iB)$", err, re.M)
+    assert prompt and generation and memory, err
+    assert int(prompt.group(1)) == 5 and int(generation.group(1)) == 6  # "hello": 5 bytes for the byte tokenizer
+    assert float(prompt.group(2).replace(",", "")) > 0 and float(generation.group(2).replace(",", "")) > 0
+
+
 @pytest.mark.slow
 def test_generate_answers_paris(capsys, monkeypatch, smollm2):
     """The default model through the generate command: its chat template, the slab engine's greedy decode and the

@@ -14,7 +14,8 @@ import pytest
 
 from app.cli import build_parser
 from app.cli import main as cli_main
-from app.models.geometry import declared_geometry, read_gguf_metadata, shard_problem
+from app.models.geometry import declared_geometry, shard_problem
+from app.models.gguf_metadata import gguf_metadata
 from app.workloads.launch import LaunchError, LaunchPlan, hostfile_ranks, launch_command, launcher_command
 from app.workloads.rank_sync import (RankDivergence, best_round, check_lockstep, measure_offset, next_sync_step)
 from app.workloads.sharding import shard_map
@@ -34,7 +35,7 @@ def test_gguf_reader_rejects_foreign_files(tmp_path):
     bad = tmp_path / "x.gguf"
     bad.write_bytes(b"NOPE" + bytes(20))
     with pytest.raises(ValueError, match="not a GGUF file"):
-        read_gguf_metadata(str(bad))
+        gguf_metadata(bad)
 
 
 @pytest.mark.parametrize("model, ranks, problem", [

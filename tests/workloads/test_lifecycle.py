@@ -114,7 +114,7 @@ def test_a_kill_is_described_by_the_last_sample_before_any_guess():
     host = host_memory()
     low = _sample(10.0, rss=200 * 2**20, available=host.total_bytes // 2)
     text = describe_memory_at_death(low, now=12.5)
-    assert text.startswith("last memory sample 2.5 s before: RSS 200.0 MiB")
+    assert text.startswith("last memory sample 2.5 s before: RSS 200 MiB")
     assert host.source in text and "a kill by another process is more likely than OOM" in text
     high = _sample(10.0, rss=int(0.9 * host.limit_bytes), available=host.total_bytes // 100)
     assert describe_memory_at_death(high, now=10.0).endswith("likely out of memory (the kernel's OOM killer sends "

@@ -15,6 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from probes.figures import OTHER_REASON, REASON_CLASSES, reason_class
+
+CLASSES = {name for name, _ in REASON_CLASSES} | {OTHER_REASON}
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
@@ -87,10 +91,16 @@ def test_metrics_scraped_during_a_cpu_run_match_its_summary():
     decisions = {key: value for key, value in final.items() if key.startswith("slabscope_attention_decisions_total")}
     reasons = summary["fused_decode"]["reasons"]
     assert sum(decisions.values()) == summary["fused_decode"]["fused"] + summary["fused_decode"]["gather"]
+    by_class: dict[str, float] = {}  # the label is the reason's class: its text without numbers (a bounded set)
     for reason, count in reasons.items():
-        assert sum(v for k, v in decisions.items() if f'reason="{reason}"' in k) == count
+        by_class[reason_class(reason)] = by_class.get(reason_class(reason), 0) + count
+    for name, count in by_class.items():
+        assert sum(v for k, v in decisions.items() if f'reason="{name}"' in k) == count
+    assert all(k.split('reason="')[1].split('"')[0] in CLASSES for k in decisions)
     assert final['slabscope_gather_runs_count{backend="slab"}'] > 0
-    assert final['slabscope_tokens_per_second{backend="slab",type="decode"}'] > 0
+    assert final['slabscope_step_seconds_total{backend="slab",type="decode"}'] > 0
+    assert not any(key.endswith("_created") or "_created{" in key for key in final)
+    assert not any("tokens_per_second" in key for key in final)
     assert 'slabscope_pool_fragmentation{backend="slab"}' in final
 
 

@@ -21,7 +21,10 @@ COLUMNS = ("layer", "slabs", "free rows", "holes", "largest run", "need", "frag 
 
 
 def sparkline(values: list[float], top: float = 1.0) -> str:
-    """Values in [0, top] as block characters."""
+    """Values in [0, top] as block characters, on that fixed scale. Textual's ``Sparkline`` (issue 27 asked whether
+    it fits) scales each series to its own min..max and draws a single value as a full bar: a trend of 0.02, 0.02,
+    0.03 drew as "▁▁█" and one snapshot at 0.0 as "█" (in its max colour), so a healthy layer looked fragmented;
+    it is also a widget or renderable, not text a table cell sorts and copies."""
     return "".join(SPARK[min(len(SPARK) - 1, int(v / top * (len(SPARK) - 1)))] if top else SPARK[0] for v in values)
 
 

@@ -1,5 +1,6 @@
-"""Fused kernel view: per layer the current decision (fused / gather) and its reason, counts of each outcome, and
-a lane of decline events over time."""
+"""Fused kernel view: per layer the decision in force at the cursor (fused / gather) and its reason, the declines
+figure up to the cursor (``probes.figures.declines``: decode-step layer decisions that gathered, by reason class), and
+a lane of the decode steps that declined or ran fused."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from app.tui.views import frame_key, unchanged
 from app.tui.widgets.lane import Lane
 from app.tui.widgets.glossary_link import glossary_link
 from app.tui.widgets.palette import NEUTRAL_STYLE, OK_STYLE
-from pool import PoolCounters, PoolSnapshot
-from probes.events import FusedChange
+from pool import PoolSnapshot
+from probes import figures
+from probes.events import FusedChange, GatherRuns
 from probes.store import SessionModel
 
 
@@ -34,21 +36,48 @@ LANE_POINTS = 160
 
 
 def decision_lanes(model: SessionModel, cursor: float | None) -> dict[str, list[tuple[float, str, str]]]:
-    """Decline / fused marks over time: from fused-decision events when the run emits them, else from the
-    per-layer decisions carried by the pool snapshots (a mark where any layer declined / used the kernel)."""
-    events = model.events_of(FusedChange)
-    if events:
-        seen = [e for e in events if cursor is None or e.t <= cursor]
-        return {"declines": [(e.t, "·", NEUTRAL_STYLE) for e in seen if not e.use_fused],
-                "fused": [(e.t, "✓", OK_STYLE) for e in seen if e.use_fused]}
-    declines, accepts = [], []
-    for record in model.history(cursor, limit=-LANE_POINTS):
-        flags = [layer.fused.use_fused for layer in record.snapshot.layers]
-        if flags and not all(flags):
-            declines.append((record.t, "·", NEUTRAL_STYLE))
-        if any(flags):
-            accepts.append((record.t, "✓", OK_STYLE))
-    return {"declines": declines, "fused": accepts}
+    """Per decode step up to the cursor (``probes.figures.decision_steps``, the steps the declines count is made
+    of): a decline mark where any layer gathered, a fused mark where any layer ran the kernel; at most LANE_POINTS
+    of each, evenly spread (a step with a decline is never dropped for one without)."""
+    steps = figures.decision_steps(model, None, cursor)
+    declined = [(s.t, "·", NEUTRAL_STYLE) for s in steps if s.gather]  # a decline is a choice, not a failure
+    fused = [(s.t, "✓", OK_STYLE) for s in steps if s.fused]
+    return {"declines": _spread(declined), "fused": _spread(fused)}
+
+
+def _spread(marks: list) -> list:
+    stride = max(1, -(-len(marks) // LANE_POINTS))
+    return marks[::stride]
+
+
+def declines_text(figure) -> Text:
+    """The declines figure up to the cursor: "declines 0/896 decode-step layer decisions" (by reason class)."""
+    label = figures.LABELS["declines"]
+    if figure is None:
+        return Text(f"{label}: - (no fused-kernel decision up to here)", style=NEUTRAL_STYLE)
+    text = Text(f"{label} {figures.format_declines(figure)} decode-step layer decisions up to here",
+                style=NEUTRAL_STYLE)
+    if figure.by_class:
+        text.append(" (" + ", ".join(f"{name} {n}" for name, n in figure.by_class.items()) + ")", style=NEUTRAL_STYLE)
+    return text
+
+
+def fused_summary(track: SessionModel, decisions: dict[int, tuple[bool, str]], cursor: float | None) -> Text:
+    """The Fused tab's header: the layers' decisions in force at the cursor ("now"), then the declines figure from
+    the start up to the cursor (``probes.figures.declines``)."""
+    now_gather: dict[str, int] = {}
+    for use, reason in decisions.values():
+        if not use:
+            now_gather[reason] = now_gather.get(reason, 0) + 1
+    text = Text(f"{track.label} now: layers fused {len(decisions) - sum(now_gather.values())}, gather "
+                f"{sum(now_gather.values())}  ", style="bold")
+    text.append_text(glossary_link("fused"))  # before the figures: a wrap moves their words, never the link
+    text.append("  ")
+    text.append_text(declines_text(figures.declines(track, None, cursor)))
+    if now_gather:
+        top = max(now_gather, key=now_gather.get)
+        text.append(f"  gather now, mostly: {top}", style=NEUTRAL_STYLE)
+    return text
 
 
 class FusedView(Vertical):
@@ -65,7 +94,7 @@ class FusedView(Vertical):
         """Redraw the decision table, counts and decline lane for the chosen pool session."""
         track = frame.pool_session()
         found = frame.snapshot()
-        changes = len(track.events_of(FusedChange)) if track else 0
+        changes = (len(track.events_of(FusedChange)), len(track.events_of(GatherRuns))) if track else None
         if unchanged(self, (frame_key(frame), id(found[1]) if found else None, changes, self.size)):
             return
         summary = self.query_one("#fused-summary", Static)
@@ -78,19 +107,6 @@ class FusedView(Vertical):
         for layer, (use, reason) in sorted(decisions.items()):
             table.add_row(f"L{layer}", Text("fused" if use else "gather", style=OK_STYLE if use else NEUTRAL_STYLE),
                           reason)
-        counters = found[1].counters if found else PoolCounters()
-        reasons: dict[str, int] = {}
-        for use, reason in decisions.values():
-            if not use:
-                reasons[reason] = reasons.get(reason, 0) + 1
-        text = Text(f"{track.label}: layers fused {len(decisions) - sum(reasons.values())}, gather "
-                    f"{sum(reasons.values())}  ", style="bold")
-        text.append(f"(pool counters: fused {counters.fused_decisions}, gather "
-                    f"{counters.gather_decisions} decisions)  ", style="dim")
-        if reasons:
-            top = max(reasons, key=reasons.get)
-            text.append(f"gather now, mostly: {top}  ", style=NEUTRAL_STYLE)
-        text.append_text(glossary_link("fused"))
-        summary.update(text)
+        summary.update(fused_summary(track, decisions, frame.cursor_in(track)))
         cursor = frame.cursor_in(track)  # the lane is in the session's own seconds
         self.query_one(Lane).show(track.duration or 1.0, decision_lanes(track, cursor), cursor)

@@ -17,8 +17,8 @@ from app.tui.widgets.lane import Lane
 from app.tui.widgets.memory_chart import ChartData, MemoryChart, Series
 from app.tui.views.memory_header import cursor_line, verdict_line
 from app.tui.widgets.palette import HIGHLIGHT_STYLE, backend_colour, human_bytes
+from probes import figures
 from probes.events import RequestArrived, RequestDone, Shrunk
-from probes.figures import footprint_peak
 from probes.store import SessionModel
 
 X_LABELS = {"time": "time (s)", "step": "step", "tokens": "tokens"}
@@ -35,8 +35,8 @@ def x_values(samples, mode: str) -> list[float]:
 
 
 def max_footprint(model: SessionModel, cursor: float | None) -> float:
-    """The footprint (``probes.figures.footprint_peak``) from the start up to the cursor (0 before any sample)."""
-    return footprint_peak(model, None if cursor is None else 0.0, cursor) or 0.0
+    """max(active + cache) over samples up to the cursor (``probes.figures.peak_footprint``; 0 before a sample)."""
+    return figures.peak_footprint(model, None, cursor) or 0.0
 
 
 def chart_data(frame: ViewState) -> ChartData:

@@ -11,7 +11,8 @@ from rich.text import Text
 
 from app.tui.data import ViewState
 from app.tui.widgets.palette import ERROR_STYLE, NEUTRAL_STYLE, OK_STYLE, backend_colour
-from probes.figures import (SO_FAR, TOK_S_KIND, WHOLE_RUN, footprint_peak, gate_verdict, ratio, tokens_per_s)
+from probes import figures
+from probes.figures import SO_FAR, WHOLE_RUN, gate_verdict
 from probes.store import SessionModel
 
 GAUGE_MIN_WIDTH = 120  # narrower terminals show the verdict without the small gauge
@@ -41,23 +42,17 @@ def _pairs(frame: ViewState) -> list[tuple[SessionModel, SessionModel]]:
     return out
 
 
-def _rate_text(rate: float | None) -> str:
-    if rate is None:
-        return "-"
-    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.1f}"
-
-
 def _append_rates(text: Text, frame: ViewState, until) -> None:
-    """``tok/s`` per session (``probes.figures.tokens_per_s``) over its whole run or up to ``until(model)``."""
+    """Busy tok/s per session (``probes.figures.tok_s``, printed by ``format_tok_s`` as ``compare`` prints it) over
+    its whole run or up to ``until(model)``."""
     for index, model in enumerate(frame.sessions.sessions.values()):
-        end = until(model)
-        rate = tokens_per_s(model, None if end is None else 0.0, end)
+        rate = figures.tok_s(model, "busy", None, until(model))
         text.append(f" {model.label} ", style=backend_colour(model.label, index))
-        text.append(_rate_text(rate))
+        text.append(figures.format_tok_s(rate))
 
 
 def verdict_line(frame: ViewState, width: int = 160) -> Text:
-    """'whole run: slab/dense 0.54x (gate 1.15x ok)  tok/s (prefill+decode tokens / wall s) slab 13,115 ...':
+    """'whole run: slab/dense 0.54x (gate 1.15x ok)  busy tok/s slab 13,115.2 ...':
     every session's footprint ratio over its whole run (a live run: so far), as ``compare`` prints it."""
     sessions = list(frame.sessions.sessions.values())
     scope = WHOLE_RUN if sessions and all(m.complete for m in sessions) else SO_FAR
@@ -67,8 +62,8 @@ def verdict_line(frame: ViewState, width: int = 160) -> Text:
     peaks: dict[int, float | None] = {}  # one pass over a baseline's samples per line
     for model, base in pairs:
         if id(base) not in peaks:
-            peaks[id(base)] = footprint_peak(base)
-        verdict = gate_verdict(ratio(footprint_peak(model), peaks[id(base)]), frame.gate)
+            peaks[id(base)] = figures.peak_footprint(base)
+        verdict = gate_verdict(figures.footprint_ratio(figures.peak_footprint(model), peaks[id(base)]), frame.gate)
         text.append(f"{model.label}/{base.label} ", style="bold")
         if verdict is None:
             text.append("-  ", style=NEUTRAL_STYLE)
@@ -76,11 +71,11 @@ def verdict_line(frame: ViewState, width: int = 160) -> Text:
         if width >= GAUGE_MIN_WIDTH:
             text.append_text(ratio_gauge(verdict.ratio, verdict.gate))
         style = OK_STYLE if verdict.ok else ERROR_STYLE
-        text.append(f"{verdict.ratio:.2f}x", style=style)
+        text.append(figures.format_ratio(verdict.ratio), style=style)
         text.append(f" (gate {verdict.gate:.2f}x {verdict.word})  ", style=NEUTRAL_STYLE if verdict.ok else style)
     if not pairs:
         text.append("footprint ratio needs a dense session and another one  ", style=NEUTRAL_STYLE)
-    text.append(f"tok/s ({TOK_S_KIND})", style="bold")
+    text.append(figures.LABELS["tok_s:busy"], style="bold")
     _append_rates(text, frame, lambda model: None)
     return text
 
@@ -93,9 +88,9 @@ def cursor_line(frame: ViewState) -> Text:
         return text
     text.append(f"at cursor t={frame.cursor:.1f}s (peaks since start): ")
     for model, base in _pairs(frame):
-        value = ratio(footprint_peak(model, 0.0, frame.cursor_in(model)),
-                      footprint_peak(base, 0.0, frame.cursor_in(base)))
-        text.append(f"{model.label}/{base.label} {'-' if value is None else f'{value:.2f}x'}  ")
-    text.append("tok/s")
+        value = figures.footprint_ratio(figures.peak_footprint(model, None, frame.cursor_in(model)),
+                                        figures.peak_footprint(base, None, frame.cursor_in(base)))
+        text.append(f"{model.label}/{base.label} {figures.format_ratio(value)}  ")
+    text.append(figures.LABELS["tok_s:busy"])
     _append_rates(text, frame, frame.cursor_in)
     return text

@@ -1,7 +1,8 @@
 """Sessions view: the recordings in a folder, and its subfolders to browse into (``..`` goes up; Backspace too), opening
 one (replay), a distributed run (Enter on any of its rank recordings opens every rank listed as one run) or several
-side by side (compare), and a comparison table of whatever is on screen (peak footprint, RSS, ratio to dense, tok/s,
-slabs, fragmentation, gather runs, fused declines)."""
+side by side (compare), and a comparison table of whatever is on screen (the figures of ``probes.figures``:
+footprint and its ratio to dense, RSS, busy and decode tok/s, slabs held, gather runs, fused-kernel declines, probe
+cost)."""
 
 from __future__ import annotations
 
@@ -14,48 +15,47 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
-from app.tui.analysis import merged_gather_hist, pool_totals
 from app.tui.data import ViewState
 from app.tui.sources import RecordingInfo, list_folders, list_recordings, recording_files
 from app.tui.views import frame_key, unchanged
-from app.tui.views.memory import max_footprint
 from app.tui.widgets.glossary_link import glossary_link
 from app.tui.widgets.palette import OK_STYLE, WARN_STYLE, human_bytes
-from pool.gather_runs import mean_runs
+from probes import figures
 from probes.errors import RecordingError
-from probes.events import FusedChange
 from probes.store import SessionModel
 
 LIST_COLUMNS = ("", "file", "backend", "scenario", "model", "duration", "size", "state")
-COMPARE_COLUMNS = ("track", "max act+cache", "max RSS", "vs base", "tok/s", "slabs", "reserved", "mean runs",
-                   "declines")
+L = figures.LABELS
+COMPARE_COLUMNS = ("track", L["footprint"], "max RSS", L["footprint_ratio"], L["tok_s:busy"], L["tok_s:decode"],
+                   L["slabs"], "reserved now", L["gather_runs"], L["declines"], L["probe_cost"])
 
 
 def compare_rows(frame: ViewState) -> list[tuple]:
-    """One row of figures per session, up to the cursor."""
+    """One row of figures per session, from its start up to the cursor (``probes.figures``; "reserved now" is the
+    pool at the cursor)."""
     tracks = list(frame.sessions.sessions.values())
     rows = []
     for tr in tracks:
         # The baseline: the dense session (a rank: the same rank of the dense run), else the first one (two slab
         # sessions compared).
         dense = frame.sessions.baseline_of(tr) or (tracks[0] if frame.sessions.run_of(tr) is None else None)
-        base = max_footprint(dense, frame.cursor_in(dense)) if dense else 0.0
+        base = figures.peak_footprint(dense, None, frame.cursor_in(dense)) if dense else None
         cursor = frame.cursor_in(tr)
-        peak = max_footprint(tr, cursor)
-        rss = tr.peak("rss", 0.0, cursor).value if cursor is not None else tr.peak("rss").value
-        ratio = Text(f"{peak / base:.2f}x", style=OK_STYLE if peak / base <= frame.gate else WARN_STYLE) \
-            if base and tr is not dense else Text("-", style="dim")
-        rate = tr.decode_tok_s(cursor)
+        peak = figures.peak_footprint(tr, None, cursor)
+        rss = tr.peak("rss", None, cursor)
+        ratio = figures.footprint_ratio(peak, base) if tr is not dense else None
+        ratio_cell = Text("base" if tr is dense else figures.format_ratio(ratio),
+                          style="dim" if ratio is None else OK_STYLE if ratio <= frame.gate else WARN_STYLE)
         snap = _snapshot(frame, tr)
-        slabs = reserved = mean_text = "-"
-        if snap is not None:
-            totals = pool_totals(snap)
-            mean = mean_runs(merged_gather_hist(snap))
-            slabs, reserved = str(totals.slabs), human_bytes(totals.bytes_reserved)
-            mean_text = f"{mean:.2f}" if mean is not None else "-"
-        declines = sum(1 for e in tr.events_of(FusedChange) if not e.use_fused and (cursor is None or e.t <= cursor))
-        rows.append((tr.label, human_bytes(peak), human_bytes(rss), ratio, "-" if rate is None else f"{rate:.1f}",
-                     slabs, reserved, mean_text, str(declines)))
+        reserved = human_bytes(snap.stats.bytes_reserved) if snap is not None else "-"
+        rows.append((tr.label, "-" if peak is None else human_bytes(peak),
+                     "-" if rss.t is None else human_bytes(rss.value), ratio_cell,
+                     figures.format_tok_s(figures.tok_s(tr, "busy", None, cursor)),
+                     figures.format_tok_s(figures.tok_s(tr, "decode", None, cursor)),
+                     figures.format_slabs(figures.slab_count(tr, None, cursor)), reserved,
+                     figures.format_runs(figures.gather_runs(tr, None, cursor)),
+                     figures.format_declines(figures.declines(tr, None, cursor)),
+                     figures.format_probe_cost(figures.probe_cost(tr))))
     return rows
 
 

@@ -18,6 +18,8 @@ Healthy states (a full slab, memory MLX does not explain, the gather path) are n
 
 from __future__ import annotations
 
+from pool.units import format_bytes as human_bytes  # noqa: F401  (the one byte formatter, named for the views)
+
 BACKEND_COLOURS = {"slab": "#3b9ae1", "dense": "#e8871e", "monolithic": "#c94bc9"}
 EXTRA_BACKEND_COLOURS = ["#2aa876", "#8c7ae6", "#46a0b4", "#a3be8c", "#b48ead"]
 SEQ_COLOURS = ["#17becf", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#46a0b4", "#f032e6", "#9a9a00",
@@ -59,13 +61,3 @@ def occupancy_glyph(fraction: float) -> tuple[str, str]:
         return OCCUPANCY[-1]
     idx = 1 + int(fraction * (len(OCCUPANCY) - 2))
     return OCCUPANCY[min(idx, len(OCCUPANCY) - 2)]
-
-
-def human_bytes(n: float) -> str:
-    """Bytes as B/KiB/MiB/GiB with three significant figures."""
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
-        n /= 1024
-    return f"{n:.3g} GiB"

@@ -181,7 +181,7 @@ def test_fallback_to_mlx_jit_is_stated():
 
 def test_warmup_command_fills_the_cache_for_a_geometry(tmp_path):
     _nvrtc()
-    env = dict(os.environ, SLABSCOPE_KERNEL_CACHE=str(tmp_path))
+    env = dict(os.environ, SLABSCOPE_KERNEL_CACHE=str(tmp_path), SLABSCOPE_SLAB_TABLE="0")  # the per-slab route
     argv = [sys.executable, "-m", "app", "warmup", "--sm", "90", "--dtype", "bfloat16", "--head-dim", "128",
             "--q-heads", "16", "--kv-heads", "8", "--max-slabs", "9", "--json"]
     first = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
@@ -193,6 +193,21 @@ def test_warmup_command_fills_the_cache_for_a_geometry(tmp_path):
     again = json.loads(subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env,
                                       timeout=300).stdout)
     assert again["compiled"] == 0 and again["from_disk"] == 11
+
+
+def test_warmup_builds_the_table_route_once_for_any_slab_count(tmp_path):
+    _nvrtc()
+    import json
+
+    env = dict(os.environ, SLABSCOPE_KERNEL_CACHE=str(tmp_path))
+    env.pop("SLABSCOPE_SLAB_TABLE", None)
+    argv = [sys.executable, "-m", "app", "warmup", "--sm", "90", "--dtype", "bfloat16", "--head-dim", "128",
+            "--q-heads", "16", "--kv-heads", "8", "--max-slabs", "400", "--json"]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["route"] == "slab table" and report["buckets"] == []
+    assert report["variants"] == report["compiled"] == 3 + 7 and report["failed"] == 0  # 7 table-update widths
 
 
 def test_prefetch_builds_larger_buckets_first_and_drops_the_ones_the_pool_passed(tmp_path, monkeypatch):

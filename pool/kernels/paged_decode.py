@@ -81,7 +81,7 @@ def table_decode(kernel, pool, layer: int, queries, plan: DecodePlan, meta=None,
         launch = launches[kernel.name] = kernel.prepare(queries, keys, values, plan, meta)
     dtype = str(keys[0].dtype).rsplit(".", 1)[-1]
     tables = slab_tables(pool.storage, kernel.name, lambda: kernel.writer(dtype))
-    return launch(queries, tables.table(layer))
+    return launch(queries, tables.table(pool.storage, layer))
 
 
 def fused_decode(pool, layer: int, seq_ids: Sequence[int], queries, *, scale: float, backend: str,

@@ -73,21 +73,21 @@ class LayerTable:
 
 class SlabTables:
     """One layer table per layer of one storage, made and refreshed by one writer. Lives in the storage's
-    ``kernel_state`` (it dies with the storage). ``updates`` counts table-update launches (tests, benchmarks)."""
+    ``kernel_state`` and holds no reference to it (no cycle: the storage's slabs are freed as soon as the pool is
+    dropped). ``updates`` counts table-update launches (tests, benchmarks)."""
 
-    def __init__(self, storage, writer: TableWriter):
-        self.storage = storage
+    def __init__(self, writer: TableWriter):
         self.writer = writer
         self.layers: dict[int, LayerTable] = {}
         self.updates = 0
         self._slots_memo: dict[tuple[int, ...], object] = {}
 
-    def table(self, layer: int):
-        """The layer's table, refreshed for the slabs it holds now (see the module docstring). Mutates this
-        object's tables and stamps; reads the storage."""
-        keys, values = self.storage.slabs(layer)
+    def table(self, storage, layer: int):
+        """The layer's table, refreshed for the slabs ``storage`` (the one this object belongs to) holds now (see
+        the module docstring). Mutates this object's tables and stamps; reads the storage."""
+        keys, values = storage.slabs(layer)
         count = len(keys)
-        stamps = self.storage.slab_stamps[layer]
+        stamps = storage.slab_stamps[layer]
         entry = self.layers.get(layer)
         if entry is None or entry.capacity < count:
             capacity = table_capacity(count)
@@ -130,5 +130,5 @@ def slab_tables(storage, name: str, make_writer) -> SlabTables:
     """The storage's ``SlabTables`` for writer ``name`` (made with ``make_writer()`` on first use)."""
     tables = storage.kernel_state.get(name)
     if tables is None:
-        tables = storage.kernel_state[name] = SlabTables(storage, make_writer())
+        tables = storage.kernel_state[name] = SlabTables(make_writer())
     return tables

@@ -58,22 +58,22 @@ def test_refresh_rule_rewrites_only_touched_slabs_in_bucketed_groups():
     for seq_id, n in ((0, 7), (1, 9)):
         _prefill(pool, seq_id, n, seq_id)
     writer = RecordingWriter()
-    tables = SlabTables(pool.storage, writer)
+    tables = SlabTables(writer)
     count = pool.num_slabs()
-    table = tables.table(0)
+    table = tables.table(pool.storage, 0)
     assert writer.calls == [(list(range(count)) + [0] * (write_bucket(count) - count), table_capacity(count))]
-    assert tables.table(0) is table and len(writer.calls) == 1  # nothing touched: no launch
+    assert tables.table(pool.storage, 0) is table and len(writer.calls) == 1  # nothing touched: no launch
     _write(pool, [0, 1], [7, 9], 1, seed=5)  # tokens 7 and 9: sequence 0's tail slab and sequence 1's
     written = sorted({pool.book.table(s).rows[p // BLOCK] // SLAB_BLOCKS for s, p in ((0, 7), (1, 9))})
-    tables.table(0)
+    tables.table(pool.storage, 0)
     assert writer.calls[-1] == (written + [written[0]] * (write_bucket(len(written)) - len(written)),
                                 table_capacity(count))
-    tables.table(1)  # layer 1 has its own table: all of its slabs once
+    tables.table(pool.storage, 1)  # layer 1 has its own table: all of its slabs once
     assert writer.calls[-1][0][:count] == list(range(count))
     # a prefill that touches more than MAX_WRITES slabs: several launches of at most MAX_WRITES, then a larger table
     _prefill(pool, 2, BLOCK * SLAB_BLOCKS * (MAX_WRITES + 10), seed=9)
     before = len(writer.calls)
-    tables.table(0)
+    tables.table(pool.storage, 0)
     launches = writer.calls[before:]
     new = pool.num_slabs() - count
     assert [len(slots) for slots, _ in launches] == [MAX_WRITES, write_bucket(new + 1 - MAX_WRITES)] or \
@@ -212,3 +212,21 @@ def test_live_decode_through_the_table_route_matches_gather(tiny_qwen3, tmp_path
     monkeypatch.setenv("SLABSCOPE_PAGED_ATTENTION_NATIVE", "0")
     _, _, gathered = run_backend(tiny_qwen3, scenario, "slab", **pool)
     assert_close_logits(fused, gathered, "table route vs gather")
+
+
+def test_a_dropped_pool_frees_its_storage_and_tables_without_the_garbage_collector(emulated_table):
+    """The tables live in the storage and hold no reference back: no cycle keeps a finished engine's slabs alive
+    until a collection (bench throughput releases each engine's memory before the next runs)."""
+    import gc
+    import weakref
+
+    pool = _pool()
+    _prefill(pool, 0, 9, seed=1)
+    _check_all_layers(pool, [0], emulated_table, "one sequence")
+    storage = weakref.ref(pool.storage)
+    gc.disable()
+    try:
+        del pool
+        assert storage() is None
+    finally:
+        gc.enable()

@@ -6,12 +6,30 @@
 #      dense once: tok/s, decode step, footprint (lab/record_figures.py), each record a fresh process.
 # From the repository root (python3.12 + mlx CUDA + mlx-lm):   bash lab/decode_any_slabs/run.sh
 # CPU dry run (tiny model, tiny sizes, bench decode skipped):   SMALL=1 bash lab/decode_any_slabs/run.sh
+# The probes' cost at few vs many slabs instead (a second run, ~5 minutes):  PROBES=1 bash lab/decode_any_slabs/run.sh
 # Everything prints to stdout; raw files go to $OUT (default /tmp/decode_any_slabs). Budget: under 8 minutes.
 set -u
 OUT=${OUT:-/tmp/decode_any_slabs}
 mkdir -p "$OUT"
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 py=${PY:-python3}
+if [ "${PROBES:-0}" = 1 ]; then
+  # bench probes: off/on pairs at 100 Hz on a shortened ragged case; the per-sample cost and the share of wall
+  if [ "${SMALL:-0}" = 1 ]; then
+    probe=(--model synthetic:tiny-qwen3 --scenario ragged_long --set n=4 --set concurrency=4 --set prompt_max=300
+           --set gen_min=6 --set gen_max=6 --reps 1)
+    sizes="2 32"
+  else
+    probe=(--model synthetic:qwen3-0.6b --scenario ragged_long --set n=16 --set concurrency=16 --set prompt_min=1024
+           --set prompt_max=6144 --set gen_min=64 --set gen_max=64 --reps 2 --snapshot-hz 0.5)
+    sizes="8 128"
+  fi
+  for rows in $sizes; do
+    echo "== bench probes, --slab-blocks $rows"
+    timeout 280 $py -m app bench probes "${probe[@]}" --backend slab --sample-hz 100 --slab-blocks "$rows" 2>&1 | tail -n 8
+  done
+  exit 0
+fi
 if [ "${SMALL:-0}" = 1 ]; then
   model=(--model synthetic:tiny-qwen3 --dtype float32 --device cpu)
   ragged=(--scenario ragged_long --set n=4 --set concurrency=4 --set prompt_min=64 --set prompt_max=300

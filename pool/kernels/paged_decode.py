@@ -79,9 +79,12 @@ def table_decode(kernel, pool, layer: int, queries, plan: DecodePlan, meta=None,
     launch = launches.get(kernel.name)
     if launch is None or launch.plan is not plan or not launch.fits(queries, keys, values):
         launch = launches[kernel.name] = kernel.prepare(queries, keys, values, plan, meta)
-    dtype = str(keys[0].dtype).rsplit(".", 1)[-1]
-    tables = slab_tables(pool.storage, kernel.name, lambda: kernel.writer(dtype))
-    return launch(queries, tables.table(pool.storage, layer))
+    storage = pool.storage
+    tables = storage.kernel_state.get(kernel.name)
+    if tables is None:
+        dtype = str(keys[0].dtype).rsplit(".", 1)[-1]
+        tables = slab_tables(storage, kernel.name, lambda: kernel.writer(dtype))
+    return launch(queries, tables.table(storage, layer))
 
 
 def fused_decode(pool, layer: int, seq_ids: Sequence[int], queries, *, scale: float, backend: str,

@@ -59,6 +59,7 @@ class CudaTableWriter:
         self.dtype = dtype
         self._empty = None
         self._jit: dict[int, object] = {}
+        self._binaries: dict[int, tuple[str, bytes]] = {}  # per width: asked at every layer of every step
 
     def _no_table(self):
         import mlx.core as mx
@@ -83,9 +84,12 @@ class CudaTableWriter:
                 inputs=inputs, template=[("OLD_LEN", old_len), ("NEW_LEN", new_len)], grid=grid,
                 threadgroup=(threads, 1, 1), output_shapes=[(new_len,)], output_dtypes=[mx.uint64])
             return out
-        from pool.kernels.cuda_variants import CudaVariant
+        found = self._binaries.get(writes)
+        if found is None:
+            from pool.kernels.cuda_variants import CudaVariant
 
-        name, binary = self.builds.binary(CudaVariant("table", self.dtype, 0, num_slabs=writes))
+            found = self._binaries[writes] = self.builds.binary(CudaVariant("table", self.dtype, 0, num_slabs=writes))
+        name, binary = found
         (out,) = mx.fast.precompiled_cuda_kernel(name=name, compiled_source=binary, inputs=inputs,
                                                  output_shapes=[(new_len,)], output_dtypes=[mx.uint64],
                                                  scalars=[old_len, new_len], grid=grid, threadgroup=(threads, 1, 1),

@@ -231,6 +231,7 @@ def test_table_route_launch_takes_three_inputs_and_orders_after_the_writes(tmp_p
     first_decode = next(i for i, c in enumerate(calls) if c["name"].startswith("ssp_pd_direct_s0_"))
     assert calls[first_decode - 1]["name"].startswith("ssp_pd_table_w")
     assert decodes[0]["inputs"][2] is outputs[first_decode - 1][0]
+    layer0_table = decodes[0]["inputs"][2]
     # a decode step: each sequence's tail slab written, then refreshed from the previous table
     calls.clear(), outputs.clear()
     for seq_id, n in enumerate(lengths):
@@ -252,3 +253,5 @@ def test_table_route_launch_takes_three_inputs_and_orders_after_the_writes(tmp_p
                                                      [keys[t] for t in update["inputs"][1].tolist()]
                                                      + [values[t] for t in update["inputs"][1].tolist()]]
     assert decode["inputs"][2] is outputs[0][0] and len(decode["inputs"]) == 3
+    assert update["inputs"][0] is layer0_table  # copy the previous table, overwrite the written entries
+    assert update["scalars"] == [2 * table_capacity(count)] * 2

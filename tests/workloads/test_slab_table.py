@@ -154,6 +154,22 @@ def test_table_route_follows_writes_growth_prefill_cow_and_compaction(emulated_t
     pool.check_integrity()
 
 
+def test_a_copy_on_write_refreshes_the_destination_slab_before_any_write(emulated_table):
+    """prepare_write copies a shared tail block into a new row (a new buffer for its slab); attention read before
+    the token lands (what a step that fails after its preparation leaves) must see the copied row, not the slab's
+    old buffer."""
+    pool = _pool()
+    for seq_id, n in ((0, 6), (1, 10)):
+        _prefill(pool, seq_id, n, seq_id)
+    _check_all_layers(pool, [0, 1], emulated_table, "before the clone")
+    pool.clone(1, 2, 10)
+    pool.prepare_write(2, 10, 1)  # the shared block (tokens 8-11) is copied into a row of its own
+    assert pool.book.table(2).rows[-1] != pool.book.table(1).rows[-1]
+    # the token is not written: the sequence's visible blocks end with the copied one (its position 10 holds what
+    # the source block held there, read the same way by gather and by the kernel)
+    _check_all_layers(pool, [0, 1, 2], emulated_table, "after copy-on-write, nothing written")
+
+
 def test_a_decode_step_refreshes_one_launch_per_layer(emulated_table):
     from pool.kernels.paged_decode_emulated import EmulatedTableKernel
 

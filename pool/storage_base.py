@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Callable
 
 import mlx.core as mx
+import numpy as np
 
 from pool.config import LayerGeometry
 from pool.copy_meter import CopyWindow
@@ -114,6 +115,11 @@ class RowStorage:
         self._zero_scalar: mx.array | None = None  # one evaluated 0: mx.zeros would allocate a scalar per call
         self._unevaluated: list[mx.array] = []  # tensors allocated since the last materialize()
         self._reads_memo: dict[tuple[int, ...], list[tuple]] = {}  # gather's memo (see _reads_for)
+        # Per layer and slab, how many times the slab's tensor may have changed buffer (a write, a copy or move
+        # into it, a growth): what the kernels' device tables of slab addresses compare against to refresh only
+        # the entries that may be stale (pool/kernels/slab_table.py). Bumped by ``touch``; columns grow by doubling.
+        self.slab_stamps = np.zeros((num_layers, 8), dtype=np.int64)
+        self.kernel_state: dict = {}  # what the kernels keep per storage (their slab tables); dies with it
 
     # ---- mapping and capacity (design-specific) --------------------------------------------------------------
     def _slab_for_row(self, row: int) -> tuple[int, int]:
@@ -140,6 +146,18 @@ class RowStorage:
         """Separate K tensors per layer a kernel would have to address: slabs (slab design), 1 (monolithic), 0
         before the first write (what the fused decision's multi-slab rule asks)."""
         return len(self.keys[0])
+
+    def touch(self, layer: int, slabs) -> None:
+        """Record that ``slabs`` (indices) of ``layer`` may hold a new buffer: every path that assigns into a slab
+        tensor or replaces one calls this (a non-donated write gives the slab a new buffer, so a device table
+        entry holding the old address would be stale). Mutates ``slab_stamps`` only."""
+        stamps = self.slab_stamps
+        top = int(np.max(slabs)) + 1 if len(slabs) else 0
+        if top > stamps.shape[1]:
+            grown = np.zeros((self.num_layers, max(top, 2 * stamps.shape[1])), dtype=np.int64)
+            grown[:, :stamps.shape[1]] = stamps
+            self.slab_stamps = stamps = grown
+        stamps[layer, slabs] += 1
 
     def slabs(self, layer: int) -> tuple[list[mx.array], list[mx.array]]:
         """The layer's K and V tensor lists (the storage's own: read them, never mutate them)."""
@@ -230,20 +248,22 @@ class RowStorage:
         mx.eval([index for _, _, src, dst in groups for index in (src, dst)])
         window = CopyWindow(self.tensor_lists)  # opened after the indices: it charges the copies
         for tensors in (self.keys, self.values):
-            self._move_staged(tensors, groups)
+            for layer, dst_slab in self._move_staged(tensors, groups):
+                self.touch(layer, [dst_slab])
             window.checkpoint()  # K's staging is freed before V's: a window charges its peak, so one per kind
         self.bytes_moved += window.copied
         return window.copied
 
     @staticmethod
-    def _move_staged(tensors: list[list[mx.array]], groups: list[tuple]) -> None:
+    def _move_staged(tensors: list[list[mx.array]], groups: list[tuple]) -> list[tuple[int, int]]:
         """Stage every layer's source rows (evaluated), then scatter them into their destinations (lazy). The staged
-        copies die with this frame, so the window's checkpoint sees them freed."""
+        copies die with this frame, so the window's checkpoint sees them freed. Returns the (layer, slab) written."""
         staged = [(layer, dst_slab, dst, mx.take(layer_tensors[src_slab], src, axis=0))
                   for layer, layer_tensors in enumerate(tensors) for src_slab, dst_slab, src, dst in groups]
         mx.eval([block for *_, block in staged])
         for layer, dst_slab, dst, block in staged:
             tensors[layer][dst_slab][dst] = block
+        return [(layer, dst_slab) for layer, dst_slab, _, _ in staged]
 
     def _move_groups(self, pairs: list[tuple[int, int]]) -> list[tuple[int, int, mx.array, mx.array]]:
         """(source tensor, destination tensor, source rows, destination rows) per tensor pair, rows as int32
@@ -302,6 +322,10 @@ class RowStorage:
             for slab, local_rows, token_offsets, picks in layout:
                 for tensors, update in ((self.keys[layer], keys), (self.values[layer], values)):
                     tensors[slab][local_rows, token_offsets] = _picked(update, picks)
+            written = slots.layout.get("storage_slabs")
+            if written is None:
+                written = slots.layout["storage_slabs"] = np.array([group[0] for group in layout], dtype=np.int64)
+            self.touch(layer, written)
             return
         block_shape = (self.block_size, *keys.shape[2:])
         for index, spans in enumerate(layout):
@@ -315,6 +339,7 @@ class RowStorage:
                 else:
                     self.keys[layer][slab][local, pos:pos + hi - lo] = seq_keys[lo:hi]
                     self.values[layer][slab][local, pos:pos + hi - lo] = seq_values[lo:hi]
+            self.touch(layer, [span[0] for span in spans])
 
     def write_layout(self, slots) -> list:
         """What ``slots``' writes touch, the same in every layer: for one token per sequence the scatter groups
@@ -385,6 +410,7 @@ class RowStorage:
             block = mx.take(tensors[src_slab], index, axis=0)
             mx.eval(block)
             store_rows(tensors, dst_slab, dst_local, block)
+        self.touch(layer, [dst_slab])
 
     # ---- reads -----------------------------------------------------------------------------------------------
     def gather(self, layer: int, rows: list[int], lo: int, hi: int) -> tuple[mx.array, mx.array, int]:

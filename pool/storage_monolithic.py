@@ -45,6 +45,7 @@ class MonolithicStorage(RowStorage):
             else:
                 tensors.append(grown)
             self._allocated()
+        self.touch(layer, [0])
         self.grow_events += 1  # bytes_copied is charged by the copy window at each _allocated() above
 
     def release_rows(self, layer: int, rows: int) -> int:
@@ -64,6 +65,7 @@ class MonolithicStorage(RowStorage):
             tensors[0] = smaller
             allocated += nbytes
             self._allocated()
+        self.touch(layer, [0])
         self.slab_releases += (old_rows - rows) // MONOLITHIC_CHUNK_BLOCKS
         return allocated
 

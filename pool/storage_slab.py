@@ -37,6 +37,7 @@ class SlabStorage(RowStorage):
             self.values[layer].append(values)
             self._unevaluated.extend((keys, values))
         self.slab_appends += missing
+        self.touch(layer, list(range(len(self.keys[layer]) - missing, len(self.keys[layer]))))
 
     def release_rows(self, layer: int, rows: int) -> int:
         """Drop the slabs above row ``rows`` (a multiple of slab_blocks: the bookkeeping released them, their rows

@@ -21,7 +21,10 @@ is not resident):
     rss_other     rss - (active + cache): RSS not explained by MLX (interpreter, libraries, tokenizer, ...) on
                   unified memory (CPU, Metal); on a discrete CUDA GPU MLX's memory is device memory outside RSS, so
                   rss_other is the whole host RSS there (never a difference of two different memories)
-    cost_us       what taking this sample cost, measured inline (microseconds)
+    cost_us       what taking this sample cost, measured inline (microseconds of the sampling thread's CPU time:
+                  what it takes from the workload, which waits while the sampler holds the GIL; its wall time also
+                  counts waiting for the workload to hand the GIL back after the RSS read, which is the workload
+                  running, and grew with the workload's host work per step: 380 us at 403 slabs on the H200)
 
 Cost (what one sample reads; ``slabscope bench probes`` measures the effect on throughput): three MLX counter
 reads (no device synchronisation: they read the allocator's counters), RSS from ``/proc/self/statm`` through a
@@ -111,7 +114,7 @@ class MemorySampler:
 
     def sample(self, step: int, tokens: int) -> Sample:
         """Take one sample now; updates the running maxima and cost totals."""
-        start = time.perf_counter()
+        start = time.thread_time()  # CPU time of this thread: see cost_us in the module docstring
         mx = self._mx
         active = mx.get_active_memory()
         cache = mx.get_cache_memory()
@@ -126,7 +129,7 @@ class MemorySampler:
         self.footprint_max = max(self.footprint_max, footprint)
         self.rss_max = max(self.rss_max, rss)
         in_use, reserved, slabs = self._pool_bytes()
-        cost = time.perf_counter() - start
+        cost = time.thread_time() - start
         self.num_samples += 1
         self.total_cost_s += cost
         return Sample(

@@ -127,7 +127,7 @@ def _cell_inputs(args, mx, batch: int, context: int, sets: int):
 def measure_cell(args, mx, backend: str, batch: int, context: int, tuning) -> dict:
     """Time gather / fused / sdpa for one (batch, context), the fused kernel planned with ``tuning``; also checks
     fused against sdpa once."""
-    from pool.kernels.paged_decode import fused_decode, gather_decode, kernel_for_backend, plan_for_pool
+    from pool.kernels.paged_decode import fused_decode, gather_decode, kernel_for_backend, plan_for_pool, table_kernel
 
     kv_bytes = 2 * batch * context * args.n_kv_heads * args.head_dim * getattr(mx, args.dtype).size
     sets = max(1, min(MAX_SETS, math.ceil(L2_ROTATION_BYTES / kv_bytes)))
@@ -142,9 +142,14 @@ def measure_cell(args, mx, backend: str, batch: int, context: int, tuning) -> di
         return gather_decode(pool, 0, ids, q, scale=scale)
 
     kernel = kernel_for_backend(backend)
+    launches = [{} for _ in cells]  # one prepared launch per cell, as a decode step's layers share one
+    table = table_kernel(backend) is not None
 
     def fused(i):
         pool, ids, q, _, _ = cells[i]
+        if table:  # the live route: the layer's slab table (no write between samples: no table update runs)
+            return fused_decode(pool, 0, ids, q, scale=scale, backend=backend, plan=plans[i], meta=metas[i],
+                                launches=launches[i])
         keys, values = pool.slabs(0)
         return kernel(q, keys, values, plans[i], meta=metas[i])
 
@@ -153,6 +158,7 @@ def measure_cell(args, mx, backend: str, batch: int, context: int, tuning) -> di
         return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)
 
     result = {"batch": batch, "context": context, "kv_bytes": kv_bytes, "slabs": cells[0][0].num_slabs(),
+              "route": "slab table" if table else "per-slab inputs",
               "splits": plans[0].num_splits}
     medians = _time_methods({"gather": gather, "fused": fused, "sdpa": sdpa}, mx, **timing)
     result.update({f"{name}_us": value for name, value in medians.items()})
@@ -196,11 +202,11 @@ def derive_thresholds(rows: list[dict]) -> dict:
 
 def print_table(rows: list[dict], out=sys.stdout) -> None:
     out.write(f"{'B':>3} {'ctx':>6} {'slabs':>5} {'gather_us':>10} {'fused_us':>9} {'sdpa_us':>8} "
-              f"{'fused/gather':>12} {'fused/sdpa':>10} {'GB/s fused':>10}\n")
+              f"{'fused/gather':>12} {'fused/sdpa':>10} {'GB/s fused':>10} {'GB/s sdpa':>9}  route\n")
     for r in rows:
         out.write(f"{r['batch']:>3} {r['context']:>6} {r['slabs']:>5} {r['gather_us']:>10.1f} {r['fused_us']:>9.1f} "
                   f"{r['sdpa_us']:>8.1f} {r['gather_us'] / r['fused_us']:>11.2f}x {r['fused_us'] / r['sdpa_us']:>10.2f} "
-                  f"{r['gbps_fused']:>10.0f}\n")
+                  f"{r['gbps_fused']:>10.0f} {r['gbps_sdpa']:>9.0f}  {r.get('route', '')}\n")
 
 
 def main(args) -> int:

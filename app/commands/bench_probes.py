@@ -27,6 +27,8 @@ def add_arguments(p) -> None:
                    help="scenario overrides (default: n=4 prompt_max=192 gen_max=24)")
     p.add_argument("--backend", default="slab", choices=("slab", "monolithic", "dense"))
     p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--slab-blocks", type=positive_int, default=None,
+                   help="rows per slab of the pool (default: the scenario's); few vs many slabs per layer")
     p.add_argument("--reps", type=positive_int, default=5, help="off/on pairs, alternating which runs first (default 5)")
     p.add_argument("--sample-hz", type=float, default=10.0)
     p.add_argument("--snapshot-hz", type=float, default=2.0)
@@ -104,7 +106,7 @@ def bench_overhead(args) -> int:
 
     overrides = parse_overrides(args.set if args.set is not None else ["n=4", "prompt_max=192", "gen_max=24"])
     spec = RunSpec(scenario=args.scenario, backend=args.backend, model=args.model, overrides=overrides,
-                   sample_hz=args.sample_hz, snapshot_hz=args.snapshot_hz)
+                   sample_hz=args.sample_hz, snapshot_hz=args.snapshot_hz, slab_blocks=args.slab_blocks)
     loaded = load_model(args.model)
     pairs = []
     queue, reader = _start_reader()
@@ -125,7 +127,8 @@ def bench_overhead(args) -> int:
     wall = [_pct(p[False]["tok_s"], p[True]["tok_s"]) for p in pairs]
     cpu = [_pct(p[False]["tok_per_cpu_s"], p[True]["tok_per_cpu_s"]) for p in pairs]
     own = [p[True]["overhead"]["cost_fraction"] * 100 for p in pairs]
-    print(f"scenario {args.scenario} {overrides}, backend {args.backend}, model {args.model}, "
+    slabs = f", --slab-blocks {args.slab_blocks}" if args.slab_blocks else ""
+    print(f"scenario {args.scenario} {overrides}{slabs}, backend {args.backend}, model {args.model}, "
           f"sample {args.sample_hz} Hz, snapshots {args.snapshot_hz} Hz, {args.reps} off/on pairs")
     print(f"throughput overhead (wall tok/s, median of pairs): {statistics.median(wall):+.2f}% "
           f"[pairs {min(wall):+.1f}% .. {max(wall):+.1f}%]  target <= 2%")

@@ -4,7 +4,9 @@ no process (not even the first) builds them while it runs.
 The geometry comes from a model (``--model``, loaded once to read its attention shape) or from explicit flags
 (``--head-dim --q-heads --kv-heads --dtype``: no model load, no GPU needed with ``--sm``). The slab counts come
 from ``--max-slabs`` or from a scenario: the K/V of every request it submits, in slabs of the pool geometry (an
-upper bound: nothing is shared). Every slab-count bucket up to that is built (both first passes and the merge).
+upper bound: nothing is shared). On the slab-table route (the default) one set serves every slab count (both
+first passes, the merge, the table updates); with SLABSCOPE_SLAB_TABLE=0 every slab-count bucket up to that is built
+(both first passes and the merge).
 Runs use the same cache (``$SLABSCOPE_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/slabscope/cuda-kernels``). mlx is
 imported only to read the model or the device.
 """
@@ -87,6 +89,7 @@ def main(args) -> int:
     from pool.kernels.cuda_builds import KernelBuilds, device_sm
     from pool.kernels.paged_decode_cuda import MAX_SLABS
     from pool.kernels.plan import slab_bucket
+    from pool.kernels.slab_table import table_route
 
     try:
         dtype, head_dim, q_heads, kv_heads = _geometry(args)
@@ -101,12 +104,16 @@ def main(args) -> int:
     except Exception as exc:  # noqa: BLE001 - one line, exit 2 (no NVRTC, no GPU without --sm, bad geometry)
         print(f"slabscope warmup: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    buckets = sorted({slab_bucket(n) for n in range(1, max_slabs + 1)})
-    variants = list(dict.fromkeys(v for b in buckets for v in geometry.variants(b)))
+    if table_route():  # one set of kernels at every slab count (pool/kernels/slab_table.py)
+        buckets, variants = [], geometry.table_variants()
+    else:
+        buckets = sorted({slab_bucket(n) for n in range(1, max_slabs + 1)})
+        variants = list(dict.fromkeys(v for b in buckets for v in geometry.variants(b)))
     start = time.perf_counter()
     states = builds.warm(variants)
     stats = builds.stats()
     report = {"geometry": geometry.__dict__, "max_slabs": max_slabs, "buckets": buckets, "variants": len(variants),
+              "route": "slab table" if not buckets else "per-slab inputs",
               "compiled": stats["compiled"], "from_disk": stats["from_disk"], "failed": stats["failed"],
               "compile_s": stats["compile_s"], "wall_s": round(time.perf_counter() - start, 3),
               "cache_dir": stats["cache_dir"], "arch": stats["arch"], "nvrtc": stats["nvrtc"],
@@ -114,8 +121,9 @@ def main(args) -> int:
     if args.json:
         print(json.dumps(report))
     else:
+        slabs = "any slab count (slab table)" if not buckets else f"up to {max_slabs} slabs (buckets {buckets})"
         print(f"kernels for {dtype} head_dim {head_dim}, {q_heads}/{kv_heads} heads, block {pool['block_size']}, "
-              f"up to {max_slabs} slabs (buckets {buckets}), {stats['arch']}, NVRTC {stats['nvrtc']}:")
+              f"{slabs}, {stats['arch']}, NVRTC {stats['nvrtc']}:")
         print(f"  {len(variants)} variants: {report['compiled']} compiled in {report['compile_s']} s, "
               f"{report['from_disk']} already in {report['cache_dir']}, {report['failed']} failed "
               f"({report['wall_s']} s wall)")

@@ -32,6 +32,7 @@ from pool.kernels.cuda_variants import CudaVariant, KernelGeometry, source
 from pool.kernels.kernel_cache import KernelCache
 from pool.kernels.nvrtc import CompileResult, NvrtcError, load_nvrtc
 from pool.kernels.plan import slab_bucket
+from pool.kernels.slab_table import table_route
 
 BUILD_ENV = "SLABSCOPE_CUDA_BUILD"      # "nvrtc" (default) | "mlx": MLX's cuda_kernel JIT (the fallback)
 OPTIONS = ("--ptxas-options=-v",)       # the log then reports registers and spills (kept in ``Built.log``)
@@ -106,9 +107,11 @@ class KernelBuilds:
         if (geometry, num_slabs) in self._ready:  # asked per layer per decode step: no lock once built
             return None
         self._note(geometry, num_slabs)
-        variants = geometry.variants(slab_bucket(num_slabs))
+        table = table_route()  # the table route's variants serve every slab count: nothing to build ahead
+        variants = geometry.launch_variants(num_slabs, table)
         self.request(variants, URGENT)
-        self.request(geometry.variants(slab_bucket(num_slabs + 1)), PREFETCH)
+        if not table:
+            self.request(geometry.variants(slab_bucket(num_slabs + 1)), PREFETCH)
         with self._cond:
             states = [self._states[v] for v in variants]
         failed = [s for s in states if s.status == "failed"]
@@ -127,6 +130,9 @@ class KernelBuilds:
         running sequences will need), which builds ahead but does not mark smaller buckets as passed."""
         if reached:
             self._note(geometry, num_slabs)
+        if table_route():
+            self.request(geometry.table_variants(), PREFETCH)
+            return
         self.request(geometry.variants(slab_bucket(num_slabs)) + geometry.variants(slab_bucket(num_slabs + 1)),
                      PREFETCH)
 
@@ -135,8 +141,9 @@ class KernelBuilds:
             self._largest[geometry] = num_slabs
 
     def _obsolete(self, variant: CudaVariant) -> bool:
-        """A prefetched first pass for a smaller bucket than the pool has already reached."""
-        if variant.kind == "merge":
+        """A prefetched first pass for a smaller bucket than the pool has already reached (never a table-route
+        kernel: they serve every slab count)."""
+        if variant.kind in ("merge", "table") or variant.num_slabs == 0:
             return False
         geometry = KernelGeometry(variant.dtype, variant.head_dim, variant.group, variant.n_kv, variant.block_size,
                                   variant.unroll)

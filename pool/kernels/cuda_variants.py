@@ -21,8 +21,10 @@ from dataclasses import dataclass
 
 from pool.kernels.kernel_build import slab_input_names
 from pool.kernels.paged_decode_cuda import (COMMON_HEADER, MERGE_SOURCE, THREADS, UNPACK, pass1_source)
+from pool.kernels.slab_table import WRITE_BUCKETS
+from pool.kernels.slab_table_cuda import update_params, update_source
 
-PASSES = ("direct", "split", "merge")
+PASSES = ("direct", "split", "merge", "table")
 DTYPES = {"bfloat16": "ssp_bf16", "float16": "ssp_f16"}
 
 # 16-bit storage types and their conversions, without cuda_fp16.h / cuda_bf16.h (see the module docstring).
@@ -59,7 +61,9 @@ __device__ __forceinline__ void ssp_store(ssp_bf16* p, float x) {
 
 @dataclass(frozen=True)
 class CudaVariant:
-    """One compiled kernel. ``num_slabs`` is the bucket (slab inputs); 0 for the merge pass."""
+    """One compiled kernel. ``num_slabs``: the first pass's slab inputs (its bucket), 0 for the table route's first
+    pass and for the merge pass; for ``table`` (the slab-table update, slab_table_cuda.py) the slabs it refreshes
+    per launch (a ``WRITE_BUCKETS`` entry; its source does not depend on the dtype)."""
 
     kind: str            # "direct" | "split" | "merge"
     dtype: str           # "bfloat16" | "float16"
@@ -80,6 +84,8 @@ class CudaVariant:
     def label(self) -> str:
         if self.kind == "merge":
             return f"merge_{self.dtype}_d{self.head_dim}"
+        if self.kind == "table":
+            return f"table_w{self.num_slabs}"
         return (f"{self.kind}_s{self.num_slabs}_{self.dtype}_d{self.head_dim}_g{self.group}_kv{self.n_kv}"
                 f"_b{self.block_size}_u{self.unroll}")
 
@@ -102,8 +108,21 @@ class KernelGeometry:
         return [CudaVariant("direct", **common), CudaVariant("split", **common),
                 CudaVariant("merge", self.dtype, self.head_dim)]
 
+    def table_variants(self) -> list[CudaVariant]:
+        """Every kernel of the table route, whatever the slab count: both first passes reading the slab table, the
+        merge, and the table update for each count of refreshed slabs."""
+        return self.variants(0) + [CudaVariant("table", self.dtype, 0, num_slabs=w) for w in WRITE_BUCKETS]
+
+    def launch_variants(self, num_slabs: int, table: bool) -> list[CudaVariant]:
+        """What a launch over ``num_slabs`` slabs may need on the table route or the per-slab route."""
+        from pool.kernels.plan import slab_bucket
+
+        return self.table_variants() if table else self.variants(slab_bucket(num_slabs))
+
 
 def _body(variant: CudaVariant) -> str:
+    if variant.kind == "table":
+        return update_source(variant.num_slabs, precompiled=True)
     if variant.kind == "merge":
         return MERGE_SOURCE.replace("{num_splits}", "num_splits_arg")
     return pass1_source(variant.num_slabs, variant.kind == "direct")
@@ -111,20 +130,29 @@ def _body(variant: CudaVariant) -> str:
 
 def _params(variant: CudaVariant) -> list[str]:
     t = DTYPES[variant.dtype]
+    if variant.kind == "table":
+        return update_params(variant.num_slabs)
     if variant.kind == "merge":
         return ["const float* part_acc", "const float* part_ml", f"{t}* out", "int num_splits_arg"]
     params = [f"const {t}* queries", "const int* meta"]
-    params += [f"const {t}* {name}" for name in slab_input_names(variant.num_slabs)]
+    if variant.num_slabs:
+        params += [f"const {t}* {name}" for name in slab_input_names(variant.num_slabs)]
+    else:
+        params.append("const unsigned long long* slab_table")
     if variant.kind == "direct":
         return params + [f"{t}* out"]
     return params + ["float* part_acc", "float* part_ml"]
 
 
 def _constants(variant: CudaVariant) -> str:
+    if variant.kind == "table":
+        return ""
     values = [("HEAD_DIM", variant.head_dim)]
     if variant.kind != "merge":
         values += [("GROUP", variant.group), ("N_KV", variant.n_kv), ("BLOCK_SIZE", variant.block_size),
-                   ("UNROLL", variant.unroll), ("NUM_SLABS", variant.num_slabs)]
+                   ("UNROLL", variant.unroll)]
+        if variant.num_slabs:  # the per-slab route; the table route has no slab-count constant
+            values.append(("NUM_SLABS", variant.num_slabs))
     lines = [f"  using T = {DTYPES[variant.dtype]};"] + [f"  constexpr int {k} = {v};" for k, v in values]
     return "\n".join(lines)
 

@@ -39,14 +39,15 @@ class PagedDecodeKernels:
         return getattr(mx.fast, self.factory_name)
 
     def pass1(self, num_slabs: int, direct: bool):
-        """The first-pass kernel for ``num_slabs`` slab inputs; ``direct`` writes the output (one split)."""
+        """The first-pass kernel for ``num_slabs`` slab inputs (0: one ``slab_table`` input instead, the CUDA table
+        route); ``direct`` writes the output (one split)."""
         key = (num_slabs, direct)
         if key not in self._pass1:
             source = self.pass1_source(num_slabs, direct)
             kind = "direct" if direct else "split"
             self._pass1[key] = self._factory()(
                 name=f"ssp_paged_decode_{kind}_s{num_slabs}_{source_tag(self.header, source)}",
-                input_names=["queries", "meta", *slab_input_names(num_slabs)],
+                input_names=["queries", "meta", *(slab_input_names(num_slabs) if num_slabs else ["slab_table"])],
                 output_names=["out"] if direct else ["part_acc", "part_ml"],
                 source=source, header=self.header, ensure_row_contiguous=True)
         return self._pass1[key]

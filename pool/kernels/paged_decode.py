@@ -44,13 +44,62 @@ def kernel_for_backend(backend: str):
     raise KernelUnsupported(f"no fused kernel for backend {backend!r}")
 
 
+# backend -> factory of its table-route kernel (``slab_table_cuda.CudaTableKernel``'s interface: ``name``,
+# ``writer(dtype)``, ``prepare(queries, k_slabs, v_slabs, plan, meta)``). Tests register the CPU emulation's.
+TABLE_KERNELS: dict = {}
+_TABLE_INSTANCES: dict = {}
+
+
+def table_kernel(backend: str):
+    """The table-route kernel of ``backend``, or None when it takes each slab as an input (Metal; CUDA with
+    SLABSCOPE_SLAB_TABLE=0)."""
+    from pool.kernels.slab_table import table_route
+
+    factory = TABLE_KERNELS.get(backend)
+    if factory is None and backend == "cuda" and table_route():
+        from pool.kernels.slab_table_cuda import CudaTableKernel
+
+        factory = CudaTableKernel
+    if factory is None:
+        return None
+    kernel = _TABLE_INSTANCES.get(factory)
+    if kernel is None:
+        kernel = _TABLE_INSTANCES[factory] = factory()
+    return kernel
+
+
+def table_decode(kernel, pool, layer: int, queries, plan: DecodePlan, meta=None, launches: dict | None = None):
+    """The table route: refresh the layer's slab table (``slab_table.SlabTables``, kept in the pool's storage),
+    then launch with the step's prepared launch (made at the first layer, kept in ``launches``). Mutates the
+    table state and ``launches``; reads the pool."""
+    from pool.kernels.slab_table import slab_tables
+
+    keys, values = pool.slabs(layer)
+    launches = {} if launches is None else launches
+    launch = launches.get(kernel.name)
+    if launch is None or launch.plan is not plan or not launch.fits(queries, keys, values):
+        launch = launches[kernel.name] = kernel.prepare(queries, keys, values, plan, meta)
+    storage = pool.storage
+    tables = storage.kernel_state.get(kernel.name)
+    if tables is None:
+        dtype = str(keys[0].dtype).rsplit(".", 1)[-1]
+        tables = slab_tables(storage, kernel.name, lambda: kernel.writer(dtype))
+    return launch(queries, tables.table(storage, layer))
+
+
 def fused_decode(pool, layer: int, seq_ids: Sequence[int], queries, *, scale: float, backend: str,
                  plan: DecodePlan | None = None, meta=None, launches: dict | None = None):
     """Fused paged attention of one new token per sequence, reading the layer's slabs in place. ``plan`` (and
     ``meta``, ``mx.array(plan.meta)``) may come from the caller, built once per step for every layer (a plan
     carries its tuning; without one, the default's).
     ``launches``: the caller's dict for that plan (kept for one step); on CUDA it holds the launch prepared at the
-    plan's first layer (``CudaLaunch``), reused by each later layer (slab count, shapes, dtype: checked)."""
+    plan's first layer (``CudaTableLaunch``, or ``CudaLaunch`` on the per-slab route), reused by each later layer
+    (slab count, shapes, dtype: checked). CUDA reads the slabs through the layer's slab table
+    (pool/kernels/slab_table.py) unless SLABSCOPE_SLAB_TABLE=0."""
+    kernel = table_kernel(backend)
+    if kernel is not None:
+        plan = plan_for_pool(pool, seq_ids, scale=scale) if plan is None else plan
+        return table_decode(kernel, pool, layer, queries, plan, meta, launches)
     keys, values = pool.slabs(layer)
     if plan is None:
         return kernel_for_backend(backend)(queries, keys, values, plan_for_pool(pool, seq_ids, scale=scale))

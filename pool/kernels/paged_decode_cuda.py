@@ -68,8 +68,9 @@ __device__ __forceinline__ void ssp_store(__nv_bfloat16* p, float x) { *p = __fl
 
 HEADER = COMMON_HEADER + MLX_CONVERSIONS + UNPACK
 
-# Pass 1. Template constants: T, HEAD_DIM, GROUP, N_KV, BLOCK_SIZE, UNROLL, NUM_SLABS.
-# {slab_setup} fills the shared pointer tables; {epilogue} writes the output (direct) or the split's partials.
+# Pass 1. Template constants: T, HEAD_DIM, GROUP, N_KV, BLOCK_SIZE, UNROLL (and NUM_SLABS on the per-slab route).
+# {slab_decl}/{slab_setup} declare and fill the slab pointers; {k_base}/{v_base} give slab ``slab``'s K/V base;
+# {epilogue} writes the output (direct) or the split's partials.
 PASS1_SOURCE = r"""
   constexpr int VEC = 8;
   constexpr int LANES = HEAD_DIM / VEC;
@@ -82,8 +83,7 @@ PASS1_SOURCE = r"""
   static_assert(HEAD_DIM % 8 == 0 && 32 % LANES == 0, "head_dim must be 8 * a divisor of 32");
   static_assert(BLOCK_SIZE % STEP == 0, "a warp step must not cross a block");
 
-  __shared__ const T* k_ptrs[NUM_SLABS];
-  __shared__ const T* v_ptrs[NUM_SLABS];
+{slab_decl}
   __shared__ float sm_m[NUM_WARPS][GROUP];
   __shared__ float sm_l[NUM_WARPS][GROUP];
   __shared__ float sm_acc[NUM_WARPS][GROUP][HEAD_DIM];
@@ -135,8 +135,8 @@ PASS1_SOURCE = r"""
       const int slab = row / slab_blocks;
       const long long base =
           (long long)(row - slab * slab_blocks) * ROW_STRIDE + (long long)kvh * HEAD_DIM + part * VEC;
-      const T* kb = k_ptrs[slab] + base;
-      const T* vb = v_ptrs[slab] + base;
+      const T* kb = {k_base} + base;
+      const T* vb = {v_base} + base;
       const int pos0 = blk * BLOCK_SIZE;
       for (int t0 = 0; t0 < BLOCK_SIZE; t0 += STEP) {
         uint4 kr[UNROLL];
@@ -313,14 +313,37 @@ def slab_setup_source(num_slabs: int, threads: int = THREADS) -> str:
     return "  switch (threadIdx.x) {\n" + "\n".join(cases) + "\n    default: break;\n  }"
 
 
+PER_SLAB_DECL = """  __shared__ const T* k_ptrs[NUM_SLABS];
+  __shared__ const T* v_ptrs[NUM_SLABS];"""
+
+# The table route (num_slabs 0): input ``slab_table`` holds slab s's K address at 2 s and V's at 2 s + 1
+# (pool/kernels/slab_table.py); a warp reads its block's two entries once per block (8 bytes each, cached in L1).
+TABLE_K_BASE = "reinterpret_cast<const T*>(slab_table[2 * slab])"
+TABLE_V_BASE = "reinterpret_cast<const T*>(slab_table[2 * slab + 1])"
+
+
 def pass1_source(num_slabs: int, direct: bool) -> str:
-    return (PASS1_SOURCE.replace("{slab_setup}", slab_setup_source(num_slabs))
-            .replace("{epilogue}", DIRECT_EPILOGUE if direct else SPLIT_EPILOGUE))
+    """The first pass's body: ``num_slabs`` slab inputs ``k0..``/``v0..`` copied to shared pointer tables, or with
+    ``num_slabs == 0`` the table route (one ``slab_table`` input, no slab-count constant)."""
+    if num_slabs:
+        parts = {"{slab_decl}": PER_SLAB_DECL, "{slab_setup}": slab_setup_source(num_slabs),
+                 "{k_base}": "k_ptrs[slab]", "{v_base}": "v_ptrs[slab]"}
+    else:
+        parts = {"{slab_decl}": "", "{slab_setup}": "", "{k_base}": TABLE_K_BASE, "{v_base}": TABLE_V_BASE}
+    source = PASS1_SOURCE
+    for placeholder, text in parts.items():
+        source = source.replace(placeholder, text)
+    return source.replace("{epilogue}", DIRECT_EPILOGUE if direct else SPLIT_EPILOGUE)
 
 
 _KERNELS = PagedDecodeKernels("cuda_kernel", HEADER, pass1_source, MERGE_SOURCE.replace("{num_splits}", "part_ml_shape[2]"))
 pass1_kernel = _KERNELS.pass1
 merge_kernel = _KERNELS.merge
+
+
+def table_pass1_kernel(direct: bool):
+    """MLX's cuda_kernel build of the table route's first pass (inputs: queries, meta, slab_table)."""
+    return _KERNELS.pass1(0, direct)
 
 
 def unroll_for(block_size: int, head_dim: int, unroll: int = DEFAULT_TUNING.unroll) -> int:
@@ -335,8 +358,10 @@ def _dtype_name(dtype) -> str:
     return str(dtype).rsplit(".", 1)[-1]
 
 
-def check_inputs(queries, k_slabs: Sequence, v_slabs: Sequence, plan: DecodePlan) -> tuple[int, int, int, int]:
-    """Validate shapes against the plan; return (n_q_heads, n_kv_heads, head_dim, block_size).
+def check_inputs(queries, k_slabs: Sequence, v_slabs: Sequence, plan: DecodePlan,
+                 max_slabs: int = MAX_SLABS) -> tuple[int, int, int, int]:
+    """Validate shapes against the plan; return (n_q_heads, n_kv_heads, head_dim, block_size). ``max_slabs``: the
+    route's slab limit (slab inputs per launch; the table route's is far larger).
     Raises KernelUnsupported naming the first problem."""
     if len(k_slabs) != len(v_slabs) or not k_slabs:
         raise KernelUnsupported(f"need as many V slabs as K slabs (>= 1), got {len(k_slabs)}/{len(v_slabs)}")
@@ -360,7 +385,7 @@ def check_inputs(queries, k_slabs: Sequence, v_slabs: Sequence, plan: DecodePlan
     n_q = queries.shape[1]
     reason = unsupported_reason(dtype=_dtype_name(queries.dtype), head_dim=head_dim, n_q_heads=n_q,
                                 n_kv_heads=n_kv, block_size=block_size, num_slabs=len(k_slabs),
-                                max_slabs=MAX_SLABS, slab_elements=k_slabs[0].size)
+                                max_slabs=max_slabs, slab_elements=k_slabs[0].size)
     if reason:
         raise KernelUnsupported(reason)
     return n_q, n_kv, head_dim, block_size

@@ -234,3 +234,60 @@ def paged_decode_emulated(queries, k_slabs: Sequence, v_slabs: Sequence, plan: D
         l, acc = l[:, 0], acc[:, 0]
     out = np.where((l > 0)[..., None], acc / np.where(l > 0, l, F32(1))[..., None], F32(0))
     return mx.array(out.reshape(launch.batch, n_q, head_dim)).astype(queries.dtype).reshape(queries.shape)
+
+
+# ------------------------------------------------------------------------------------------------ table route
+class EmulatedTable(tuple):
+    """The CPU emulation's slab table: entry s is ``(K, V)`` of slab s *as it was when the entry was written* (a
+    snapshot of the array, the emulation's device address: a later write that the table did not refresh leaves it
+    holding the old contents, as a stale address would), or None (never written: zero on the device)."""
+
+
+class EmulatedTableWriter:
+    """``slab_table.TableWriter`` of the emulation: the same copy-and-overwrite as the CUDA update kernel."""
+
+    def update(self, table, slots, slots_array, keys, values, capacity: int) -> EmulatedTable:
+        import mlx.core as mx
+
+        entries = list(table or ())[:capacity]
+        entries += [None] * (capacity - len(entries))
+        written = dict(zip(np.asarray(slots_array).tolist(), zip(keys, values)))  # what the kernel reads: the array
+        for slab, (k, v) in written.items():
+            entries[slab] = (mx.array(k), mx.array(v))  # mx.array(x) keeps x's current value (a later write to x
+        return EmulatedTable(entries)                   # replaces x's, not this one's)
+
+
+class EmulatedTableLaunch:
+    """The table route's launch, emulated: reads the slabs the table's entries hold (NaN for an entry never
+    written), then computes what the kernel computes (``paged_decode_emulated``)."""
+
+    def __init__(self, queries, k_slabs, v_slabs, plan: DecodePlan, meta=None):
+        _check(queries, k_slabs, v_slabs, plan)
+        self.plan, self.meta, self.num_slabs = plan, meta, len(k_slabs)
+        self.shape, self.dtype = tuple(k_slabs[0].shape), k_slabs[0].dtype
+
+    def fits(self, queries, k_slabs, v_slabs) -> bool:
+        return len(k_slabs) == self.num_slabs and tuple(k_slabs[0].shape) == self.shape
+
+    def __call__(self, queries, table: EmulatedTable):
+        import mlx.core as mx
+
+        if len(table) < self.num_slabs:
+            raise KernelUnsupported(f"slab table of {len(table)} entries for {self.num_slabs} slabs")
+        poison = mx.full(self.shape, float("nan"), dtype=self.dtype)
+        entries = [entry or (poison, poison) for entry in table[:self.num_slabs]]
+        return paged_decode_emulated(queries, [k for k, _ in entries], [v for _, v in entries], self.plan,
+                                     meta=self.meta)
+
+
+class EmulatedTableKernel:
+    """The table route on the CPU (``paged_decode.TABLE_KERNELS``' interface): tests and benchmarks register it
+    for a pretend backend to run the route's refresh rule and indexing without a GPU."""
+
+    name = "emulated-slab-table"
+
+    def writer(self, dtype: str) -> EmulatedTableWriter:
+        return EmulatedTableWriter()
+
+    def prepare(self, queries, k_slabs, v_slabs, plan, meta):
+        return EmulatedTableLaunch(queries, k_slabs, v_slabs, plan, meta)

@@ -94,6 +94,7 @@ def poison_unused(pool, layer: int = 0) -> int:
             mask = mx.array(visible[i])[:, :, None, None]
             tensors[i] = mx.where(mask, slab, mx.array(float("nan"), dtype=slab.dtype))
         mx.eval(tensors)
+    storage.touch(layer, list(range(len(storage.keys[layer]))))  # new buffers: slab tables refresh them
     for mask in visible:
         poisoned += int((~mask).sum())
     return poisoned

@@ -73,6 +73,7 @@ def test_a_prepared_launch_serves_every_layer_it_fits_and_a_layer_that_does_not_
     from pool.kernels.paged_decode import fused_decode
     from pool.kernels.plan import KernelUnsupported, plan_decode
 
+    monkeypatch.setenv("SLABSCOPE_SLAB_TABLE", "0")  # the per-slab route; the table route's launch is tested below
     compile_fn = lambda source, sm: CompileResult(source[-40:].encode(), "cubin", "sm_90", 0.0)  # noqa: E731
     builds = cb.KernelBuilds(90, cache=KernelCache(str(tmp_path)), compiler=compile_fn)
     monkeypatch.setattr(cb, "process_builds", lambda environ=None: builds)
@@ -154,3 +155,103 @@ def test_the_plan_carries_the_tuning_that_picks_the_launched_variant(tmp_path, m
     assert names == [expected[4], expected[8]] and expected[4] != expected[8]
     with pytest.raises(ValueError, match="unroll 3"):
         KernelTuning(unroll=3)
+
+
+def _table_route_recorder(tmp_path, monkeypatch):
+    """The table route's launches recorded: (calls, outputs) with MLX's kernel call replaced (fake binaries)."""
+    import mlx.core as mx
+
+    import pool.kernels.cuda_builds as cb
+    from pool.kernels.kernel_cache import KernelCache
+    from pool.kernels.nvrtc import CompileResult
+
+    monkeypatch.delenv("SLABSCOPE_SLAB_TABLE", raising=False)
+    compile_fn = lambda source, sm: CompileResult(source[-40:].encode(), "cubin", "sm_90", 0.0)  # noqa: E731
+    builds = cb.KernelBuilds(90, cache=KernelCache(str(tmp_path)), compiler=compile_fn)
+    monkeypatch.setattr(cb, "process_builds", lambda environ=None: builds)
+    calls, outputs = [], []
+
+    def recorder(**kwargs):
+        out = [mx.zeros(shape, dtype=dtype) for shape, dtype in zip(kwargs["output_shapes"], kwargs["output_dtypes"])]
+        calls.append(kwargs)
+        outputs.append(out)
+        return out
+
+    monkeypatch.setattr(mx.fast, "precompiled_cuda_kernel", recorder, raising=False)
+    return calls, outputs
+
+
+def _bf16_pool(lengths, slab_blocks):
+    import mlx.core as mx
+
+    from pool import PagedKVPool, PoolConfig
+
+    pool = PagedKVPool(PoolConfig(num_layers=2, block_size=16, slab_blocks=slab_blocks))
+    for seq_id, n in enumerate(lengths):
+        pool.add_sequence(seq_id)
+        pool.prepare_write(seq_id, 0, n)
+        slots = pool.write_slots([seq_id], [0], n)
+        for layer in range(2):
+            kv = mx.ones((1, n, 2, 64), dtype=mx.bfloat16)
+            pool.write(layer, slots, kv, kv)
+    return pool
+
+
+@pytest.mark.parametrize("slab_blocks", [4, 1])
+def test_table_route_launch_takes_three_inputs_and_orders_after_the_writes(tmp_path, monkeypatch, slab_blocks):
+    """The table route (default on CUDA): the decode launch's inputs are queries, meta and the layer's table at any
+    slab count (one kernel name); the table update takes the previous table and the refreshed slabs as inputs
+    (what orders it after their writes), and its output is the decode launch's table."""
+    import mlx.core as mx
+
+    from pool.kernels.paged_decode import fused_decode, plan_for_pool
+    from pool.kernels.slab_table import table_capacity, write_bucket
+
+    calls, outputs = _table_route_recorder(tmp_path, monkeypatch)
+    lengths = [40, 70]
+    pool = _bf16_pool(lengths, slab_blocks)
+    count = pool.num_slabs()
+    queries = mx.zeros((2, 4, 1, 64), dtype=mx.bfloat16)
+    plan, launches = plan_for_pool(pool, [0, 1], scale=0.125), {}
+    for layer in (0, 1):
+        fused_decode(pool, layer, [0, 1], queries, scale=0.125, backend="cuda", plan=plan, launches=launches)
+    updates = [c for c in calls if c["name"].startswith("ssp_pd_table_w")]
+    decodes = [c for c in calls if c["name"].startswith("ssp_pd_direct_s0_")]
+    assert len(decodes) == 2 and all(len(c["inputs"]) == 3 for c in decodes)
+    assert -(-count // 64) * 2 == len(updates)  # every slab once per layer, groups of at most 64
+    first = updates[0]
+    width = write_bucket(min(count, 64))
+    assert first["name"].startswith(f"ssp_pd_table_w{width}_") and len(first["inputs"]) == 2 + 2 * width
+    assert first["scalars"] == [0, 2 * table_capacity(count)] and first["output_shapes"] == [(2 * table_capacity(count),)]
+    assert first["output_dtypes"] == [mx.uint64]
+    assert first["inputs"][1].tolist()[:min(count, 64)] == list(range(min(count, 64)))
+    keys, values = pool.slabs(0)
+    assert [id(a) for a in first["inputs"][2:2 + min(count, 64)]] == [id(k) for k in keys[:64]]
+    # the layer's decode launch reads the last update's output
+    first_decode = next(i for i, c in enumerate(calls) if c["name"].startswith("ssp_pd_direct_s0_"))
+    assert calls[first_decode - 1]["name"].startswith("ssp_pd_table_w")
+    assert decodes[0]["inputs"][2] is outputs[first_decode - 1][0]
+    layer0_table = decodes[0]["inputs"][2]
+    # a decode step: each sequence's tail slab written, then refreshed from the previous table
+    calls.clear(), outputs.clear()
+    for seq_id, n in enumerate(lengths):
+        pool.prepare_write(seq_id, n, 1)
+    slots = pool.write_slots([0, 1], lengths, 1)
+    kv = mx.ones((2, 1, 2, 64), dtype=mx.bfloat16)
+    previous = launches  # the step's launches dict is new per step in the live path
+    plan2, launches = plan_for_pool(pool, [0, 1], scale=0.125), {}
+    for layer in (0, 1):
+        pool.write(layer, slots, kv, kv)
+        fused_decode(pool, layer, [0, 1], queries, scale=0.125, backend="cuda", plan=plan2, launches=launches)
+    names = [c["name"].split("_")[2] for c in calls]
+    assert names == ["table", "direct", "table", "direct"] and previous is not launches
+    tails = sorted({pool.book.table(s).rows[n // 16] // slab_blocks for s, n in enumerate(lengths)})
+    update, decode = calls[0], calls[1]
+    assert update["inputs"][1].tolist() == tails + [tails[0]] * (write_bucket(len(tails)) - len(tails))
+    keys, values = pool.slabs(0)
+    assert [id(a) for a in update["inputs"][2:]] == [id(x) for x in
+                                                     [keys[t] for t in update["inputs"][1].tolist()]
+                                                     + [values[t] for t in update["inputs"][1].tolist()]]
+    assert decode["inputs"][2] is outputs[0][0] and len(decode["inputs"]) == 3
+    assert update["inputs"][0] is layer0_table  # copy the previous table, overwrite the written entries
+    assert update["scalars"] == [2 * table_capacity(count)] * 2

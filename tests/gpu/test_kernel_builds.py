@@ -113,6 +113,8 @@ def _wait(builds, n, timeout=30.0):
 def test_pending_until_built_then_ready_and_next_bucket_queued(tmp_path, monkeypatch):
     import pool.kernels.cuda_builds as cuda_builds
 
+    monkeypatch.setenv("SLABSCOPE_SLAB_TABLE", "0")  # the per-slab route: variants per slab-count bucket
+
     # one build thread: with one per core, a second thread may take `split` before the assert below (a race that
     # failed this test under load on the 2-core machine)
     monkeypatch.setattr(cuda_builds.os, "cpu_count", lambda: 1)
@@ -132,7 +134,8 @@ def test_pending_until_built_then_ready_and_next_bucket_queued(tmp_path, monkeyp
     assert stats["compiled"] >= 3 and stats["from_disk"] == 0 and stats["failed"] == 0
 
 
-def test_prefetch_builds_ahead_and_the_disk_cache_serves_the_next_process(tmp_path):
+def test_prefetch_builds_ahead_and_the_disk_cache_serves_the_next_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLABSCOPE_SLAB_TABLE", "0")  # the per-slab route (this process and the next)
     builds = KernelBuilds(90, cache=KernelCache(str(tmp_path)), nvrtc=_nvrtc())
     builds.prefetch(GEOMETRY, 9)  # buckets 10 (9 slabs) and 10 (9 + 1): one bucket, three variants
     for variant in GEOMETRY.variants(10):
@@ -178,7 +181,7 @@ def test_fallback_to_mlx_jit_is_stated():
 
 def test_warmup_command_fills_the_cache_for_a_geometry(tmp_path):
     _nvrtc()
-    env = dict(os.environ, SLABSCOPE_KERNEL_CACHE=str(tmp_path))
+    env = dict(os.environ, SLABSCOPE_KERNEL_CACHE=str(tmp_path), SLABSCOPE_SLAB_TABLE="0")  # the per-slab route
     argv = [sys.executable, "-m", "app", "warmup", "--sm", "90", "--dtype", "bfloat16", "--head-dim", "128",
             "--q-heads", "16", "--kv-heads", "8", "--max-slabs", "9", "--json"]
     first = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
@@ -192,7 +195,23 @@ def test_warmup_command_fills_the_cache_for_a_geometry(tmp_path):
     assert again["compiled"] == 0 and again["from_disk"] == 11
 
 
-def test_prefetch_builds_larger_buckets_first_and_drops_the_ones_the_pool_passed(tmp_path):
+def test_warmup_builds_the_table_route_once_for_any_slab_count(tmp_path):
+    _nvrtc()
+    import json
+
+    env = dict(os.environ, SLABSCOPE_KERNEL_CACHE=str(tmp_path))
+    env.pop("SLABSCOPE_SLAB_TABLE", None)
+    argv = [sys.executable, "-m", "app", "warmup", "--sm", "90", "--dtype", "bfloat16", "--head-dim", "128",
+            "--q-heads", "16", "--kv-heads", "8", "--max-slabs", "400", "--json"]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["route"] == "slab table" and report["buckets"] == []
+    assert report["variants"] == report["compiled"] == 3 + 7 and report["failed"] == 0  # 7 table-update widths
+
+
+def test_prefetch_builds_larger_buckets_first_and_drops_the_ones_the_pool_passed(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLABSCOPE_SLAB_TABLE", "0")  # the per-slab route: variants per slab-count bucket
     compiler = GatedCompiler()
     builds = KernelBuilds(90, cache=KernelCache(str(tmp_path)), compiler=compiler)
     builds._workers = 1  # one build thread: the order is observable
@@ -217,6 +236,25 @@ def test_prefetch_builds_larger_buckets_first_and_drops_the_ones_the_pool_passed
     for passed in (GEOMETRY.variants(1)[0], GEOMETRY.variants(2)[1]):
         assert builds.status(passed) == "queued" or passed.num_slabs == buckets[0]  # dropped, not built
     assert builds.pending_reason(GEOMETRY, 1) == "kernel for 1 slab compiling"  # asked for: built on demand
+
+
+def test_table_route_needs_one_set_of_variants_at_every_slab_count(tmp_path, monkeypatch):
+    """The table route (default): readiness asks for the same kernels at 1, 33 and 4,000 slabs (both first passes
+    without a slab-count constant, the merge, one table update per write bucket), and all of them compile."""
+    monkeypatch.delenv("SLABSCOPE_SLAB_TABLE", raising=False)
+    builds = KernelBuilds(90, cache=KernelCache(str(tmp_path)), nvrtc=_nvrtc())
+    assert builds.pending_reason(GEOMETRY, 33) in (None, "kernel for 33 slabs compiling")
+    variants = GEOMETRY.table_variants()
+    for variant in variants:
+        builds.binary(variant)
+    for count in (1, 33, 4000):
+        assert builds.pending_reason(GEOMETRY, count) is None
+    assert GEOMETRY.launch_variants(1, True) == GEOMETRY.launch_variants(4000, True) == variants
+    assert {v.kind for v in variants} == {"direct", "split", "merge", "table"}
+    assert all(v.num_slabs == 0 for v in variants if v.kind in ("direct", "split"))
+    direct = source(variants[0])[1]
+    assert "NUM_SLABS" not in direct and "const unsigned long long* slab_table" in direct and " k0" not in direct
+    assert builds.stats()["variants_ready"] == len(variants)
 
 
 @pytest.mark.parametrize("kind", ["direct", "split", "merge"])

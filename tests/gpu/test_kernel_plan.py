@@ -345,3 +345,17 @@ def test_kernel_algorithm_ignores_poisoned_invisible_positions():
     out = emulate(np.array(queries, dtype=np.float64)[:, :, 0], k, v, plan)
     assert np.isfinite(ref).all() and np.isfinite(out).all()
     assert np.abs(out - ref).max() < 1e-5
+
+
+def test_bench_decode_table_shows_both_bandwidths_and_the_route():
+    import io
+
+    from app.commands.bench_decode import print_table
+
+    row = {"batch": 16, "context": 16384, "slabs": 260, "gather_us": 5000.0, "fused_us": 700.0, "sdpa_us": 350.0,
+           "gbps_fused": 1530.0, "gbps_sdpa": 3060.0, "route": "slab table"}
+    out = io.StringIO()
+    print_table([row], out)
+    header, line = out.getvalue().splitlines()
+    assert header.split()[-3:] == ["GB/s", "sdpa", "route"]
+    assert line.split()[-4:] == ["1530", "3060", "slab", "table"] and " 2.00 " in line

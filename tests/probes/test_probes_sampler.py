@@ -193,8 +193,8 @@ def _known_sampler(monkeypatch, discrete: bool, weight_bytes: int = 1000):
     sampler._rss = lambda: readings.rss
     sampler._peak_memory = lambda: readings.peak
     sampler.discrete = discrete
-    clock = iter([10.0, 10.00001234, 20.0, 20.0000456])  # perf_counter at the start and end of each sample
-    monkeypatch.setattr(sampler_module.time, "perf_counter", lambda: next(clock))
+    clock = iter([10.0, 10.00001234, 20.0, 20.0000456])  # thread_time (CPU) at the start and end of each sample
+    monkeypatch.setattr(sampler_module.time, "thread_time", lambda: next(clock))
     monkeypatch.setattr(sampler_module.time, "monotonic", lambda: 77.5)
     return sampler, readings
 
@@ -273,3 +273,24 @@ def test_stop_records_the_pool_state_at_stop_as_a_final_keyframe(tmp_path):
     final, last_op = session.keyframes[-1], session.all_ops()[-1]
     assert final.t == session.snapshots[-1].t >= last_op.t and last_op.op == Release(seq=1)
     assert final.load().snapshot == pool.snapshot() and session.snapshots[-1].snapshot.stats == pool.stats()
+
+
+def test_a_samples_cost_is_its_threads_cpu_time_not_its_wait_for_the_gil(monkeypatch):
+    """The RSS read releases the GIL; getting it back waits for the workload thread (up to the 5 ms switch
+    interval while a decode step builds its graph). That wait is the workload running, not the probe's cost:
+    cost_us counts the sampling thread's CPU time (clocks faked: 4 us of CPU, 900 us of wall per sample)."""
+    import probes.sampler as sampler_module
+
+    clocks = {"cpu": 0.0, "wall": 0.0}
+
+    def rss_read_waiting_for_the_gil():
+        clocks["cpu"] += 4e-6
+        clocks["wall"] += 900e-6
+        return 4096
+
+    monkeypatch.setattr(sampler_module.time, "thread_time", lambda: clocks["cpu"])
+    monkeypatch.setattr(sampler_module.time, "perf_counter", lambda: clocks["wall"])
+    sampler = MemorySampler(weight_bytes=0)
+    sampler._rss = rss_read_waiting_for_the_gil
+    sample = sampler.sample(0, 0)
+    assert sample.cost_us == 4.0 and sampler.total_cost_s == pytest.approx(4e-6)

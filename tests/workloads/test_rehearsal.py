@@ -206,6 +206,7 @@ def test_the_rehearsal_measures_its_own_peak_and_keeps_the_process_peak_since_st
 
 SMALL = {"burst_then_idle": {"burst_prompt": 96, "burst_gen_max": 6, "tail_n": 3},
          "churn": {"n": 5, "prompt_max": 96, "gen_min": 2, "gen_max": 6},
+         "ragged_long": {"n": 3, "concurrency": 3, "prompt_min": 32, "prompt_max": 120, "gen_min": 3, "gen_max": 3},
          "distinct_burst": {"n": 3, "prompt_tokens": 200, "gen_tokens": 5},
          "multiturn": {"turns": 2, "user_tokens": 40, "gen_tokens": 5},
          "seqshare": {"prefix_tokens": 128, "n": 3, "gen_tokens": 5},

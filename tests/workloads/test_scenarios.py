@@ -10,7 +10,7 @@ from probes.events import PhaseEdge
 
 from .helpers import run_backend
 
-EXPECTED = {"idle", "distinct_burst", "shared_prefix_burst", "seqshare", "multiturn", "churn", "burst_then_idle"}
+EXPECTED = {"idle", "distinct_burst", "shared_prefix_burst", "seqshare", "multiturn", "churn", "burst_then_idle", "ragged_long"}
 
 # per scenario: overrides that keep it to a fraction of a second on a tiny model
 SHRINK = {
@@ -20,6 +20,7 @@ SHRINK = {
     "seqshare": {"prefix_tokens": 96, "n": 3, "suffix_tokens": 10, "gen_tokens": 3},
     "multiturn": {"turns": 3, "user_tokens": 20, "gen_tokens": 6},
     "churn": {"n": 6, "prompt_max": 80, "gen_max": 10},
+    "ragged_long": {"n": 4, "concurrency": 4, "prompt_min": 16, "prompt_max": 90, "gen_min": 4, "gen_max": 4},
     "burst_then_idle": {"burst_n": 3, "burst_prompt": 64, "burst_gen_max": 12, "tail_n": 6, "tail_prompt_max": 24,
                         "tail_gen_max": 6},
 }

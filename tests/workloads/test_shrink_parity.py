@@ -15,6 +15,7 @@ from .helpers import assert_same_logits, run_backend
 # CPU-test sizes of each shipped scenario (a scenario not listed runs with its own defaults)
 SMALL = {
     "churn": {"n": 6, "prompt_min": 8, "prompt_max": 96, "gen_min": 2, "gen_max": 12},
+    "ragged_long": {"n": 4, "concurrency": 4, "prompt_min": 16, "prompt_max": 96, "gen_min": 4, "gen_max": 4},
     "distinct_burst": {"n": 3, "prompt_tokens": 64, "gen_tokens": 6},
     "idle": {"seconds": 0.2},
     "multiturn": {"turns": 3, "user_tokens": 24, "gen_tokens": 6},

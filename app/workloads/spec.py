@@ -47,6 +47,9 @@ class RunSpec:
     shrink: str = "off"  # pool shrink policy: off | release | compact (pool/shrink_types.py; pool backends only)
     shrink_budget: int | None = None  # bytes a shrink point may move (all layers); None: the pool's default
     open_blocks: str = "auto"  # pool rows of open blocks: low | high (pool/config.py) | auto (``pool_open_blocks``)
+    # meter the bytes reads copy out of the slabs with MLX's allocator (pool/gather_meter.py: a device wait per read,
+    # so timing benchmarks leave it off and report the shape-derived figure); pool backends only
+    measure_gathers: bool = False
 
     def __post_init__(self):
         if self.backend not in BACKENDS:

@@ -11,7 +11,7 @@ Reasons, checked in a fixed order, first match wins:
 4. the history lies in more than ``MAX_PIECES`` pieces (runs of consecutive rows in one slab): the route's graph
    grows by ~12 MLX operations per piece, so a fragmented table costs more host time than one gather -> gather.
 Otherwise paged: "first chunk: own K/V only" when there is no history (nothing read from the slabs at all), else
-"paged prefill (N pieces)". The attention call itself may still fall back (a sliding-window mask or attention
+"history read in place". The attention call itself may still fall back (a sliding-window mask or attention
 sinks: ``app/workloads/prefill_attention.py``), counted under its own reason.
 """
 
@@ -26,6 +26,7 @@ from pool.fused_decision import FusedDecision
 ENV_VAR = "SLABSCOPE_PAGED_PREFILL"
 MAX_PIECES = 64  # ~12 ops a piece: beyond this a fragmented history costs more graph than one gather copies
 REASON_FIRST_CHUNK = "first chunk: own K/V only"
+REASON_PAGED = "history read in place"  # one reason whatever the piece count (events carry the count)
 REASON_NOT_ROUTABLE = "model module does not call scaled_dot_product_attention by name"
 
 
@@ -42,7 +43,7 @@ def decide_prefill(*, pieces: int, batch_size: int, routable: bool, environ: dic
         return FusedDecision(False, f"history in {pieces} pieces, above {MAX_PIECES}")
     if pieces == 0:
         return FusedDecision(True, REASON_FIRST_CHUNK)
-    return FusedDecision(True, f"paged prefill ({pieces} piece{'s' if pieces != 1 else ''})")
+    return FusedDecision(True, REASON_PAGED)
 
 
 @dataclass

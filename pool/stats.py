@@ -70,15 +70,16 @@ class PoolCounters(msgspec.Struct, frozen=True):
     bytes_moved: int = 0
     bytes_moved_model: int = 0
     # K/V bytes copied out of the slabs to read them, by phase (pool/gather_meter.py): measured from MLX's
-    # allocator when the pool meters reads (None: not metered, or a recording made before they existed), and the
-    # shape-derived figure beside them (bytes of the K/V the reads returned; always kept)
+    # allocator when the pool meters reads (None: not metered), and the shape-derived figure beside them (bytes of
+    # the K/V the reads returned; a live pool always keeps it). Prefill attention route decisions
+    # (pool/prefill_decision.py), counted per layer like the decode's. All None in a recording made before they
+    # existed (and in a what-if: not replayed)
     prefill_bytes_gathered: int | None = None
     decode_bytes_gathered: int | None = None
-    prefill_bytes_gathered_model: int = 0
-    decode_bytes_gathered_model: int = 0
-    # prefill attention route decisions (pool/prefill_decision.py), counted per layer like the decode's
-    prefill_paged_decisions: int = 0
-    prefill_gather_decisions: int = 0
+    prefill_bytes_gathered_model: int | None = None
+    decode_bytes_gathered_model: int | None = None
+    prefill_paged_decisions: int | None = None
+    prefill_gather_decisions: int | None = None
 
     def to_dict(self) -> dict:
         return msgspec.structs.asdict(self)

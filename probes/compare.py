@@ -3,8 +3,9 @@
 For every session and every phase (plus a whole-run row "all"): max(active+cache) ("max in window" of the
 phase), max RSS, footprint ratio to the baseline session's same phase, throughput (tokens of the phase's step
 events / phase wall time) and its ratio, slab count (max over layers and snapshots), fragmentation (max), gather
-runs (mean and max, from the pool's run histograms over the phase) and the fused-decode decline rate (gather
-decisions / all decisions in the phase). Pool figures are None for sessions without a pool (dense).
+runs (mean and max, from the pool's run histograms over the phase), the fused-decode decline rate (gather
+decisions / all decisions in the phase), K/V bytes gathered by prefill and decode reads (measured, else the model
+in parentheses) and the share of prefill decisions that read the history in place. Pool figures are None for sessions without a pool (dense).
 """
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ class PhaseRow:
     mean_runs: float | None
     max_runs: int | None
     decline_rate: float | None
+    # K/V bytes reads copied out of the pool in the phase (pool/gather_meter.py): measured from MLX's allocator
+    # (None: the session did not meter, or has no pool) beside the shape-derived model; prefill route share
+    prefill_bytes_gathered: int | None = None
+    prefill_bytes_gathered_model: int | None = None
+    decode_bytes_gathered: int | None = None
+    decode_bytes_gathered_model: int | None = None
+    prefill_paged_rate: float | None = None
 
 
 def _label(view, index: int) -> str:
@@ -79,6 +87,26 @@ def _counter_delta(view, t0: float, t1: float, key: str) -> int:
     return value(end) - (value(start) if start is not end else 0)
 
 
+def _optional_delta(view, t0: float, t1: float, key: str) -> int | None:
+    """``_counter_delta`` of a counter that may be unrecorded (None at the phase end: None; None at its start: 0)."""
+    end, start = view.summary_at(t1), view.summary_at(t0)
+    last = getattr(end.snapshot.counters, key) if end is not None else None
+    if last is None:
+        return None
+    first = getattr(start.snapshot.counters, key) if start is not None and start is not end else None
+    return last - (first or 0)
+
+
+def _gathered_figures(view, t0: float, t1: float) -> dict:
+    """Bytes gathered per phase (measured and model) and the share of prefill decisions that read in place."""
+    paged = _optional_delta(view, t0, t1, "prefill_paged_decisions") or 0
+    gathered = _optional_delta(view, t0, t1, "prefill_gather_decisions") or 0
+    figures = {key: _optional_delta(view, t0, t1, key) for key in (
+        "prefill_bytes_gathered", "prefill_bytes_gathered_model", "decode_bytes_gathered",
+        "decode_bytes_gathered_model")}
+    return {**figures, "prefill_paged_rate": paged / (paged + gathered) if paged + gathered else None}
+
+
 def _pool_figures(view, t0: float, t1: float) -> dict:
     if not view.snapshots:
         return {"max_slabs": None, "max_fragmentation": None, "mean_runs": None, "max_runs": None,
@@ -97,6 +125,7 @@ def _pool_figures(view, t0: float, t1: float) -> dict:
         "mean_runs": mean_runs(hist),
         "max_runs": max(hist, default=None),
         "decline_rate": declined / (fused + declined) if fused + declined else None,
+        **_gathered_figures(view, t0, t1),
     }
 
 
@@ -175,7 +204,15 @@ def _fmt(value, spec: str) -> str:
 
 
 COLUMNS = ("session", "phase", "max(act+cache) MiB", "RSS MiB", "x base", "tok/s", "x base", "slabs", "frag",
-           "runs mean/max", "decline")
+           "runs mean/max", "decline", "prefill gathered MiB", "decode gathered MiB", "prefill paged")
+# a gathered figure in parentheses is the shape-derived model: the session did not meter reads (pool/gather_meter.py)
+GATHERED_NOTE = "gathered MiB: measured from MLX's allocator; (in parentheses): shape-derived, reads not metered"
+
+
+def _fmt_gathered(measured: int | None, model: int | None) -> str:
+    if measured is not None:
+        return _fmt_bytes(measured)
+    return "-" if model is None else f"({_fmt_bytes(model)})"
 
 
 def format_table(rows: list[PhaseRow]) -> str:
@@ -185,12 +222,15 @@ def format_table(rows: list[PhaseRow]) -> str:
         runs = "-" if r.mean_runs is None else f"{r.mean_runs:.2f}/{r.max_runs}"
         body.append((r.session, r.phase, _fmt_bytes(r.footprint_max), _fmt_bytes(r.rss_max),
                      _fmt(r.footprint_ratio, ".2f"), _fmt(r.tokens_per_s, ",.1f"), _fmt(r.throughput_ratio, ".2f"),
-                     _fmt(r.max_slabs, "d"), _fmt(r.max_fragmentation, ".2f"), runs, _fmt(r.decline_rate, ".2f")))
+                     _fmt(r.max_slabs, "d"), _fmt(r.max_fragmentation, ".2f"), runs, _fmt(r.decline_rate, ".2f"),
+                     _fmt_gathered(r.prefill_bytes_gathered, r.prefill_bytes_gathered_model),
+                     _fmt_gathered(r.decode_bytes_gathered, r.decode_bytes_gathered_model),
+                     _fmt(r.prefill_paged_rate, ".2f")))
     widths = [max(len(str(x)) for x in col) for col in zip(COLUMNS, *body)]
     lines = ["  ".join(str(c).rjust(w) if i > 1 else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
              for row in (COLUMNS, *body)]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return "\n".join(lines + [GATHERED_NOTE])
 
 
 def rows_to_json(rows: list[PhaseRow]) -> list[dict]:

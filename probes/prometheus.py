@@ -10,7 +10,10 @@ Metrics (``slabscope_`` prefix, label ``backend``):
 * gauges from the latest memory sample: ``footprint_bytes`` (MLX active + cache), ``mlx_active_bytes``,
   ``mlx_cache_bytes``, ``rss_bytes``, ``pool_live_bytes``, ``pool_reserved_bytes``, ``pool_slabs``;
 * from the latest pool snapshot: ``pool_fragmentation`` (the largest over layers; 0 nothing free or all in one
-  run), ``pool_free_rows``;
+  run), ``pool_free_rows``, ``bytes_gathered`` (labels ``phase`` prefill|decode and ``figure`` measured|model: K/V
+  bytes reads copied out of the pool since the run began, measured from MLX's allocator when the run meters reads,
+  and the shape-derived model; pool/gather_meter.py);
+* ``prefill_route_changes_total`` (counter, labels ``route`` paged|gather and ``reason``): prefill route changes;
 * ``gather_runs`` (histogram): same-slab runs per sequence per decode step (layer 0, what a gather reads);
 * ``attention_decisions_total`` (counter, labels ``outcome`` fused|gather and ``reason``): one per layer per
   decode step, the decision in force (``FusedChange`` events carry changes only; each ``GatherRuns`` event closes a
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from probes.events import Done, FusedChange, GatherRuns, MetaUpdate, Sample, SnapshotTaken, Step
+from probes.events import Done, FusedChange, GatherRuns, MetaUpdate, PrefillRouteChange, Sample, SnapshotTaken, Step
 
 RATE_WINDOW_S = 5.0
 RUN_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)
@@ -51,6 +54,11 @@ class RunMetrics:
         self.sample_gauges = {name: (column, gauge(name, doc)) for name, column, doc in SAMPLE_GAUGES}
         self.fragmentation = gauge("pool_fragmentation", "largest fragmentation index over layers (latest snapshot)")
         self.free_rows = gauge("pool_free_rows", "free rows in layer 0 (latest snapshot)")
+        self.gathered = gauge("bytes_gathered", "K/V bytes reads copied out of the pool since the run began "
+                              "(figure: measured from MLX's allocator, or the shape-derived model)",
+                              ("backend", "phase", "figure"))
+        self.prefill_routes = Counter("slabscope_prefill_route_changes", "prefill attention route changes",
+                                      ["backend", "route", "reason"], registry=registry)
         self.gather_runs = Histogram("slabscope_gather_runs", "same-slab runs per sequence per decode step "
                                      "(layer 0)", ["backend"], buckets=RUN_BUCKETS, registry=registry)
         self.decisions = Counter("slabscope_attention_decisions", "fused paged-decode decisions, one per layer per "
@@ -72,6 +80,9 @@ class RunMetrics:
                 layers = snap.layers
                 self.fragmentation.labels(backend).set(max((layer.fragmentation for layer in layers), default=0.0))
                 self.free_rows.labels(backend).set(layers[0].free_rows if layers else 0)
+                self._gathered(snap.counters, backend)
+            case PrefillRouteChange(use_paged=use, reason=reason):
+                self.prefill_routes.labels(backend, "paged" if use else "gather", reason).inc()
             case Step():
                 self._step(event, backend)
             case FusedChange(layer=layer, use_fused=use, reason=reason):
@@ -91,6 +102,15 @@ class RunMetrics:
             value = sample.pool_live + sample.pool_free if column is None else getattr(sample, column)
             if value is not None:
                 gauge.labels(backend).set(value)
+
+    def _gathered(self, counters, backend: str) -> None:
+        """The snapshot's gathered bytes per phase: measured (only when metered) and model."""
+        for phase in ("prefill", "decode"):
+            measured = getattr(counters, f"{phase}_bytes_gathered", None)
+            model = getattr(counters, f"{phase}_bytes_gathered_model", None)
+            for figure, value in (("measured", measured), ("model", model)):
+                if value is not None:  # None: not metered / not recorded
+                    self.gathered.labels(backend, phase, figure).set(value)
 
     def _step(self, step: Step, backend: str) -> None:
         self.tokens.labels(backend, step.type).inc(step.num_tokens)

@@ -317,6 +317,6 @@ def prefill_line(counters: dict, prefill: dict) -> str:
     reasons = "; ".join(f"{reason} x{n}" for reason, n in prefill["reasons"].items()) or "no prefill chunk"
     return (f"prefill attention: {prefill['paged']} paged / {prefill['gather']} gather layer-decisions: {reasons}; "
             f"bytes gathered: prefill {_mib(counters.get('prefill_bytes_gathered'))} "
-            f"({counters.get('prefill_bytes_gathered_model', 0) / MIB:.1f} MiB model), decode "
+            f"({(counters.get('prefill_bytes_gathered_model') or 0) / MIB:.1f} MiB model), decode "
             f"{_mib(counters.get('decode_bytes_gathered'))} "
-            f"({counters.get('decode_bytes_gathered_model', 0) / MIB:.1f} MiB model)")
+            f"({(counters.get('decode_bytes_gathered_model') or 0) / MIB:.1f} MiB model)")

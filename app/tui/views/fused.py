@@ -14,7 +14,7 @@ from app.tui.widgets.lane import Lane
 from app.tui.widgets.glossary_link import glossary_link
 from app.tui.widgets.palette import NEUTRAL_STYLE, OK_STYLE
 from pool import PoolCounters, PoolSnapshot
-from probes.events import FusedChange
+from probes.events import FusedChange, PrefillRouteChange
 from probes.store import SessionModel
 
 
@@ -49,6 +49,23 @@ def decision_lanes(model: SessionModel, cursor: float | None) -> dict[str, list[
         if any(flags):
             accepts.append((record.t, "✓", OK_STYLE))
     return {"declines": declines, "fused": accepts}
+
+
+def prefill_line(model: SessionModel, counters: PoolCounters, cursor: float | None) -> Text | None:
+    """"prefill: paged N / gather M chunk-layers, now: <route> (<reason>)" from the snapshot's counters and the
+    latest ``prefill_route`` event up to the cursor; None for a run that recorded no prefill route (older
+    recordings, dense)."""
+    paged, gathered = counters.prefill_paged_decisions, counters.prefill_gather_decisions
+    changes = [e for e in model.events_of(PrefillRouteChange) if cursor is None or e.t <= cursor]
+    if paged is None and not changes:
+        return None
+    text = Text("\nprefill attention: ", style="bold")
+    text.append(f"paged {paged or 0} / gather {gathered or 0} chunk-layer decisions", style="dim")
+    if changes:
+        last = changes[-1]
+        text.append(f"  now: {'paged' if last.use_paged else 'gather'} ({last.reason})",
+                    style=OK_STYLE if last.use_paged else NEUTRAL_STYLE)
+    return text
 
 
 class FusedView(Vertical):
@@ -91,6 +108,9 @@ class FusedView(Vertical):
             top = max(reasons, key=reasons.get)
             text.append(f"gather now, mostly: {top}  ", style=NEUTRAL_STYLE)
         text.append_text(glossary_link("fused"))
+        prefill = prefill_line(track, counters, frame.cursor_in(track))
+        if prefill is not None:
+            text.append_text(prefill)
         summary.update(text)
         cursor = frame.cursor_in(track)  # the lane is in the session's own seconds
         self.query_one(Lane).show(track.duration or 1.0, decision_lanes(track, cursor), cursor)

@@ -2,9 +2,13 @@
 the slabs, plus the chunk's own K/V under the causal mask, merged with a log-sum-exp (online-softmax) merge.
 
 Inputs: ``queries`` [1, Hq, L, D] (the chunk's, RoPE applied), ``keys``/``values`` [1, Hkv, L, D] (the chunk's own
-K/V, as the model produced them) and the history as slab views (``piece_views``): one ``[Hkv, T_i, D]`` view per
-piece of consecutive rows of one slab (``pool/prefill_pieces.py``). A view is a slice, a reshape and a transpose
-of a slab tensor: MLX reads it where it lies (no gather, no copy: the matmul takes the strides).
+K/V, as the model produced them) and the history per piece of consecutive rows of one slab
+(``pool/prefill_pieces.py``): ``piece_views`` are a slice, a reshape and a transpose of a slab tensor (no copy),
+and ``matmul_ready`` turns them into what MLX's matmul can read: with more than one KV head that is a copy of the
+piece (MLX's matmul needs packed rows; the pool interleaves heads per token), so the route copies each piece once
+per chunk, transiently, instead of joining the whole history into one tensor (and trimming it: a second copy) as
+the gather route does. Reading the slabs without any copy needs packed per-head rows: a head-major slab layout
+([rows, Hkv, block, D], one batched matmul over heads and rows) or a kernel (docs/prefill.md).
 
 Per piece i, with ``q = queries * scale`` grouped as [Hkv, G*L, D] (G = Hq / Hkv: grouped-query heads share their
 KV head without repeating it): ``s_i = q @ K_i^T`` (float32), ``m_i = max(s_i)``, ``p_i = exp(s_i - m_i)``,
@@ -25,7 +29,8 @@ from pool.prefill_pieces import Piece
 
 
 def piece_views(key_slabs: list, value_slabs: list, pieces: list[Piece], block_size: int) -> list[tuple]:
-    """(K, V) views ``[Hkv, T, D]`` of every piece (slab slices: no copy)."""
+    """(K, V) views ``[Hkv, T, D]`` of every piece (slab slices: no copy). Not yet what a matmul reads in place:
+    see :func:`matmul_ready`."""
     views = []
     for piece in pieces:
         pair = []
@@ -38,6 +43,15 @@ def piece_views(key_slabs: list, value_slabs: list, pieces: list[Piece], block_s
             pair.append(flat.transpose(1, 0, 2))
         views.append(tuple(pair))
     return views
+
+
+def matmul_ready(view: mx.array) -> mx.array:
+    """``view`` as MLX's matmul reads it. MLX's matmul (CPU and CUDA: ``check_transpose`` in both backends) takes
+    a matrix in place only when its rows are packed (row stride == row length); the pool stores a token's heads
+    side by side ([rows, block, Hkv, D]), so one head's [T, D] rows are Hkv x D apart and the matmul would copy
+    the piece itself, unseen. Copying it here makes that copy explicit, so the gather meter measures it. With
+    one KV head the rows are packed: the view is returned as it is (no copy)."""
+    return view if view.shape[0] == 1 else mx.contiguous(view)
 
 
 def causal_mask(length: int) -> mx.array:

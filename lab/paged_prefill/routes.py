@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 
 ROUTES = (("slab paged", "slab", "1"), ("slab gather", "slab", "0"), ("dense", "dense", "0"))
@@ -66,6 +67,8 @@ def main() -> None:
                 for label, backend, route in order:
                     times.setdefault((p, label), []).append(_run(loaded, scenarios[p], backend, route, args.chunk,
                                                                  False)["tok_s"])
+            print(f"round {r + 1}/{rounds}: " + ", ".join(f"{p} {label} {v[-1]:.0f}" for (p, label), v in
+                                                        times.items()), file=sys.stderr, flush=True)
         metered = {(p, label): _run(loaded, scenarios[p], backend, route, args.chunk, True)
                    for p in prompts for label, backend, route in ROUTES if backend != "dense"}
     print(f"prefill tok/s, {model} ({loaded.dtype}), chunk {args.chunk}, median [min-max] over {rounds} interleaved "

@@ -109,6 +109,27 @@ def test_history_views_are_views_of_the_slabs_not_copies():
     assert len(flat) == 2 * len(pieces)
 
 
+def test_the_matmul_copy_is_the_explicit_one():
+    """MLX's matmul copies a piece whose rows are not packed (several KV heads); ``matmul_ready`` makes that copy
+    (measured) and the matmul then copies nothing more."""
+    from pool.copy_meter import allocated_during
+    from pool.prefill_attention import matmul_ready
+
+    pool, seq = fragmented_pool()
+    view = pool.step_view([seq])
+    piece = history_pieces(view.rows[0], 0, 20, BLOCK, view.rows_per_slab)[0]
+    slabs = pool.slabs(0)
+    k_view = piece_views(*slabs, [piece], BLOCK)[0][0]
+    q = mx.random.normal((HEADS, 3, DIM))
+    mx.eval(q)
+    (scores,), unseen = allocated_during(lambda: [q @ k_view.swapaxes(-1, -2)], [*slabs[0], q])
+    assert unseen == scores.nbytes + k_view.nbytes, "MLX's matmul no longer copies a strided piece: drop the copy"
+    (ready,), copied = allocated_during(lambda: [matmul_ready(k_view)], [*slabs[0]])
+    assert copied == ready.nbytes == k_view.nbytes
+    (scores,), allocated = allocated_during(lambda: [q @ ready.swapaxes(-1, -2)], [ready, q])
+    assert allocated == scores.nbytes
+
+
 def test_pieces_merge_consecutive_rows_of_one_slab_and_trim_the_ends():
     # rows 0,1 (slab 0), 2,3 (slab 1), 5 (slab 2, row 1), 4 (slab 2, row 0: out of order)
     pieces = history_pieces([0, 1, 2, 3, 5, 4], 2, 22, 4, 2)

@@ -17,6 +17,8 @@ from pool.bookkeeping import BlockBook, OpListener, WritePlan
 from pool.config import LayerGeometry, PoolConfig, blocks_for_tokens, chunk_rows
 from pool.errors import PoolError
 from pool.fused_decision import DecisionCounters, FusedDecision, decide
+from pool.gather_meter import GatherMeter
+from pool.prefill_decision import PrefillDecisionCounters, decide_prefill
 from pool.limits import MemoryLimits, check_pool_capacity, largest_buffer_elements
 from pool.shrink_types import ShrinkReport
 from pool.snapshot import SnapshotCache, build_snapshot
@@ -60,6 +62,8 @@ class PagedKVPool:
         self.gather_runs_total = 0
         self.gather_runs_hist: list[Counter] = [Counter() for _ in range(config.num_layers)]
         self.decisions = DecisionCounters()
+        self.prefill_decisions = PrefillDecisionCounters()
+        self.gather_meter = GatherMeter()  # bytes reads copy, by phase (measuring: off until a run asks)
         self.snapshot_cache = SnapshotCache()  # the row lists of the last snapshot (clear: a cold one)
         self._snapshot_backend: str | None = None  # the fused-decision backend defaults are computed for
         self.limits = limits
@@ -202,9 +206,10 @@ class PagedKVPool:
             raise PoolError(f"layer {layer!r} out of range [0, {self.config.num_layers})")
 
     # ---- reads -----------------------------------------------------------------------------------------------
-    def gather_visible(self, layer: int, seq_id: int) -> GatherResult:
+    def gather_visible(self, layer: int, seq_id: int, phase: str = "decode") -> GatherResult:
         """K and V of tokens [logical_start, length) as [n_kv_heads, tokens, head_dim]; one read per same-slab run
-        of the visible blocks. Records the run count in the layer's histogram."""
+        of the visible blocks. Records the run count in the layer's histogram and the bytes under ``phase``
+        ("prefill" | "decode") in ``gather_meter`` (measured from the allocator when it meters)."""
         self._check_layer(layer)
         table = self.book.table(seq_id)
         if not self.storage.initialised:
@@ -215,7 +220,15 @@ class PagedKVPool:
         if not rows:
             return self._empty_gather()
         lo, hi = table.logical_start - first * bs, table.length - first * bs
-        keys, values, runs = self.storage.gather(layer, rows, lo, hi)
+        found = []
+
+        def read() -> list:
+            keys, values, runs = self.storage.gather(layer, rows, lo, hi)
+            found.append(runs)
+            return [keys, values]
+
+        keys, values = self.gather_meter.read(phase, read, self.storage.keys[layer] + self.storage.values[layer])
+        runs = found[0]
         self.gathers += 1
         self.gather_runs_total += runs
         self.gather_runs_hist[layer][runs] += 1
@@ -256,6 +269,13 @@ class PagedKVPool:
         decision = decide(num_slabs=self.storage.num_buffers(), dtype=dtype, head_dim=head_dim, batch_size=batch_size,
                           context_len=context_len, readiness=readiness, buffer_elements=self._largest_buffer_elements())
         self.decisions.record(decision, self.config.num_layers)
+        return decision
+
+    def prefill_decision(self, *, pieces: int, batch_size: int, routable: bool) -> FusedDecision:
+        """A prefill chunk's attention route (pool/prefill_decision.py), one for every layer, counted once per
+        layer. Mutates only the prefill decision counters."""
+        decision = decide_prefill(pieces=pieces, batch_size=batch_size, routable=routable)
+        self.prefill_decisions.record(decision, self.config.num_layers)
         return decision
 
     def _largest_buffer_elements(self) -> int | None:
@@ -301,7 +321,8 @@ class PagedKVPool:
             gather_runs_total=self.gather_runs_total, fused_decisions=self.decisions.fused,
             gather_decisions=self.decisions.gather, slab_releases=book.slab_releases,
             bytes_released=book.bytes_released, blocks_moved=book.blocks_moved, bytes_moved=self.storage.bytes_moved,
-            bytes_moved_model=book.bytes_moved)
+            bytes_moved_model=book.bytes_moved, prefill_paged_decisions=self.prefill_decisions.paged,
+            prefill_gather_decisions=self.prefill_decisions.gather, **self.gather_meter.counters())
 
     def snapshot(self) -> PoolSnapshot:
         """The pool now (docs/contracts.md; pool/snapshot.py has its cost and the fragmentation index). Mutates only

@@ -47,6 +47,8 @@ class PoolCounters(msgspec.Struct, frozen=True):
     monolithic: chunks, given back over layers), bytes_released (their K+V bytes), blocks_moved (row moves over
     layers), bytes_moved (measured from the allocator, like ``bytes_copied``) beside bytes_moved_model (moved rows,
     and a monolithic shrink's kept rows, x bytes per row). Recordings made before shrink existed read 0 there.
+    prefill_/decode_bytes_gathered: K/V bytes copied to read the slabs (measured; None where not metered) beside
+    their ``_model`` (shape-derived); prefill_paged_decisions / prefill_gather_decisions: prefill attention routes.
     """
 
     slab_appends: int = 0
@@ -67,6 +69,17 @@ class PoolCounters(msgspec.Struct, frozen=True):
     blocks_moved: int = 0
     bytes_moved: int = 0
     bytes_moved_model: int = 0
+    # K/V bytes copied out of the slabs to read them, by phase (pool/gather_meter.py): measured from MLX's
+    # allocator when the pool meters reads (None: not metered), and the shape-derived figure beside them (bytes of
+    # the K/V the reads returned; a live pool always keeps it). Prefill attention route decisions
+    # (pool/prefill_decision.py), counted per layer like the decode's. All None in a recording made before they
+    # existed (and in a what-if: not replayed)
+    prefill_bytes_gathered: int | None = None
+    decode_bytes_gathered: int | None = None
+    prefill_bytes_gathered_model: int | None = None
+    decode_bytes_gathered_model: int | None = None
+    prefill_paged_decisions: int | None = None
+    prefill_gather_decisions: int | None = None
 
     def to_dict(self) -> dict:
         return msgspec.structs.asdict(self)

@@ -3,7 +3,9 @@
 For every session and every phase (plus a whole-run row "all"), the figures ``probes.figures`` defines, over the
 phase's span: the footprint (max(active+cache), "max in window" of the phase) and max RSS, the footprint's ratio to
 the baseline session's same phase, busy tok/s and its ratio, decode tok/s, slabs held (all layers), fragmentation
-(max over layers and snapshots), gather runs mean/max (per sequence per decode step) and the fused-kernel declines.
+(max over layers and snapshots), gather runs mean/max (per sequence per decode step), the fused-kernel declines,
+the K/V bytes prefill and decode reads copied out of the pool (measured from MLX's allocator, else the shape-derived
+model in parentheses: pool/gather_meter.py) and the share of prefill decisions that read the history in place.
 Pool figures are None for sessions without a pool (dense). The baseline's own rows carry no ratio (a session is
 not compared with itself, and no ratio gate applies to it).
 """
@@ -37,6 +39,13 @@ class PhaseRow:
     declines: int | None = None
     decisions: int | None = None
     is_baseline: bool = False
+    # K/V bytes reads copied out of the pool in the phase (pool/gather_meter.py): measured from MLX's allocator
+    # (None: the session did not meter, or has no pool) beside the shape-derived model; prefill route share
+    prefill_bytes_gathered: int | None = None
+    prefill_bytes_gathered_model: int | None = None
+    decode_bytes_gathered: int | None = None
+    decode_bytes_gathered_model: int | None = None
+    prefill_paged_rate: float | None = None
 
 
 def _label(view, index: int) -> str:
@@ -62,7 +71,33 @@ def _pool_figures(view, t0: float | None, t1: float | None) -> dict:
         "decline_rate": declined.rate if declined else None,
         "declines": declined.gather if declined else None,
         "decisions": declined.decisions if declined else None,
+        **_gathered_figures(view, t0, t1),
     }
+
+
+GATHERED_KEYS = ("prefill_bytes_gathered", "prefill_bytes_gathered_model", "decode_bytes_gathered",
+                 "decode_bytes_gathered_model")
+
+
+def _optional_delta(view, t0: float | None, t1: float | None, key: str) -> int | None:
+    """A pool counter's growth over the window, for a counter older recordings lack (None at the window's end:
+    None, not recorded; None at its start: counted from 0)."""
+    lo, hi = 0.0 if t0 is None else t0, view.duration if t1 is None else t1
+    end, start = view.summary_at(hi), (view.summary_at(lo) if t0 is not None else None)
+    last = getattr(end.snapshot.counters, key, None) if end is not None else None
+    if last is None:
+        return None
+    first = getattr(start.snapshot.counters, key, None) if start is not None and start is not end else None
+    return last - (first or 0)
+
+
+def _gathered_figures(view, t0: float | None, t1: float | None) -> dict:
+    """Bytes gathered in the window per phase (measured and model) and the share of prefill decisions that read
+    the history in place."""
+    paged = _optional_delta(view, t0, t1, "prefill_paged_decisions") or 0
+    gathered = _optional_delta(view, t0, t1, "prefill_gather_decisions") or 0
+    found = {key: _optional_delta(view, t0, t1, key) for key in GATHERED_KEYS}
+    return {**found, "prefill_paged_rate": paged / (paged + gathered) if paged + gathered else None}
 
 
 def _max_fragmentation(view, t0: float | None, t1: float | None) -> float | None:
@@ -103,7 +138,8 @@ def phase_figures(view) -> list[PhaseFigures]:
     return out
 
 
-POOL_KEYS = ("max_slabs", "max_fragmentation", "mean_runs", "max_runs", "decline_rate", "declines", "decisions")
+POOL_KEYS = ("max_slabs", "max_fragmentation", "mean_runs", "max_runs", "decline_rate", "declines", "decisions",
+             *GATHERED_KEYS, "prefill_paged_rate")
 
 
 def rows_from_figures(per_session: list[list[PhaseFigures]], labels: list[str], backends: list[str],
@@ -169,7 +205,16 @@ COLUMNS = (Column("session"), Column("phase"), Column(f"{L['footprint']} MiB", r
            Column("RSS MiB", right=True), Column(L["footprint_ratio"], right=True), Column(L["tok_s:busy"], right=True),
            Column(L["tok_s_ratio"], right=True), Column(L["tok_s:decode"], right=True),
            Column(L["slabs"], right=True), Column("frag", right=True), Column(L["gather_runs"], right=True),
-           Column(L["declines"], right=True))
+           Column(L["declines"], right=True), Column("prefill gathered MiB", right=True),
+           Column("decode gathered MiB", right=True), Column("prefill paged", right=True))
+# a gathered figure in parentheses is the shape-derived model: the session did not meter reads (pool/gather_meter.py)
+GATHERED_NOTE = "note: gathered MiB: measured from MLX's allocator; (in parentheses): shape-derived, reads not metered"
+
+
+def _gathered(measured: int | None, model: int | None) -> str:
+    if measured is not None:
+        return mib(measured)
+    return "-" if model is None else f"({mib(model)})"
 
 
 def table_cells(r: PhaseRow) -> tuple[str, ...]:
@@ -179,12 +224,15 @@ def table_cells(r: PhaseRow) -> tuple[str, ...]:
     return (r.session, r.phase, mib(r.footprint_max), mib(r.rss_max), _ratio(r, r.footprint_ratio),
             figures.format_tok_s(r.tokens_per_s), _ratio(r, r.throughput_ratio),
             figures.format_tok_s(r.decode_tokens_per_s), figures.format_slabs(r.max_slabs),
-            _fmt(r.max_fragmentation, ".2f"), runs, declines)
+            _fmt(r.max_fragmentation, ".2f"), runs, declines,
+            _gathered(r.prefill_bytes_gathered, r.prefill_bytes_gathered_model),
+            _gathered(r.decode_bytes_gathered, r.decode_bytes_gathered_model), _fmt(r.prefill_paged_rate, ".2f"))
 
 
 def format_table(rows: list[PhaseRow], markdown: bool = False) -> str:
     """The table (one line per session x phase), for a terminal or (``markdown``) a Markdown document."""
-    return render_table(COLUMNS, [table_cells(r) for r in rows], markdown=markdown)
+    table = render_table(COLUMNS, [table_cells(r) for r in rows], markdown=markdown)
+    return table + ("\n\n" if markdown else "\n") + GATHERED_NOTE
 
 
 def rows_to_json(rows: list[PhaseRow]) -> list[dict]:

@@ -80,6 +80,16 @@ class FusedChange(TimelineEvent, tag="fused"):
     reason: str
 
 
+class PrefillRouteChange(TimelineEvent, tag="prefill_route"):
+    """The prefill attention route changed (pool/prefill_decision.py lists the reasons): ``use_paged`` when the
+    chunk read its history in place, else gathered; one decision serves every layer of a chunk."""
+
+    seq_id: int
+    use_paged: bool
+    reason: str
+    history_pieces: int = 0
+
+
 class LogLine(TimelineEvent, tag="log"):
     text: str
 

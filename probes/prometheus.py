@@ -14,7 +14,12 @@ Metrics (``slabscope_`` prefix; label ``backend``; no ``_created`` series; label
   ``mlx_active_bytes``, ``mlx_cache_bytes``, ``rss_bytes``, ``pool_live_bytes``, ``pool_reserved_bytes``,
   ``pool_slabs`` (slabs held over all layers), ``kv_cache_usage_ratio`` (pool live / reserved bytes, 0..1: vLLM's
   ``kv_cache_usage_perc``);
-* from the latest pool snapshot: ``pool_fragmentation`` (the largest over layers), ``pool_free_rows`` (layer 0);
+* from the latest pool snapshot: ``pool_fragmentation`` (the largest over layers), ``pool_free_rows`` (layer 0),
+  ``bytes_gathered`` (labels ``phase`` prefill|decode and ``figure`` measured|model: K/V bytes reads copied out of the
+  pool since the run began, measured from MLX's allocator when the run meters reads, and the shape-derived model;
+  pool/gather_meter.py);
+* ``prefill_route_changes_total`` (counter, labels ``route`` paged|gather and ``reason``, a fixed string of
+  pool/prefill_decision.py): prefill attention route changes;
 * ``gather_runs`` (histogram): same-slab runs per sequence per decode step (its mean and max are the figure
   "gather runs mean/max");
 * ``attention_decisions_total`` (counter, labels ``outcome`` fused|gather and ``reason``, the reason's class from the
@@ -38,8 +43,8 @@ from __future__ import annotations
 import re
 
 from probes import figures
-from probes.events import (Done, FusedChange, GatherRuns, MetaUpdate, ProbeStats, RequestDone, Sample,
-                           SnapshotTaken, Step)
+from probes.events import (Done, FusedChange, GatherRuns, MetaUpdate, PrefillRouteChange, ProbeStats, RequestDone,
+                           Sample, SnapshotTaken, Step)
 
 RUN_BUCKETS = (*range(1, 17), 24, 32, 48, 64, 128)  # one per run count up to 16: the max is exact
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)  # vLLM's, shortened
@@ -100,6 +105,11 @@ class RunMetrics:
         self.cache_queries = counter("prefix_cache_queries", "prompt tokens looked up in kept or cached K/V")
         self.cache_hits = counter("prefix_cache_hits", "prompt tokens taken from kept or cached K/V")
         self.probe_cost = gauge("probe_cost_ratio", "the probes' own cost as a fraction of wall time")
+        self.gathered = gauge("bytes_gathered", "K/V bytes reads copied out of the pool since the run began "
+                              "(figure: measured from MLX's allocator, or the shape-derived model)",
+                              ("backend", "phase", "figure"))
+        self.prefill_routes = counter("prefill_route_changes", "prefill attention route changes",
+                                      ("backend", "route", "reason"))
         self.info = gauge("run_info", "the run: scenario, model and device", ("backend", "scenario", "model", "device"))
         self.done = gauge("run_done", "1 once the run has ended")
         self._layers: dict[str, dict[int, tuple[bool, str]]] = {}
@@ -113,6 +123,9 @@ class RunMetrics:
                 layers = snap.layers
                 self.fragmentation.labels(backend).set(max((layer.fragmentation for layer in layers), default=0.0))
                 self.free_rows.labels(backend).set(layers[0].free_rows if layers else 0)
+                self._gathered(snap.counters, backend)
+            case PrefillRouteChange(use_paged=use, reason=reason):
+                self.prefill_routes.labels(backend, "paged" if use else "gather", reason).inc()
             case Step():
                 self._step(event, backend)
             case FusedChange(layer=layer, use_fused=use, reason=reason):
@@ -169,6 +182,15 @@ class RunMetrics:
         reserved = sample.pool_live + sample.pool_free
         if reserved > 0:
             self.kv_usage.labels(backend).set(sample.pool_live / reserved)
+
+    def _gathered(self, counters, backend: str) -> None:
+        """The snapshot's gathered bytes per phase: measured (only when metered) and model."""
+        for phase in ("prefill", "decode"):
+            measured = getattr(counters, f"{phase}_bytes_gathered", None)
+            model = getattr(counters, f"{phase}_bytes_gathered_model", None)
+            for figure, value in (("measured", measured), ("model", model)):
+                if value is not None:  # None: not metered / not recorded
+                    self.gathered.labels(backend, phase, figure).set(value)
 
     def _step(self, step: Step, backend: str) -> None:
         tokens = step.num_tokens or (step.batch if step.type == "decode" else 0)  # as probes.figures.tok_s counts

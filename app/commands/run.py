@@ -56,6 +56,9 @@ def add_parser(sub) -> None:
                    help="record the session to PATH (probes format; a new file unless --force)")
     add_force_argument(p, "an existing (finished) recording at --record PATH")
     p.add_argument("--worker", action="store_true", help="run in a spawned worker process (as the TUI does)")
+    p.add_argument("--no-measure-gathers", dest="measure_gathers", action="store_false", default=True,
+                   help="do not meter the bytes reads copy out of the pool with MLX's allocator (metering waits "
+                        "for the device at every read; the summary then shows the shape-derived figure only)")
     add_metrics_arguments(p)
     p.set_defaults(func=main)
 
@@ -80,7 +83,8 @@ def build_spec(args) -> RunSpec:
                    dtype=args.dtype, device=args.device, overrides=overrides,
                    prefix_cache=args.prefix_cache, max_blocks_per_layer=args.budget,
                    record_path=args.record, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim,
-                   shrink=args.shrink, shrink_budget=args.shrink_budget, open_blocks=args.open_blocks)
+                   shrink=args.shrink, shrink_budget=args.shrink_budget, open_blocks=args.open_blocks,
+                   measure_gathers=args.measure_gathers)
 
 
 def main(args) -> int:
@@ -253,6 +257,9 @@ def print_summary(summary: dict, meta: dict, out) -> None:
           f"{shrink['trimmed_bytes'] / MIB:.1f} MiB ({shrink['trim_s'] * 1e3:.1f} ms); footprint fell "
           f"{shrink['reclaimed_bytes'] / MIB:.1f} MiB over {shrink['events']} points; all {shrink['points']} "
           f"shrink points took {shrink['seconds'] * 1e3:.1f} ms")
+    prefill = summary.get("prefill_attention")
+    if pool and prefill:
+        w(prefill_line(pool["counters"], prefill))
     fused = summary.get("fused_decode")
     if fused:
         reasons = "; ".join(f"{reason} x{n}" for reason, n in fused["reasons"].items()) or "no decode step"
@@ -299,3 +306,17 @@ def footprint_lines(fp: dict) -> list[str]:
         lines.append(f"MLX's peak counter: {counter / MIB:.1f} MiB of active memory alone (it misses the buffer "
                      "cache, which the sampled footprint includes)")
     return lines
+
+
+def _mib(value) -> str:
+    return "not metered" if value is None else f"{value / MIB:.1f} MiB measured"
+
+
+def prefill_line(counters: dict, prefill: dict) -> str:
+    """The summary's line on prefill attention routes and the bytes reads copied (measured, model beside)."""
+    reasons = "; ".join(f"{reason} x{n}" for reason, n in prefill["reasons"].items()) or "no prefill chunk"
+    return (f"prefill attention: {prefill['paged']} paged / {prefill['gather']} gather layer-decisions: {reasons}; "
+            f"bytes gathered: prefill {_mib(counters.get('prefill_bytes_gathered'))} "
+            f"({(counters.get('prefill_bytes_gathered_model') or 0) / MIB:.1f} MiB model), decode "
+            f"{_mib(counters.get('decode_bytes_gathered'))} "
+            f"({(counters.get('decode_bytes_gathered_model') or 0) / MIB:.1f} MiB model)")

@@ -28,8 +28,14 @@ class PagedBackend:
     """Owns a ``PagedKVPool`` and its prefix cache; mutates them per planned step and on admit/release."""
 
     def __init__(self, pool, *, prefix_cache=None, align_tokens: int = 1, decisions=None, kernel=None,
-                 reserve_ahead: bool = False):
+                 reserve_ahead: bool = False, prefill_routable: bool = False):
+        from app.workloads.prefill_attention import PrefillEvents
+
         self.pool = pool
+        # the paged SDPA is installed in the model's module: prefill chunks may read their history in place
+        self.prefill_routable = prefill_routable
+        self.prefill_events = PrefillEvents()
+        self._prefill_route = None  # the last prefill chunk's route (finish_prefill checks it was served)
         # grow once per admission round for the running sequences' final lengths (``_reserve_admitted``) instead
         # of at the prefill chunks and decode steps that fill the pool
         self.reserve_ahead = reserve_ahead
@@ -114,6 +120,9 @@ class PagedBackend:
     def prefill_caches(self, seq: Sequence, start: int, num_tokens: int) -> list:
         self._reserve_admitted()
         step = PagedStep(self.pool, [seq.seq_id], [start], num_tokens, batched=False)
+        from app.workloads.prefill_attention import PrefillRoute
+
+        step.prefill = self._prefill_route = PrefillRoute(step, routable=self.prefill_routable)
         if self.kernel is not None:  # the pool may just have appended a slab: build the next kernels meanwhile
             self.kernel.prefetch(self.pool.num_slabs())
         return step.caches()
@@ -130,6 +139,16 @@ class PagedBackend:
             step.set_fused(self.decisions.decide(len(seqs), context), self.kernel)
         self._decode_step = step
         return step.caches()
+
+    def finish_prefill(self) -> list:
+        """Events of the prefill chunk just built (``prefill_route`` changes); checks that every layer of a paged
+        chunk attended through the paged SDPA."""
+        route, self._prefill_route = self._prefill_route, None
+        if route is None:
+            return []
+        route.check_served()
+        self.prefill_events.note(route)
+        return self.prefill_events.take()
 
     def finish_decode(self) -> list:
         """Events of the decode step just run (``fused`` changes, then one ``gather``); checks that every fused
@@ -191,6 +210,9 @@ class DenseBackend:
         return True
 
     def finish_decode(self) -> list:
+        return []
+
+    def finish_prefill(self) -> list:
         return []
 
     def shrink_point(self) -> list:

@@ -134,6 +134,8 @@ class Engine:
         inputs = mx.array(plan.seq.tokens[plan.start:plan.start + plan.num_tokens])[None]
         # the trunk alone: its hidden states feed nothing but the cache writes
         out = self._trunk(inputs, cache=caches) if self._trunk is not None else self.model(inputs, cache=caches)
+        # route events; checks that a paged chunk's layers all attended through the paged SDPA
+        events = self.backend.finish_prefill() if hasattr(self.backend, "finish_prefill") else []
         trim = self.cache_trim
         if trim is not None and trim.due(self._projected_tokens()):
             # the previous chunks' attention temporaries (a new size each chunk) piled up in MLX's cache: drain the
@@ -155,7 +157,7 @@ class Engine:
             # that chunk with the first decode step's graph build, once per switch from prefill to decode.
             mx.eval(out)
             self._prefill_inflight = None
-        return StepResult("prefill", 1, plan.num_tokens, time.perf_counter() - t0, [])
+        return StepResult("prefill", 1, plan.num_tokens, time.perf_counter() - t0, [], events)
 
     def _projected_tokens(self) -> int:
         """K/V tokens the running sequences will hold at their final lengths (the last sampled token is never

@@ -123,6 +123,9 @@ def make_paged_sdpa(original: Callable) -> Callable:
             if sinks is not None:
                 raise NotImplementedError("the fused paged-decode kernel does not support attention sinks")
             return cache.step.fused_attention(cache.layer, queries, scale)
+        if isinstance(cache, PagedLayerCache) and cache.prefill_paged:
+            return cache.step.prefill.attention(cache.layer, queries, keys, values, scale=scale, mask=mask,
+                                                sinks=sinks, original=original)
         if sinks is None:
             return original(queries, keys, values, cache=cache, scale=scale, mask=mask)
         return original(queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks)

@@ -72,6 +72,7 @@ class PagedStep:
         self.kernel = None                 # KernelRoute when any layer is fused
         self.served: set[int] = set()      # fused layers whose attention the kernel computed
         self.plans: dict[float, StepPlan] = {}  # the fused launch plan of this step, by softmax scale
+        self.prefill = None  # PrefillRoute of a prefill chunk (app/workloads/prefill_attention.py); None: gather
 
     def set_fused(self, flags: list[bool], kernel) -> None:
         """Mark layers whose attention runs on ``kernel`` (a ``KernelRoute``); only one-token batched decode."""
@@ -120,11 +121,12 @@ class PagedStep:
             self.pool.write(layer, self.slots, keys.reshape(batch, 1, heads, dim), values.reshape(batch, 1, heads, dim))
         else:
             self.pool.write(layer, self.slots, keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3))
-        if self.fused[layer]:
-            return keys, values  # the kernel reads the slabs itself; nothing to gather (see fused_attention)
+        if self.fused[layer] or (self.prefill is not None and self.prefill.paged):
+            return keys, values  # the kernel / paged prefill reads the slabs itself (fused_attention.py)
         gathered = []
+        phase = "decode" if self.batched else "prefill"
         for seq_id in self.seq_ids:
-            result = self.pool.gather_visible(layer, seq_id)
+            result = self.pool.gather_visible(layer, seq_id, phase)
             gathered.append((result.keys, result.values))
         # The pool hands back row-contiguous [H, T, D] arrays: exactly the layout of a dense cache's [B, H, T, D]
         # (SDPA's CPU path sums in a different order for other layouts: measured, not byte-equal). One sequence
@@ -211,6 +213,11 @@ class PagedLayerCache:
     @property
     def fused(self) -> bool:
         return self.step.fused[self.layer]
+
+    @property
+    def prefill_paged(self) -> bool:
+        """This layer's prefill chunk reads its history in place (the paged SDPA calls ``step.prefill``)."""
+        return self.step.prefill is not None and self.step.prefill.paged
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         return self.step.write_and_gather(self.layer, keys, values)

@@ -64,6 +64,10 @@ class WorkloadSession:
             decisions = self.pool.decisions
             out["fused_decode"] = {"fused": decisions.fused, "gather": decisions.gather,
                                    "reasons": dict(decisions.by_reason), **(self._fused_meta() or {})}
+            prefill = self.pool.prefill_decisions
+            out["prefill_attention"] = {"paged": prefill.paged, "gather": prefill.gather,
+                                        "reasons": dict(prefill.by_reason),
+                                        "bytes_gathered_metered": self.pool.gather_meter.measuring}
         if self.backend.prefix_cache is not None:
             out["prefix_cache"] = self.backend.prefix_cache.counters()
         out["conversations"] = self.backend.conversations.counters()
@@ -151,6 +155,7 @@ def make_backend(spec: RunSpec, loaded, pool_params: dict, *, kernel_route=None,
     check_first_allocation(loaded.num_layers, spec.backend, pool_params["block_size"], pool_params["slab_blocks"],
                            loaded.n_kv_heads, loaded.head_dim, DTYPES[loaded.dtype].size, limits)
     pool = PagedKVPool(spec.pool_config(loaded.num_layers, pool_params), limits=limits)
+    pool.gather_meter.measuring = spec.measure_gathers
     prefix = PrefixCache(pool, pool_params["block_size"]) if pool_params.get("prefix_cache") else None
     align = math.lcm(pool_params["block_size"], pool_params.get("prefill_chunk", pool_params["block_size"]))
     if kernel_route is not None:
@@ -160,7 +165,7 @@ def make_backend(spec: RunSpec, loaded, pool_params: dict, *, kernel_route=None,
                                 routable=routable and kernel_route is not None,
                                 readiness=kernel_route.readiness() if kernel_route is not None else None)
     return PagedBackend(pool, prefix_cache=prefix, align_tokens=align, decisions=decisions, kernel=kernel_route,
-                        reserve_ahead=spec.reserves_ahead())
+                        reserve_ahead=spec.reserves_ahead(), prefill_routable=routable)
 
 
 def _query_heads(loaded) -> int:

@@ -47,6 +47,9 @@ class RunSpec:
     shrink: str = "off"  # pool shrink policy: off | release | compact (pool/shrink_types.py; pool backends only)
     shrink_budget: int | None = None  # bytes a shrink point may move (all layers); None: the pool's default
     open_blocks: str = "auto"  # pool rows of open blocks: low | high (pool/config.py) | auto (``pool_open_blocks``)
+    # meter the bytes reads copy out of the slabs with MLX's allocator (pool/gather_meter.py: a device wait per read,
+    # so timing benchmarks leave it off and report the shape-derived figure); pool backends only
+    measure_gathers: bool = False
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -125,7 +128,11 @@ def resolved_pool_params(spec: RunSpec, scenario_pool: dict) -> dict:
     prefix = spec.prefix_cache if spec.prefix_cache is not None else scenario_pool.get("prefix_cache", False)
     if not isinstance(prefix, bool):
         raise ValueError(f"prefix_cache must be true or false, got {prefix!r}")
-    return {"block_size": pick("block_size", DEFAULT_BLOCK_SIZE),
-            "slab_blocks": pick("slab_blocks", DEFAULT_SLAB_BLOCKS),
-            "prefill_chunk": pick("prefill_chunk", DEFAULT_PREFILL_CHUNK),
+    from pool.prefill_policy import policy_from_env, prefill_chunk_for
+
+    block_size, slab_blocks = pick("block_size", DEFAULT_BLOCK_SIZE), pick("slab_blocks", DEFAULT_SLAB_BLOCKS)
+    chunk = prefill_chunk_for(pick("prefill_chunk", DEFAULT_PREFILL_CHUNK), block_size=block_size,
+                              slab_blocks=slab_blocks,
+                              pinned=spec.prefill_chunk is not None or policy_from_env() == "scenario")
+    return {"block_size": block_size, "slab_blocks": slab_blocks, "prefill_chunk": chunk,
             "prefix_cache": prefix and spec.backend != "dense"}

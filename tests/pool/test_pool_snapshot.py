@@ -16,7 +16,9 @@ STATS_KEYS = ("allocated_blocks", "live_blocks", "free_blocks", "bytes_reserved"
 COUNTER_KEYS = ("slab_appends", "grow_events", "bytes_copied", "bytes_copied_model", "cow_bytes_copied",
                 "cow_bytes_copied_model", "cow_copies", "rows_minted", "rows_reused",
                 "gathers", "gather_runs_total", "fused_decisions", "gather_decisions", "slab_releases",
-                "bytes_released", "blocks_moved", "bytes_moved", "bytes_moved_model")
+                "bytes_released", "blocks_moved", "bytes_moved", "bytes_moved_model", "prefill_bytes_gathered",
+                "decode_bytes_gathered", "prefill_bytes_gathered_model", "decode_bytes_gathered_model",
+                "prefill_paged_decisions", "prefill_gather_decisions")
 LAYER_KEYS = ("num_chunks", "capacity_rows", "free_rows", "holes", "largest_free_run", "fragmentation",
               "gather_runs_hist", "fused")
 

@@ -14,9 +14,9 @@ from app.tui.views import frame_key, unchanged
 from app.tui.widgets.lane import Lane
 from app.tui.widgets.glossary_link import glossary_link
 from app.tui.widgets.palette import NEUTRAL_STYLE, OK_STYLE
-from pool import PoolSnapshot
+from pool import PoolCounters, PoolSnapshot
 from probes import figures
-from probes.events import FusedChange, GatherRuns
+from probes.events import FusedChange, GatherRuns, PrefillRouteChange
 from probes.store import SessionModel
 
 
@@ -80,6 +80,23 @@ def fused_summary(track: SessionModel, decisions: dict[int, tuple[bool, str]], c
     return text
 
 
+def prefill_line(model: SessionModel, counters: PoolCounters, cursor: float | None) -> Text | None:
+    """"prefill: paged N / gather M chunk-layers, now: <route> (<reason>)" from the snapshot's counters and the
+    latest ``prefill_route`` event up to the cursor; None for a run that recorded no prefill route (older
+    recordings, dense)."""
+    paged, gathered = counters.prefill_paged_decisions, counters.prefill_gather_decisions
+    changes = [e for e in model.events_of(PrefillRouteChange) if cursor is None or e.t <= cursor]
+    if paged is None and not changes:
+        return None
+    text = Text("\nprefill attention: ", style="bold")
+    text.append(f"paged {paged or 0} / gather {gathered or 0} chunk-layer decisions", style="dim")
+    if changes:
+        last = changes[-1]
+        text.append(f"  now: {'paged' if last.use_paged else 'gather'} ({last.reason})",
+                    style=OK_STYLE if last.use_paged else NEUTRAL_STYLE)
+    return text
+
+
 class FusedView(Vertical):
     """The Fused kernel tab."""
 
@@ -94,7 +111,8 @@ class FusedView(Vertical):
         """Redraw the decision table, counts and decline lane for the chosen pool session."""
         track = frame.pool_session()
         found = frame.snapshot()
-        changes = (len(track.events_of(FusedChange)), len(track.events_of(GatherRuns))) if track else None
+        changes = (len(track.events_of(FusedChange)), len(track.events_of(GatherRuns)),
+                   len(track.events_of(PrefillRouteChange))) if track else None
         if unchanged(self, (frame_key(frame), id(found[1]) if found else None, changes, self.size)):
             return
         summary = self.query_one("#fused-summary", Static)
@@ -107,6 +125,11 @@ class FusedView(Vertical):
         for layer, (use, reason) in sorted(decisions.items()):
             table.add_row(f"L{layer}", Text("fused" if use else "gather", style=OK_STYLE if use else NEUTRAL_STYLE),
                           reason)
-        summary.update(fused_summary(track, decisions, frame.cursor_in(track)))
+        text = fused_summary(track, decisions, frame.cursor_in(track))
+        counters = found[1].counters if found else PoolCounters()
+        prefill = prefill_line(track, counters, frame.cursor_in(track))
+        if prefill is not None:
+            text.append_text(prefill)
+        summary.update(text)
         cursor = frame.cursor_in(track)  # the lane is in the session's own seconds
         self.query_one(Lane).show(track.duration or 1.0, decision_lanes(track, cursor), cursor)

@@ -8,11 +8,16 @@ Reasons, checked in a fixed order, first match wins:
 2. the model's module does not call ``scaled_dot_product_attention`` by name (the paged SDPA cannot be installed)
    -> gather.
 3. a batched step (several sequences): the route attends one sequence's chunk -> gather.
-4. the history lies in more than ``MAX_PIECES`` pieces (runs of consecutive rows in one slab): the route's graph
+4. no history (a sequence's first chunk) -> paged, "first chunk: own K/V only": nothing is read from the slabs.
+5. a history without ``SLABSCOPE_PAGED_PREFILL=1`` -> gather (``REASON_OPT_IN``). Reading the history in place
+   from MLX operations copies each piece for MLX's matmul when the model has more than one KV head (a slab row holds
+   every KV head side by side), and on the H200 it measured slower than one gather: qwen3-0.6b bf16, one 12,288-token
+   prompt in 256-token chunks, 5,932 prefill tok/s paged against 11,617 gathered (`lab/paged_prefill/routes.py`,
+   docs/prefill.md). So it is opt-in until a layout or kernel reads the slabs without that copy.
+6. the history lies in more than ``MAX_PIECES`` pieces (runs of consecutive rows in one slab): the route's graph
    grows by ~12 MLX operations per piece, so a fragmented table costs more host time than one gather -> gather.
-Otherwise paged: "first chunk: own K/V only" when there is no history (nothing read from the slabs at all), else
-"history read in place". The attention call itself may still fall back (a sliding-window mask or attention
-sinks: ``app/workloads/prefill_attention.py``), counted under its own reason.
+Otherwise paged: "history read in place". The attention call itself may still fall back (a sliding-window mask or
+attention sinks: ``app/workloads/prefill_attention.py``), counted under its own reason.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ MAX_PIECES = 64  # ~12 ops a piece: beyond this a fragmented history costs more 
 REASON_FIRST_CHUNK = "first chunk: own K/V only"
 REASON_PAGED = "history read in place"  # one reason whatever the piece count (events carry the count)
 REASON_NOT_ROUTABLE = "model module does not call scaled_dot_product_attention by name"
+REASON_OPT_IN = f"history gathered (reading it in place is opt-in: {ENV_VAR}=1)"
 
 
 def decide_prefill(*, pieces: int, batch_size: int, routable: bool, environ: dict | None = None) -> FusedDecision:
@@ -39,10 +45,12 @@ def decide_prefill(*, pieces: int, batch_size: int, routable: bool, environ: dic
         return FusedDecision(False, REASON_NOT_ROUTABLE)
     if batch_size != 1:
         return FusedDecision(False, f"batched prefill of {batch_size} sequences")
-    if pieces > MAX_PIECES:
-        return FusedDecision(False, f"history in {pieces} pieces, above {MAX_PIECES}")
     if pieces == 0:
         return FusedDecision(True, REASON_FIRST_CHUNK)
+    if env.get(ENV_VAR, "").strip() != "1":
+        return FusedDecision(False, REASON_OPT_IN)
+    if pieces > MAX_PIECES:
+        return FusedDecision(False, f"history in {pieces} pieces, above {MAX_PIECES}")
     return FusedDecision(True, REASON_PAGED)
 
 

@@ -18,8 +18,8 @@ Metrics (``slabscope_`` prefix; label ``backend``; no ``_created`` series; label
   ``bytes_gathered`` (labels ``phase`` prefill|decode and ``figure`` measured|model: K/V bytes reads copied out of the
   pool since the run began, measured from MLX's allocator when the run meters reads, and the shape-derived model;
   pool/gather_meter.py);
-* ``prefill_route_changes_total`` (counter, labels ``route`` paged|gather and ``reason``, a fixed string of
-  pool/prefill_decision.py): prefill attention route changes;
+* ``prefill_route_changes_total`` (counter, labels ``route`` paged|gather and ``reason``, pool/prefill_decision.py's
+  reason with every number written N, so a bounded set): prefill attention route changes;
 * ``gather_runs`` (histogram): same-slab runs per sequence per decode step (its mean and max are the figure
   "gather runs mean/max");
 * ``attention_decisions_total`` (counter, labels ``outcome`` fused|gather and ``reason``, the reason's class from the
@@ -124,8 +124,9 @@ class RunMetrics:
                 self.fragmentation.labels(backend).set(max((layer.fragmentation for layer in layers), default=0.0))
                 self.free_rows.labels(backend).set(layers[0].free_rows if layers else 0)
                 self._gathered(snap.counters, backend)
-            case PrefillRouteChange(use_paged=use, reason=reason):
-                self.prefill_routes.labels(backend, "paged" if use else "gather", reason).inc()
+            case PrefillRouteChange(use_paged=use, reason=reason):  # numbers out of the label: a bounded set
+                label = re.sub(r"\d[\d,]*", "N", reason)
+                self.prefill_routes.labels(backend, "paged" if use else "gather", label).inc()
             case Step():
                 self._step(event, backend)
             case FusedChange(layer=layer, use_fused=use, reason=reason):

@@ -214,6 +214,7 @@ def main(args) -> int:
 
     import pool.kernels as kernels
     from pool.fused_decision import detect_backend
+    from pool.kernels.plan import KernelUnsupported
 
     tuning = kernel_tuning(args)  # bad flags are a usage error before anything is measured
     if args.out:  # an existing file is refused before minutes of measuring, not after
@@ -223,19 +224,27 @@ def main(args) -> int:
         print(f"bench decode needs a GPU backend (CUDA or Metal); MLX's device here is {mx.default_device()} "
               f"({backend}): the fused kernel cannot run.", file=sys.stderr)
         return 2
-    rows = []
+    rows, refused = [], []
     for batch in args.batches:
         for context in args.contexts:
-            rows.append(measure_cell(args, mx, backend, batch, context, tuning))
+            try:
+                rows.append(measure_cell(args, mx, backend, batch, context, tuning))
+            except KernelUnsupported as exc:  # a cell the route cannot run (too many slab inputs): said, not a crash
+                refused.append({"batch": batch, "context": context, "reason": str(exc)})
+                print(f"B={batch} context={context}: the fused kernel cannot run this cell: {exc}", file=sys.stderr)
+                continue
             if not args.json:
                 print_table(rows[-1:], sys.stderr)
+    if not rows:
+        print("bench decode: no cell could run the fused kernel", file=sys.stderr)
+        return 1
     thresholds = derive_thresholds(rows)
     result = {"device": mx.device_info(), "backend": backend, "mlx": mx.__version__, "kernel": tuning.as_dict(),
               "geometry": {"n_q_heads": args.n_q_heads, "n_kv_heads": args.n_kv_heads, "head_dim": args.head_dim,
                            "dtype": args.dtype, "block_size": args.block_size, "slab_blocks": args.slab_blocks,
                            "layout": args.layout},
               "command": " ".join(sys.argv),
-              "rows": rows, "thresholds": thresholds}
+              "rows": rows, "refused": refused, "thresholds": thresholds}
     if args.out:
         write_atomically(args.out, lambda temp: Path(temp).write_text(json.dumps(result, indent=1, default=str)),
                          force=args.force)

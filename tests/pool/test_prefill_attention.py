@@ -10,7 +10,7 @@ import pytest
 
 from pool import PagedKVPool, PoolConfig
 from pool.prefill_attention import paged_prefill_attention, piece_views
-from pool.prefill_decision import ENV_VAR, MAX_PIECES, REASON_FIRST_CHUNK, decide_prefill
+from pool.prefill_decision import ENV_VAR, MAX_PIECES, REASON_FIRST_CHUNK, REASON_OPT_IN, decide_prefill
 from pool.prefill_pieces import Piece, history_pieces
 
 from pool_helpers import make_kv
@@ -139,10 +139,15 @@ def test_pieces_merge_consecutive_rows_of_one_slab_and_trim_the_ends():
 
 
 def test_prefill_decision_reasons_in_order():
+    on = {ENV_VAR: "1"}
     assert decide_prefill(pieces=3, batch_size=1, routable=True, environ={ENV_VAR: "0"}).reason.startswith("disabled")
-    assert not decide_prefill(pieces=3, batch_size=1, routable=False, environ={}).use_fused
-    assert not decide_prefill(pieces=3, batch_size=2, routable=True, environ={}).use_fused
-    assert not decide_prefill(pieces=MAX_PIECES + 1, batch_size=1, routable=True, environ={}).use_fused
-    assert decide_prefill(pieces=MAX_PIECES, batch_size=1, routable=True, environ={}).use_fused
-    first = decide_prefill(pieces=0, batch_size=1, routable=True, environ={})
-    assert first.use_fused and first.reason == REASON_FIRST_CHUNK
+    assert not decide_prefill(pieces=3, batch_size=1, routable=False, environ=on).use_fused
+    assert not decide_prefill(pieces=3, batch_size=2, routable=True, environ=on).use_fused
+    assert not decide_prefill(pieces=MAX_PIECES + 1, batch_size=1, routable=True, environ=on).use_fused
+    assert decide_prefill(pieces=MAX_PIECES, batch_size=1, routable=True, environ=on).use_fused
+    for environ in ({}, on):  # a first chunk reads nothing from the slabs: no gather, whatever the opt-in
+        first = decide_prefill(pieces=0, batch_size=1, routable=True, environ=environ)
+        assert first.use_fused and first.reason == REASON_FIRST_CHUNK
+    # a history is gathered unless the paged route is asked for (measured slower on the H200: docs/prefill.md)
+    default = decide_prefill(pieces=3, batch_size=1, routable=True, environ={})
+    assert not default.use_fused and default.reason == REASON_OPT_IN

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from pool.config import DEFAULT_BLOCK_SIZE, DEFAULT_SLAB_BLOCKS
+
 LAYOUTS = ("single", "multi", "fragmented")
 
 
 def fill_pool(lengths: Sequence[int], *, n_kv_heads: int, head_dim: int, dtype: str, layout: str,
-              block_size: int = 32, slab_blocks: int = 32, seed: int = 0, design: str = "slab"):
+              block_size: int = DEFAULT_BLOCK_SIZE, slab_blocks: int = DEFAULT_SLAB_BLOCKS, seed: int = 0,
+              design: str = "slab"):
     """A PagedKVPool (1 layer, ``design`` storage) holding sequences 0..B-1 of the given lengths with random K/V
     (normal, std 1). Returns (pool, seq_ids). Evaluates everything it writes."""
     import mlx.core as mx

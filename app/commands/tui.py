@@ -54,13 +54,14 @@ def build_options(args: argparse.Namespace):
     """AppOptions from parsed arguments (validates --open paths, and the scenario a live run would start)."""
     from app.tui.app import AppOptions
     from app.tui import sources
+    from app.workloads.spec import PoolChoice
 
     scenario = args.scenario or sources.default_scenario()
     if args.scenario is not None or not args.open:  # a live run would start it
         check_scenario(scenario, args.model)
-    opts = AppOptions(scenario=scenario, model=args.model, backends=list(args.backends), block_size=args.block_size,
-                      slab_blocks=args.slab_blocks, gate=args.gate, ranks=args.ranks,
-                      launch_backend=args.launch_backend, shrink=args.shrink, autostart=not args.no_start,
+    opts = AppOptions(scenario=scenario, model=args.model, backends=list(args.backends),
+                      pool=PoolChoice(args.block_size, args.slab_blocks, args.shrink), gate=args.gate, ranks=args.ranks,
+                      launch_backend=args.launch_backend, autostart=not args.no_start,
                       open_paths=[Path(p) for p in args.open])
     if args.ranks > 1 and not args.open:
         check_ranks(opts)

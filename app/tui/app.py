@@ -23,6 +23,7 @@ from app.tui.rank_live import RankRunChoice, new_run_dir
 from app.tui.screens.glossary import GlossaryScreen
 from app.tui.screens.help import HelpScreen
 from app.tui.screens.run_form import RunChoice, RunFormScreen
+from app.workloads.spec import PoolChoice
 from app.tui import sources
 from app.tui.views.fragmentation import FragmentationView
 from app.tui.views.fused import FusedView
@@ -54,12 +55,10 @@ class AppOptions:
     scenario: str = "churn"
     model: str = "smollm2-135m"
     backends: list[str] = field(default_factory=lambda: ["slab", "dense"])
-    block_size: int | None = None
-    slab_blocks: int | None = None
+    pool: PoolChoice = field(default_factory=PoolChoice)  # block size, slab blocks, shrink (None: the scenario's)
     gate: float = 1.15
     ranks: int = 1  # > 1: a live distributed run (``record --ranks``)
     launch_backend: str = "ring"
-    shrink: str = "off"  # the pool backends' shrink policy for live runs (pool/shrink_types.py)
     autostart: bool = True
     open_paths: list[Path] = field(default_factory=list)
     recordings_dir: Path = field(default_factory=sources.recordings_dir)
@@ -111,9 +110,7 @@ class SlabscopeApp(Announcements, keys.LiveOnlyKeys, App):
         if self.options.open_paths:
             self.open_recordings(list(self.options.open_paths))
         elif self.options.autostart:
-            self.start_run(RunChoice(self.options.scenario, self.options.model, list(self.options.backends),
-                                     self.options.block_size, self.options.slab_blocks, self.gate,
-                                     self.options.ranks, self.options.launch_backend, self.options.shrink))
+            self.start_run(self._choice_from_options())
             if self.is_web:
                 self.notify(WEB_TAB_NOTE, timeout=15)
         self.refresh_views()
@@ -190,22 +187,25 @@ class SlabscopeApp(Announcements, keys.LiveOnlyKeys, App):
         self.gate = choice.gate
         self.options.scenario, self.options.model, self.options.backends = choice.scenario, choice.model, \
             choice.backends
-        self.options.block_size, self.options.slab_blocks = choice.block_size, choice.slab_blocks
+        self.options.pool = choice.pool
         self.options.ranks, self.options.launch_backend = choice.ranks, choice.launch_backend
-        self.options.shrink = choice.shrink
         if choice.ranks > 1:
             out = new_run_dir(self.options.recordings_dir, choice.scenario)
             self.controller.start_ranks(RankRunChoice(choice.scenario, choice.model, list(choice.backends),
-                                                      choice.ranks, choice.launch_backend, choice.block_size,
-                                                      choice.slab_blocks, tuple(self.options.rank_args),
-                                                      choice.shrink), out)
+                                                      choice.ranks, choice.launch_backend, choice.pool,
+                                                      tuple(self.options.rank_args)), out)
             self.notify(f"{choice.ranks} ranks via mlx.launch ({choice.launch_backend}), one backend after another; "
                         f"recording every rank into {out}/")
         else:
-            shrink = {} if choice.shrink == "off" else {"shrink": choice.shrink}  # RunSpec's default is off
             self.controller.start(choice.backends, scenario=choice.scenario, model=choice.model,
-                                  block_size=choice.block_size, slab_blocks=choice.slab_blocks, **shrink)
+                                  **choice.pool.worker_params())
         self.mode, self.cursor, self.playing, self.pool_name = "LIVE", None, False, None
+
+    def _choice_from_options(self) -> RunChoice:
+        """The run the app's options describe (what autostart starts and the form opens with)."""
+        opts = self.options
+        return RunChoice(opts.scenario, opts.model, list(opts.backends), opts.pool, self.gate, opts.ranks,
+                         opts.launch_backend)
 
     def action_new_run(self) -> None:
         try:
@@ -213,9 +213,7 @@ class SlabscopeApp(Announcements, keys.LiveOnlyKeys, App):
         except Exception as exc:  # noqa: BLE001 - workloads package missing or broken: say so, stay up
             self.notify(f"cannot list scenarios: {exc}", severity="error")
             return
-        initial = RunChoice(self.options.scenario, self.options.model, list(self.options.backends),
-                            self.options.block_size, self.options.slab_blocks, self.gate, self.options.ranks,
-                            self.options.launch_backend, self.options.shrink)
+        initial = self._choice_from_options()
         self.push_screen(RunFormScreen(scenarios, initial, check=sources.check_run_choice, models=sources.known_models(),
                                        defaults=sources.scenario_defaults), self._on_form_done)
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from app.tui.data import SessionSet
 from app.workloads.launch import live_pids
+from app.workloads.spec import PoolChoice
 from probes.errors import RecordingError
 from probes.follow import GrowingSession
 from probes.ranks import RankMergeError, group_runs, rank_info
@@ -46,10 +47,8 @@ class RankRunChoice:
     backends: list[str]
     ranks: int
     launch_backend: str = "ring"
-    block_size: int | None = None
-    slab_blocks: int | None = None
+    pool: PoolChoice = PoolChoice()    # block size, slab blocks, shrink (``record`` flags)
     extra_args: tuple[str, ...] = ()   # more ``record`` flags (tests shorten the scenario with --set)
-    shrink: str = "off"                # the pool backends' shrink policy (``record --shrink``)
 
 
 def record_command(choice: RankRunChoice, out: Path) -> list[str]:
@@ -57,12 +56,7 @@ def record_command(choice: RankRunChoice, out: Path) -> list[str]:
     command = [sys.executable, "-m", "app", "record", "--ranks", str(choice.ranks), "--launch-backend",
                choice.launch_backend, "--scenario", choice.scenario, "--model", choice.model, "--backends",
                ",".join(choice.backends), "--out", str(out), "--stop-with-parent"]
-    if choice.shrink != "off":
-        command += ["--shrink", choice.shrink]
-    for flag, value in (("--block-size", choice.block_size), ("--slab-blocks", choice.slab_blocks)):
-        if value is not None:
-            command += [flag, str(value)]
-    return command + list(choice.extra_args)
+    return command + choice.pool.record_flags() + list(choice.extra_args)
 
 
 class RankRecordRun:

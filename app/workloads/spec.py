@@ -13,6 +13,31 @@ BACKENDS = ("slab", "monolithic", "dense")
 OPEN_BLOCKS_CHOICES = ("auto", *OPEN_BLOCKS)  # the pool's policies, plus "auto" (RunSpec.pool_open_blocks)
 
 
+@dataclass(frozen=True)
+class PoolChoice:
+    """The pool a user picks for a live run (``tui``'s flags, the run form, a rank run): tokens per block, blocks per
+    slab and the shrink policy; None takes the scenario's ``[pool]`` value, then ``pool.config``'s default
+    (``resolved_pool_params``). The TUI carries this one type from its flags and form to the worker, whose
+    ``RunSpec`` takes its fields and makes the ``PoolConfig`` (``RunSpec.pool_config``)."""
+
+    block_size: int | None = None
+    slab_blocks: int | None = None
+    shrink: str = "off"
+
+    def worker_params(self) -> dict:
+        """``RunSpec`` keyword arguments (shrink only when asked: off is RunSpec's own default)."""
+        params: dict = {"block_size": self.block_size, "slab_blocks": self.slab_blocks}
+        return params if self.shrink == "off" else {**params, "shrink": self.shrink}
+
+    def record_flags(self) -> list[str]:
+        """The same choice as ``slabscope record`` flags (a live distributed run)."""
+        flags = [] if self.shrink == "off" else ["--shrink", self.shrink]
+        for flag, value in (("--block-size", self.block_size), ("--slab-blocks", self.slab_blocks)):
+            if value is not None:
+                flags += [flag, str(value)]
+        return flags
+
+
 @dataclass
 class RunSpec:
     """One workload run. ``None`` pool fields take the scenario's ``[pool]`` suggestion, then the defaults below.

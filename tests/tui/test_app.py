@@ -13,6 +13,7 @@ from textual.widgets import OptionList
 from app.tui.app import AppOptions, SlabscopeApp
 from app.tui.screens.help import HelpScreen
 from app.tui.screens.run_form import RunFormScreen
+from app.workloads.spec import PoolChoice
 
 TAB_MARKERS = {"memory": "tok/s", "slabs": "rows live", "frag": "largest run", "gather": "runs per sequence per decode step",
                "fused": "L2     gather", "inspect": "sequences", "sessions": "on screen now"}
@@ -148,7 +149,7 @@ def test_run_form_validates_then_starts_a_run(fake_factory, tmp_path):
 
     app, error = run(go())
     assert "slab blocks must be a positive integer" in error
-    assert set(app.store.sessions) == {"slab", "monolithic"} and app.options.slab_blocks == 16
+    assert set(app.store.sessions) == {"slab", "monolithic"} and app.options.pool.slab_blocks == 16
 
 
 def test_help_lists_every_app_key(fake_factory, tmp_path):
@@ -189,3 +190,34 @@ def test_inspector_drilldown_on_a_paused_live_snapshot(fake_factory, tmp_path):
     # at 4.0 s sequence 2 holds rows 0 (from seq 1), 3, 4 and 7, 8 (grown at steps 3, 6): slabs 0, 0, 1, 1, 2
     assert "seq 2: 5 blocks in 3 gather runs: s0x2 s1x2 s2x1" in text
     assert count == 2 and "free rows 1-2: freed by seq 1's release at 4.00s" in text
+
+
+def test_the_forms_pool_choice_reaches_each_workers_run_spec(tmp_path):
+    """The run form's block size, slab blocks and shrink policy travel as one ``PoolChoice`` to every worker's
+    ``RunSpec`` (the real ``make_worker``, not started): a field dropped on the way fails here."""
+    from app.tui import sources
+
+    specs = {}
+
+    def factory(name: str, **params):
+        handle = sources.make_worker(name, **params)
+        specs[name] = handle.spec
+        return FakeWorker(event_stream(name), per_poll=25)
+
+    async def go():
+        app = make_app(factory, tmp_path, autostart=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("n")
+            await settle(pilot)
+            form = app.screen
+            form.query_one("#form-block").value = "16"
+            form.query_one("#form-slab").value = "8"
+            form.query_one("#form-shrink").value = "compact"
+            await pilot.click("#form-start")
+            await wait_for(pilot, lambda: finished(app))
+            return app
+
+    app = run(go())
+    assert app.options.pool == PoolChoice(16, 8, "compact")
+    assert {name: (s.block_size, s.slab_blocks, s.shrink) for name, s in specs.items()} == \
+        {"slab": (16, 8, "compact"), "dense": (16, 8, "compact")}

@@ -32,7 +32,7 @@ def test_tui_options_parse_and_build_app_options(tmp_path):
                  "--block-size", "16", "--slab-blocks", "64", "--gate", "1.2", "--recordings", str(tmp_path),
                  "--open", str(SAMPLE_SLAB))
     opts = tui_cmd.build_options(args)
-    assert (opts.scenario, opts.model, opts.backends, opts.block_size, opts.slab_blocks, opts.gate) == (
+    assert (opts.scenario, opts.model, opts.backends, opts.pool.block_size, opts.pool.slab_blocks, opts.gate) == (
         "churn", "synthetic:tiny-llama", ["slab", "dense", "monolithic"], 16, 64, 1.2)
     assert opts.open_paths == [SAMPLE_SLAB] and opts.recordings_dir == tmp_path and opts.autostart
 

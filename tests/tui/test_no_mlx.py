@@ -28,11 +28,12 @@ SCRIPT = textwrap.dedent("""
         from app.tui.app import AppOptions, SlabscopeApp
         from app.tui import sources
         from app.tui.screens.run_form import RunChoice
+        from app.workloads.spec import PoolChoice
         from probes.follow import GrowingSession
         from probes.ranks import imbalance_rows
 
         # the distributed-run side: the form's checks, rank recordings merged, a growing file followed
-        choice = RunChoice("churn", "synthetic:tiny-llama", ["slab"], None, None, 1.15, 2, "ring")
+        choice = RunChoice("churn", "synthetic:tiny-llama", ["slab"], PoolChoice(), 1.15, 2, "ring")
         assert sources.check_run_choice(choice) is None
         runs = sources.open_recordings([RANK_FILES[0].parent]).runs
         assert runs and all(imbalance_rows(run) for run in runs)

@@ -17,6 +17,7 @@ import pytest
 from app.tui import rank_live
 from app.tui.data import SessionSet
 from app.tui.rank_live import RankRecordRun, RankRunChoice, record_command
+from app.workloads.spec import PoolChoice
 from probes.events import PhaseEdge, Sample
 from probes.recording import SessionRecorder
 
@@ -130,8 +131,8 @@ def test_a_run_missing_a_rank_when_record_ends_is_one_line_and_the_rest_show_alo
 
 
 def test_the_record_command_names_every_choice(tmp_path):
-    choice = RankRunChoice("churn", "synthetic:tiny-llama", ["slab", "dense"], 4, "nccl", 8, 4, ("--set", "n=3"),
-                           "compact")
+    choice = RankRunChoice("churn", "synthetic:tiny-llama", ["slab", "dense"], 4, "nccl", PoolChoice(8, 4, "compact"),
+                           ("--set", "n=3"))
     from app.cli import build_parser
 
     command = record_command(choice, tmp_path)

@@ -17,6 +17,7 @@ from tui_helpers import settle, wait_for
 from tui_screen_text import screen_text
 
 from app.tui.app import AppOptions, SlabscopeApp
+from app.workloads.spec import PoolChoice
 from app.workloads.launch import live_pids
 from probes.ranks import imbalance_rows
 from probes.replay import Session
@@ -31,7 +32,7 @@ def run(coro):
 
 
 def make_app(tmp_path, rank_args, **kw) -> SlabscopeApp:
-    return SlabscopeApp(AppOptions(model=MODEL, block_size=8, slab_blocks=4, recordings_dir=tmp_path / "recs",
+    return SlabscopeApp(AppOptions(model=MODEL, pool=PoolChoice(8, 4), recordings_dir=tmp_path / "recs",
                                    rank_args=rank_args, **kw))
 
 

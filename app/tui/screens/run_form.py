@@ -17,10 +17,11 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select
 
 from app.workloads.launch import LAUNCH_BACKENDS  # mlx-free, as the TUI needs (rank_live imports it too)
+from app.workloads.spec import PoolChoice
+from pool.shrink_types import SHRINK_MODES
 
 BACKENDS = ("slab", "dense", "monolithic")
 PATH_CHOICE = "__path__"  # the model Select's "a local mlx-lm directory" entry: the path field below it says which
-SHRINK_MODES = ("off", "release", "compact")  # pool.shrink_types.SHRINK_MODES (the TUI stays import-light)
 
 
 @dataclass
@@ -30,12 +31,10 @@ class RunChoice:
     scenario: str
     model: str
     backends: list[str]
-    block_size: int | None
-    slab_blocks: int | None
+    pool: PoolChoice  # block size, slab blocks (None: the scenario's), shrink policy
     gate: float
     ranks: int = 1
     launch_backend: str = "ring"
-    shrink: str = "off"  # the pool backends' shrink policy (pool/shrink_types.py)
 
 
 class RunFormScreen(ModalScreen[RunChoice | None]):
@@ -74,13 +73,14 @@ class RunFormScreen(ModalScreen[RunChoice | None]):
                             placeholder="path to an mlx-lm model directory (config.json + *.safetensors)")
                 pool = self._scenario_pool(init.scenario)
                 yield Label("block size")
-                yield Input("" if init.block_size is None else str(init.block_size), id="form-block",
+                yield Input("" if init.pool.block_size is None else str(init.pool.block_size), id="form-block",
                             placeholder=_default_text(pool, "block_size"), type="integer", compact=True)
                 yield Label("slab blocks")
-                yield Input("" if init.slab_blocks is None else str(init.slab_blocks), id="form-slab",
+                yield Input("" if init.pool.slab_blocks is None else str(init.pool.slab_blocks), id="form-slab",
                             placeholder=_default_text(pool, "slab_blocks"), type="integer", compact=True)
                 yield Label("shrink")
-                yield Select([(mode, mode) for mode in SHRINK_MODES], value=init.shrink if init.shrink in SHRINK_MODES
+                shrink = init.pool.shrink
+                yield Select([(mode, mode) for mode in SHRINK_MODES], value=shrink if shrink in SHRINK_MODES
                              else "off", id="form-shrink", allow_blank=False, compact=True)
                 yield Label("ratio gate")
                 yield Input(f"{init.gate:g}", id="form-gate", type="number", compact=True)
@@ -156,9 +156,9 @@ class RunFormScreen(ModalScreen[RunChoice | None]):
             raise ValueError("ratio gate must be > 0")
         ranks = _positive(self, "#form-ranks", "ranks") or 1
         launch = str(self.query_one("#form-launch", Select).value)
-        return RunChoice(str(scenario), model, backends, _positive(self, "#form-block", "block size"),
-                         _positive(self, "#form-slab", "slab blocks"), gate, ranks, launch,
-                         str(self.query_one("#form-shrink", Select).value))
+        pool = PoolChoice(_positive(self, "#form-block", "block size"), _positive(self, "#form-slab", "slab blocks"),
+                          str(self.query_one("#form-shrink", Select).value))
+        return RunChoice(str(scenario), model, backends, pool, gate, ranks, launch)
 
 
 def _default_text(pool: dict, key: str) -> str:

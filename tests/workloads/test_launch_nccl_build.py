@@ -48,8 +48,9 @@ def test_record_refuses_nccl_on_the_cpu_build_before_launch(cli, no_launch, tmp_
 def test_the_tui_run_form_says_the_same():
     from app.tui.screens.run_form import RunChoice
     from app.tui.sources import check_run_choice
+    from app.workloads.spec import PoolChoice
 
-    choice = RunChoice("churn", "synthetic:tiny-llama", ["slab"], None, None, 1.5, ranks=2, launch_backend="nccl")
+    choice = RunChoice("churn", "synthetic:tiny-llama", ["slab"], PoolChoice(), 1.5, ranks=2, launch_backend="nccl")
     assert "needs MLX's CUDA build" in check_run_choice(choice)
 
 

@@ -346,6 +346,18 @@ def table_pass1_kernel(direct: bool):
     return _KERNELS.pass1(0, direct)
 
 
+def output_layout(plan: DecodePlan, queries, n_q: int, head_dim: int) -> tuple[bool, list, list]:
+    """(direct, output shapes, output dtypes) of a decode launch: one split writes the attention output in the queries'
+    own shape; several write float32 partials (values, then max and sum) that the merge kernel reduces. Shared by
+    both routes' launches (per-slab inputs and the slab table)."""
+    import mlx.core as mx
+
+    if plan.num_splits == 1:
+        return True, [tuple(queries.shape)], [queries.dtype]
+    return False, [(plan.batch, n_q, plan.num_splits, head_dim), (plan.batch, n_q, plan.num_splits, 2)], \
+        [mx.float32, mx.float32]
+
+
 def unroll_for(block_size: int, head_dim: int, unroll: int = DEFAULT_TUNING.unroll) -> int:
     """Largest power of two <= ``unroll`` (a ``KernelTuning`` knob) whose warp step (tokens_per_warp_step * unroll)
     divides block_size, so a step never crosses into the next block."""
@@ -425,12 +437,7 @@ class CudaLaunch:
         # so both are passed and made in the queries' own shape (no reshape op per layer on either side)
         self.meta = mx.array(plan.meta) if meta is None else meta
         self.grid = (THREADS * plan.num_splits, n_kv, plan.batch)
-        self.direct = plan.num_splits == 1
-        if self.direct:
-            self.out_shapes, self.out_dtypes = [self.query_shape], [queries.dtype]
-        else:
-            self.out_shapes = [(plan.batch, n_q, plan.num_splits, head_dim), (plan.batch, n_q, plan.num_splits, 2)]
-            self.out_dtypes = [mx.float32, mx.float32]
+        self.direct, self.out_shapes, self.out_dtypes = output_layout(plan, queries, n_q, head_dim)
         self.merge_grid = (head_dim, n_q, plan.batch)
         self.head_dim = head_dim
         bucket = self.num_slabs + self.pad

@@ -124,7 +124,7 @@ class CudaTableLaunch:
     def __init__(self, queries, k_slabs: Sequence, v_slabs: Sequence, plan, *, meta=None, builds=None):
         import mlx.core as mx
 
-        from pool.kernels.paged_decode_cuda import THREADS, _dtype_name, check_inputs, unroll_for
+        from pool.kernels.paged_decode_cuda import THREADS, _dtype_name, check_inputs, output_layout, unroll_for
 
         n_q, n_kv, head_dim, block_size = check_inputs(queries, k_slabs, v_slabs, plan, max_slabs=TABLE_MAX_SLABS)
         self.plan, self.num_slabs = plan, len(k_slabs)
@@ -132,12 +132,7 @@ class CudaTableLaunch:
         self.meta = mx.array(plan.meta) if meta is None else meta
         self.grid = (THREADS * plan.num_splits, n_kv, plan.batch)
         self.threads = THREADS
-        self.direct = plan.num_splits == 1
-        if self.direct:
-            self.out_shapes, self.out_dtypes = [self.query_shape], [queries.dtype]
-        else:
-            self.out_shapes = [(plan.batch, n_q, plan.num_splits, head_dim), (plan.batch, n_q, plan.num_splits, 2)]
-            self.out_dtypes = [mx.float32, mx.float32]
+        self.direct, self.out_shapes, self.out_dtypes = output_layout(plan, queries, n_q, head_dim)
         self.merge_grid, self.head_dim = (head_dim, n_q, plan.batch), head_dim
         unroll = unroll_for(block_size, head_dim, plan.tuning.unroll)
         self.builds = builds

@@ -40,3 +40,19 @@ def smollm2():
     from app.models import load_model
 
     return load_model("smollm2-135m", dtype="float32", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama():
+    """The synthetic tiny llama, fp32 on CPU, loaded once per process (tests/workloads/helpers.py's cache)."""
+    from workloads.helpers import load
+
+    return load("synthetic:tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3():
+    """The synthetic tiny qwen3, fp32 on CPU, loaded once per process."""
+    from workloads.helpers import load
+
+    return load("synthetic:tiny-qwen3")

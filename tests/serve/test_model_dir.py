@@ -14,7 +14,7 @@ from app.models import load_model
 from app.models.model_dir import write_model_dir
 from app.models.synthetic import ByteTokenizer
 
-from .conftest import load
+from workloads.helpers import load
 
 
 @pytest.fixture(scope="module")

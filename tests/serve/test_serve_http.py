@@ -62,7 +62,7 @@ def expected():
     """``slabscope generate``'s answers (same code path: greedy, the slab backend, the chat template)."""
     from app.commands.generate import generate, prompt_ids
 
-    from .conftest import load
+    from workloads.helpers import load
 
     loaded = load("smollm2-135m")
     out = {}

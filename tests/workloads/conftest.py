@@ -10,8 +10,6 @@ enable_openblas()
 
 import pytest  # noqa: E402
 
-from .helpers import load  # noqa: E402
-
 
 @pytest.fixture(autouse=True, scope="session")
 def gather_route_prefill():
@@ -25,13 +23,4 @@ def gather_route_prefill():
         patch.setenv(ENV_VAR, "0")
         yield
 
-
-@pytest.fixture(scope="session")
-def tiny_llama():
-    return load("synthetic:tiny-llama")
-
-
-@pytest.fixture(scope="session")
-def tiny_qwen3():
-    return load("synthetic:tiny-qwen3")
 

@@ -69,16 +69,14 @@ def launcher_command() -> list[str]:
 
 
 def hostfile_ranks(path: str) -> int:
-    """Number of ranks a ``mlx.launch`` hostfile starts (one per host entry)."""
+    """Number of ranks a ``mlx.launch`` hostfile starts (one per host entry; the file read and checked by
+    ``app.workloads.hosts.hostfile_hosts``, its one reader)."""
+    from app.workloads.hosts import hostfile_hosts
+
     try:
-        with open(path) as fh:
-            data = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise LaunchError(f"hostfile {path}: {exc}") from None
-    hosts = data.get("hosts") if isinstance(data, dict) else data
-    if not isinstance(hosts, list) or not hosts:
-        raise LaunchError(f"hostfile {path}: expected a JSON list of hosts (or {{\"hosts\": [...]}})")
-    return len(hosts)
+        return len(hostfile_hosts(path))
+    except ValueError as exc:
+        raise LaunchError(str(exc)) from None
 
 
 def free_port_base(count: int, *, attempts: int = 50) -> int:

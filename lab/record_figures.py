@@ -68,6 +68,7 @@ def figures(path: str) -> dict:
         "cache_trim": run.get("cache_trim"),
         "pool_growths": growths,
         "footprint_parts": parts,
+        "rehearsal_s": (meta.get("rehearsal") or {}).get("seconds"),
     }
 
 
@@ -117,8 +118,8 @@ def main() -> int:
               f"{_f(r['ideal_bytes'] and r['ideal_bytes'] / MIB, ',.0f')} MiB) | probes "
               f"{_f(r['probe_cost_fraction'] and 100 * r['probe_cost_fraction'], '.2f')}% | trims "
               f"{(r['cache_trim'] or {}).get('trims')} | growths {_f(r['pool_growths'], 'd')} | declines "
-              f"{r['declines'] or '-'} | build "
-              f"{r['kernel_build'] or '-'}")
+              f"{r['declines'] or '-'} | prefill {r['prefill_ms'] / 1e3:.2f} s, decode {r['decode_ms'] / 1e3:.2f} s,"
+              f" rehearsal {_f(r['rehearsal_s'], '.2f')} s | build {r['kernel_build'] or '-'}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

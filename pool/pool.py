@@ -69,6 +69,9 @@ class PagedKVPool:
         self.limits = limits
         self.book.limits = limits
         self.cache_release = None  # pool.shrink_exec.CacheRelease: the trim budget after releases (first shrink)
+        # pool.kernels.table_gather.TableGatherRoute: slab gathers through the slab table, one launch per layer
+        # (set by the workload on a backend that has one; None: the storage's per-run gather)
+        self.gather_route = None
 
     # ---- sequences and handles (bookkeeping only: storage is untouched) --------------------------------------
     def add_op_listener(self, fn: OpListener) -> None:
@@ -208,7 +211,8 @@ class PagedKVPool:
     # ---- reads -----------------------------------------------------------------------------------------------
     def gather_visible(self, layer: int, seq_id: int, phase: str = "decode") -> GatherResult:
         """K and V of tokens [logical_start, length) as [n_kv_heads, tokens, head_dim]; one read per same-slab run
-        of the visible blocks. Records the run count in the layer's histogram and the bytes under ``phase``
+        of the visible blocks (with a ``gather_route``: one launch through the layer's slab table). Records the run
+        count in the layer's histogram and the bytes under ``phase``
         ("prefill" | "decode") in ``gather_meter`` (measured from the allocator when it meters)."""
         self._check_layer(layer)
         table = self.book.table(seq_id)
@@ -222,8 +226,14 @@ class PagedKVPool:
         lo, hi = table.logical_start - first * bs, table.length - first * bs
         found = []
 
+        route = self.gather_route
+        gather = route.gather if route is not None and route.supports(self.storage) else None
+
         def read() -> list:
-            keys, values, runs = self.storage.gather(layer, rows, lo, hi)
+            if gather is not None:
+                keys, values, runs = gather(self.storage, layer, rows, lo, hi)
+            else:
+                keys, values, runs = self.storage.gather(layer, rows, lo, hi)
             found.append(runs)
             return [keys, values]
 

@@ -44,6 +44,10 @@ class PagedBackend:
         self.align_tokens = align_tokens  # shared prefixes end on a prefill-chunk boundary (see PrefixCache.attach)
         self.decisions = decisions  # DecodeDecisions (None: always gather, no decision asked)
         self.kernel = kernel        # KernelRoute the fused layers run on
+        if kernel is not None and pool.config.design == "slab" and pool.gather_route is None:
+            from pool.kernels.table_gather import gather_route
+
+            pool.gather_route = gather_route(kernel.backend)  # history gathers through the slab table
         self.conversations = PagedConversations(pool)
         self._running: dict[int, Sequence] = {}
         self._decode_step: PagedStep | None = None

@@ -1,0 +1,105 @@
+"""Gathering a sequence's visible K/V through the layer's slab table: one launch per layer at any slab count.
+
+A prefill chunk that does not read its history in place gathers every visible row of its sequence into a
+contiguous [n_kv_heads, tokens, head_dim] pair per layer. The storage's own gather (``RowStorage.gather``) makes
+two graph operations per same-slab run, so at 8 rows per slab a 12k-token sequence (54 runs) cost ~220 operations
+per layer per chunk, and host time per operation is what a GPU prefill waits on. This route makes it one launch
+(K and V together) plus the table refresh the decode kernel already does (``slab_table.SlabTables``, shared with
+it: the same tables, refreshed once for both). The bytes copied are the same; what no longer depends on the slab
+count is the number of operations.
+
+A ``GatherKernel`` takes the layer's table, ``meta`` (int32 ``[lo, n, slab_blocks, rows...]``: tokens
+``[lo, lo + n)`` of the physical ``rows``, token 0 being the first of ``rows[0]``) and the geometry, and returns
+K and V. CUDA: ``table_gather_cuda.CudaTableGather``; the CPU emulation (tests): ``table_gather_emulated``.
+``SLABSCOPE_TABLE_GATHER=0`` keeps the storage's per-run gather (A/B); the route also needs the table route
+(``SLABSCOPE_SLAB_TABLE``). Imports mlx inside functions only.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Protocol, Sequence
+
+from pool.gather_runs import count_runs
+from pool.kernels.slab_table import slab_tables
+
+GATHER_ENV = "SLABSCOPE_TABLE_GATHER"
+META_HEADER = 3  # lo, n, slab_blocks
+
+# backend -> factory of its gather kernel (a class with ``for_process()`` and ``supports(dtype)``). Tests register
+# the CPU emulation for a pretend backend, as they register its table kernel in ``paged_decode.TABLE_KERNELS``.
+GATHER_KERNELS: dict = {}
+
+
+class GatherKernel(Protocol):
+    def supports(self, dtype: str) -> bool: ...
+
+    def __call__(self, table, meta, *, tokens: int, n_kv: int, head_dim: int, block_size: int, dtype):
+        """(K, V), each [n_kv, tokens, head_dim] of ``dtype``, of the rows ``meta`` names, read through ``table``."""
+
+
+def gather_enabled(environ: dict | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    return env.get(GATHER_ENV, "1").strip() != "0"
+
+
+def gather_meta(rows: Sequence[int], lo: int, hi: int, slab_blocks: int) -> list[int]:
+    """The launch's meta: header (first token, token count, rows per slab), then the physical rows."""
+    return [int(lo), int(hi) - int(lo), int(slab_blocks), *rows]
+
+
+class TableGatherRoute:
+    """What ``PagedKVPool.gather_visible`` calls for a slab pool: refresh the layer's table, launch the gather.
+
+    Owns a one-entry memo of the last (rows, lo, hi): every layer of a chunk gathers the same rows (one row
+    space), so the meta array and run count are built once per chunk, not per layer. Mutates the storage's table
+    state (``kernel_state``); reads its slabs."""
+
+    def __init__(self, table_kernel, gather_kernel: GatherKernel):
+        self.table_kernel = table_kernel
+        self.gather_kernel = gather_kernel
+        self.launches = 0
+        self._memo_key: tuple | None = None
+        self._memo: tuple | None = None
+
+    def supports(self, storage) -> bool:
+        return storage.design == "slab" and self.gather_kernel.supports(storage.geometry.dtype)
+
+    def gather(self, storage, layer: int, rows: list[int], lo: int, hi: int):
+        """(K, V, same-slab runs) of tokens [lo, hi) of ``rows``, like ``RowStorage.gather``."""
+        import mlx.core as mx
+
+        from pool.storage_base import DTYPES
+
+        key = (tuple(rows), lo, hi, storage.slab_blocks)
+        if key != self._memo_key:
+            meta = mx.array(gather_meta(rows, lo, hi, storage.slab_blocks), dtype=mx.int32)
+            self._memo_key, self._memo = key, (meta, count_runs(rows, storage.slab_blocks))
+        meta, runs = self._memo
+        geometry = storage.geometry
+        kernel = self.table_kernel
+        tables = slab_tables(storage, kernel.name, lambda: kernel.writer(geometry.dtype))
+        table = tables.table(storage, layer)
+        self.launches += 1
+        keys, values = self.gather_kernel(table, meta, tokens=hi - lo, n_kv=geometry.n_kv_heads,
+                                          head_dim=geometry.head_dim, block_size=storage.block_size,
+                                          dtype=DTYPES[geometry.dtype])
+        return keys, values, runs
+
+
+def gather_route(backend: str | None, environ: dict | None = None) -> TableGatherRoute | None:
+    """The table gather of ``backend`` (None: the storage's per-run gather): needs the backend's table kernel
+    (``paged_decode.table_kernel``) and a gather kernel, and ``SLABSCOPE_TABLE_GATHER`` not 0."""
+    from pool.kernels.paged_decode import table_kernel
+
+    if backend is None or not gather_enabled(environ):
+        return None
+    table = table_kernel(backend)
+    factory = GATHER_KERNELS.get(backend)
+    if factory is None and backend == "cuda":
+        from pool.kernels.table_gather_cuda import CudaTableGather
+
+        factory = CudaTableGather
+    if table is None or factory is None:
+        return None
+    return TableGatherRoute(table, factory.for_process())

@@ -304,3 +304,39 @@ def test_each_batch_decodes_alone_the_earlier_batches_released(tiny_llama):
     burst = sizes.count(4)  # 3 steps, and a pipelined 4th dispatch that the release settles
     assert sizes == [4] * burst + [2] * (len(sizes) - burst), sizes
     assert 3 <= burst <= 4 and 3 <= len(sizes) - burst <= 4
+
+
+@pytest.mark.parametrize("backend", ["slab", "monolithic"])
+def test_the_throwaway_pool_is_freed_before_the_run_starts(backend, tiny_qwen3, forced, monkeypatch):
+    """The throwaway engine, scheduler and backend refer to each other; their pool (as large as the run's) must
+    not be alive when the run's first phase starts, with Python's collector off (it runs at moments no run
+    controls). Measured on the H200 before the fix: 11 GiB of a 24 GiB footprint."""
+    import gc
+    import weakref
+
+    import pool.pool as pool_module
+    from app.workloads.runner import run_workload
+    from app.workloads.spec import RunSpec
+
+    pools = []
+    real_init = pool_module.PagedKVPool.__init__
+
+    def tracking_init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        pools.append(weakref.ref(self))
+
+    monkeypatch.setattr(pool_module.PagedKVPool, "__init__", tracking_init)
+    alive_at_start = []
+
+    def attach(meta, session):
+        alive_at_start.extend(ref() is not None for ref in pools[1:])  # the run's pool is made first
+
+    spec = RunSpec(scenario="churn", backend=backend, model=tiny_qwen3.name, overrides={
+        "n": 3, "concurrency": 3, "prompt_min": 40, "prompt_max": 90, "gen_min": 3, "gen_max": 3})
+    gc.disable()
+    try:
+        run_workload(spec, lambda event: None, loaded=tiny_qwen3, attach=attach)
+    finally:
+        gc.enable()
+    assert forced and len(pools) == 2  # the run's pool, then the rehearsal's
+    assert alive_at_start == [False], "the rehearsal's pool outlived it"

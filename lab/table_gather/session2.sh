@@ -1,4 +1,4 @@
-python3 -c "import mlx" 2>/dev/null || bash .gpu/b/install.sh >/tmp/install.log 2>&1
+python3 -c "import mlx.core, mlx_lm" 2>/dev/null || bash .gpu/b/install.sh >/tmp/install.log 2>&1; python3 -c "import mlx.core as mx; print(mx.default_device())"
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 python3 -c "import msgspec" 2>/dev/null || python3 -m pip install -q --no-index --no-deps .gpu/b/msgspec-*.whl
 echo "== rehearsal profile, 8 rows per slab"

@@ -72,6 +72,8 @@ class PagedKVPool:
         # pool.kernels.table_gather.TableGatherRoute: slab gathers through the slab table, one launch per layer
         # (set by the workload on a backend that has one; None: the storage's per-run gather)
         self.gather_route = None
+        # pool.kernels.table_write.TableWriteRoute: a fused layer's decode tokens stored through the slab table
+        self.write_route = None
 
     # ---- sequences and handles (bookkeeping only: storage is untouched) --------------------------------------
     def add_op_listener(self, fn: OpListener) -> None:
@@ -150,11 +152,13 @@ class PagedKVPool:
         prepared by ``prepare_write``), resolved once for every layer (pool/write_slots.py). Reads only."""
         return resolve_write_slots(self.book, seq_ids, starts, num_tokens)
 
-    def write(self, layer: int, slots: WriteSlots, keys, values) -> None:
+    def write(self, layer: int, slots: WriteSlots, keys, values, *, through_table: bool = False) -> None:
         """Store ``keys``/``values`` ([len(slots.seq_ids), slots.num_tokens, n_kv_heads, head_dim]) in ``layer``
         where ``slots`` say. The pool's first write fixes the geometry (dtype, n_kv_heads, head_dim) of every layer;
         later writes must match. Checks (stale slots, shapes, geometry) run before the first store, so an error
-        writes nothing."""
+        writes nothing. ``through_table``: the caller's attention reads this layer through the slab table this step
+        (the fused kernel on the table route), so a one-token write may go in place through it (``write_route``,
+        pool/kernels/table_write.py)."""
         from pool.storage_base import write_geometry
 
         self._check_layer(layer)
@@ -165,7 +169,11 @@ class PagedKVPool:
         self.storage.check_geometry(geometry)
         if not self.storage.initialised:
             self._init_storage(geometry)
-        self.storage.write(layer, slots, keys, values)
+        route = self.write_route
+        if through_table and slots.num_tokens == 1 and route is not None and route.supports(self.storage):
+            route.write(self.storage, layer, slots, keys, values)
+        else:
+            self.storage.write(layer, slots, keys, values)
 
     def _execute(self, plan: WritePlan) -> None:
         """Storage catches up with ``plan`` in every layer: every layer's new slabs in one evaluation, before the

@@ -38,6 +38,11 @@ def install(dtype: str, head_dim: int) -> None:
     plan.SUPPORTED_DTYPES = plan.SUPPORTED_DTYPES | {dtype}
     plan.SUPPORTED_HEAD_DIMS = plan.SUPPORTED_HEAD_DIMS | {head_dim}
     variants.DTYPES = {"float32": "float", **variants.DTYPES}
+    import pool.kernels.table_gather_cuda as gather_cuda
+    import pool.kernels.table_write_cuda as write_cuda
+
+    gather_cuda.GATHER_DTYPES = (*gather_cuda.GATHER_DTYPES, dtype)  # the table gather and write launch too
+    write_cuda.WRITE_DTYPES = (*write_cuda.WRITE_DTYPES, dtype)
     fake = lambda source, sm: CompileResult(b"emulated", "cubin", f"sm_{sm}", 0.0)  # noqa: E731
     builds = builds_module.KernelBuilds(90, cache=KernelCache(tempfile.mkdtemp(prefix="slabscope-emulated-")),
                                         compiler=fake)

@@ -48,6 +48,10 @@ class PagedBackend:
             from pool.kernels.table_gather import gather_route
 
             pool.gather_route = gather_route(kernel.backend)  # history gathers through the slab table
+        if kernel is not None and kernel.reads_table and pool.config.design == "slab" and pool.write_route is None:
+            from pool.kernels.table_write import write_route
+
+            pool.write_route = write_route(kernel.backend)  # fused layers' decode tokens through the slab table
         self.conversations = PagedConversations(pool)
         self._running: dict[int, Sequence] = {}
         self._decode_step: PagedStep | None = None

@@ -60,6 +60,9 @@ class KernelRoute:
     builds: object | None = None
     build_note: str | None = None  # why the kernel is built in the decode step instead (MLX's JIT fallback)
     geometry: object | None = None  # the run's kernel geometry (``bind``); None: nothing to build for this run
+    # the live kernel reads slabs through the slab table (``start``): a fused layer's decode write may go through
+    # it in place (pool/kernels/table_write.py)
+    reads_table: bool = False
 
     def __post_init__(self) -> None:
         if self.accepts_plan is None:
@@ -75,6 +78,10 @@ class KernelRoute:
             from pool.fused_decision import detect_backend
 
             self.backend = detect_backend()
+        if self.run is _fused_decode:
+            from pool.kernels.paged_decode import table_kernel
+
+            self.reads_table = table_kernel(self.backend) is not None
         if self.builds is None and self.backend == "cuda" and self.run is _fused_decode:
             from pool.kernels.cuda_builds import fallback_reason, process_builds
 

@@ -118,7 +118,10 @@ class PagedStep:
         # and one pool call per layer (geometry checked once), not one per sequence
         if self.num_tokens == 1:
             batch, heads, _, dim = keys.shape  # one token: [B, H, 1, D] is [B, 1, H, D] in the same element order
-            self.pool.write(layer, self.slots, keys.reshape(batch, 1, heads, dim), values.reshape(batch, 1, heads, dim))
+            # a fused layer on the table route reads the layer through the table the write hands on
+            through_table = self.fused[layer] and getattr(self.kernel, "reads_table", False)
+            self.pool.write(layer, self.slots, keys.reshape(batch, 1, heads, dim),
+                            values.reshape(batch, 1, heads, dim), through_table=through_table)
         else:
             self.pool.write(layer, self.slots, keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3))
         if self.fused[layer] or (self.prefill is not None and self.prefill.paged):

@@ -24,8 +24,9 @@ from pool.kernels.paged_decode_cuda import (COMMON_HEADER, MERGE_SOURCE, THREADS
 from pool.kernels.slab_table import WRITE_BUCKETS
 from pool.kernels.slab_table_cuda import update_params, update_source
 from pool.kernels.table_gather_cuda import GATHER_SOURCE, gather_params
+from pool.kernels.table_write_cuda import WRITE_SOURCE, write_params
 
-PASSES = ("direct", "split", "merge", "table", "gather")
+PASSES = ("direct", "split", "merge", "table", "gather", "write")
 DTYPES = {"bfloat16": "ssp_bf16", "float16": "ssp_f16"}
 
 # 16-bit storage types and their conversions, without cuda_fp16.h / cuda_bf16.h (see the module docstring).
@@ -65,7 +66,8 @@ class CudaVariant:
     """One compiled kernel. ``num_slabs``: the first pass's slab inputs (its bucket), 0 for the table route's first
     pass and for the merge pass; for ``table`` (the slab-table update, slab_table_cuda.py) the slabs it refreshes
     per launch (a ``WRITE_BUCKETS`` entry; its source does not depend on the dtype). ``gather``: the table gather
-    (table_gather_cuda.py), specialised on dtype, head_dim, n_kv and block size."""
+    (table_gather_cuda.py) and the table write (table_write_cuda.py), specialised on dtype, head_dim, n_kv and block
+    size."""
 
     kind: str            # "direct" | "split" | "merge"
     dtype: str           # "bfloat16" | "float16"
@@ -88,8 +90,8 @@ class CudaVariant:
             return f"merge_{self.dtype}_d{self.head_dim}"
         if self.kind == "table":
             return f"table_w{self.num_slabs}"
-        if self.kind == "gather":
-            return f"gather_{self.dtype}_d{self.head_dim}_kv{self.n_kv}_b{self.block_size}"
+        if self.kind in ("gather", "write"):
+            return f"{self.kind}_{self.dtype}_d{self.head_dim}_kv{self.n_kv}_b{self.block_size}"
         return (f"{self.kind}_s{self.num_slabs}_{self.dtype}_d{self.head_dim}_g{self.group}_kv{self.n_kv}"
                 f"_b{self.block_size}_u{self.unroll}")
 
@@ -114,9 +116,11 @@ class KernelGeometry:
 
     def table_variants(self) -> list[CudaVariant]:
         """Every kernel of the table route, whatever the slab count: both first passes reading the slab table, the
-        merge, the table update for each count of refreshed slabs, and the table gather (prefill's history)."""
+        merge, the table update for each count of refreshed slabs, the table gather (prefill's history) and the table
+        write (decode's tokens)."""
         return (self.variants(0) + [CudaVariant("table", self.dtype, 0, num_slabs=w) for w in WRITE_BUCKETS]
-                + [CudaVariant("gather", self.dtype, self.head_dim, n_kv=self.n_kv, block_size=self.block_size)])
+                + [CudaVariant(kind, self.dtype, self.head_dim, n_kv=self.n_kv, block_size=self.block_size)
+                   for kind in ("gather", "write")])
 
     def launch_variants(self, num_slabs: int, table: bool) -> list[CudaVariant]:
         """What a launch over ``num_slabs`` slabs may need on the table route or the per-slab route."""
@@ -128,6 +132,8 @@ class KernelGeometry:
 def _body(variant: CudaVariant) -> str:
     if variant.kind == "gather":
         return GATHER_SOURCE
+    if variant.kind == "write":
+        return WRITE_SOURCE
     if variant.kind == "table":
         return update_source(variant.num_slabs, precompiled=True)
     if variant.kind == "merge":
@@ -139,6 +145,8 @@ def _params(variant: CudaVariant) -> list[str]:
     t = DTYPES[variant.dtype]
     if variant.kind == "gather":
         return gather_params(t)
+    if variant.kind == "write":
+        return write_params(t)
     if variant.kind == "table":
         return update_params(variant.num_slabs)
     if variant.kind == "merge":
@@ -157,7 +165,7 @@ def _constants(variant: CudaVariant) -> str:
     if variant.kind == "table":
         return ""
     values = [("HEAD_DIM", variant.head_dim)]
-    if variant.kind == "gather":
+    if variant.kind in ("gather", "write"):
         values += [("N_KV", variant.n_kv), ("BLOCK_SIZE", variant.block_size)]
     elif variant.kind != "merge":
         values += [("GROUP", variant.group), ("N_KV", variant.n_kv), ("BLOCK_SIZE", variant.block_size),

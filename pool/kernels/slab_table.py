@@ -113,6 +113,11 @@ class SlabTables:
         entry.seen[stale] = stamps[stale]
         return entry.table
 
+    def replace(self, layer: int, table) -> None:
+        """Make ``table`` the layer's table without touching its stamps: the table a table write returned (the same
+        addresses; the write changed the slabs' contents, not their buffers, pool/kernels/table_write.py)."""
+        self.layers[layer].table = table
+
     def _slots(self, slots: list[int]):
         """``slots`` as an int32 mx.array, memoised: every layer of a decode step refreshes the same slabs."""
         key = tuple(slots)

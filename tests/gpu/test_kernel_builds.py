@@ -207,7 +207,7 @@ def test_warmup_builds_the_table_route_once_for_any_slab_count(tmp_path):
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["route"] == "slab table" and report["buckets"] == []
-    assert report["variants"] == report["compiled"] == 3 + 7 + 1 and report["failed"] == 0  # 7 update widths, gather
+    assert report["variants"] == report["compiled"] == 3 + 7 + 2 and report["failed"] == 0  # 7 update widths, gather, write
 
 
 def test_prefetch_builds_larger_buckets_first_and_drops_the_ones_the_pool_passed(tmp_path, monkeypatch):
@@ -240,7 +240,7 @@ def test_prefetch_builds_larger_buckets_first_and_drops_the_ones_the_pool_passed
 
 def test_table_route_needs_one_set_of_variants_at_every_slab_count(tmp_path, monkeypatch):
     """The table route (default): readiness asks for the same kernels at 1, 33 and 4,000 slabs (both first passes
-    without a slab-count constant, the merge, one table update per write bucket, the table gather), and all of
+    without a slab-count constant, the merge, one table update per write bucket, the table gather and write), all of
     them compile."""
     monkeypatch.delenv("SLABSCOPE_SLAB_TABLE", raising=False)
     builds = KernelBuilds(90, cache=KernelCache(str(tmp_path)), nvrtc=_nvrtc())
@@ -251,7 +251,7 @@ def test_table_route_needs_one_set_of_variants_at_every_slab_count(tmp_path, mon
     for count in (1, 33, 4000):
         assert builds.pending_reason(GEOMETRY, count) is None
     assert GEOMETRY.launch_variants(1, True) == GEOMETRY.launch_variants(4000, True) == variants
-    assert {v.kind for v in variants} == {"direct", "split", "merge", "table", "gather"}
+    assert {v.kind for v in variants} == {"direct", "split", "merge", "table", "gather", "write"}
     assert all(v.num_slabs == 0 for v in variants if v.kind in ("direct", "split"))
     direct = source(variants[0])[1]
     assert "NUM_SLABS" not in direct and "const unsigned long long* slab_table" in direct and " k0" not in direct

@@ -34,6 +34,9 @@ GATHER_KERNELS: dict = {}
 class GatherKernel(Protocol):
     def supports(self, dtype: str) -> bool: ...
 
+    def ready(self, storage) -> bool:
+        """Whether it can launch now (a build it needs may still run: the caller gathers with MLX meanwhile)."""
+
     def __call__(self, table, meta, *, tokens: int, n_kv: int, head_dim: int, block_size: int, dtype):
         """(K, V), each [n_kv, tokens, head_dim] of ``dtype``, of the rows ``meta`` names, read through ``table``."""
 
@@ -63,7 +66,9 @@ class TableGatherRoute:
         self._memo: tuple | None = None
 
     def supports(self, storage) -> bool:
-        return storage.design == "slab" and self.gather_kernel.supports(storage.geometry.dtype)
+        """A slab storage of a dtype the kernel takes, and the kernel ready (else the storage's gather)."""
+        return (storage.design == "slab" and self.gather_kernel.supports(storage.geometry.dtype)
+                and self.gather_kernel.ready(storage))
 
     def gather(self, storage, layer: int, rows: list[int], lo: int, hi: int):
         """(K, V, same-slab runs) of tokens [lo, hi) of ``rows``, like ``RowStorage.gather``."""

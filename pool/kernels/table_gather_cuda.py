@@ -79,6 +79,27 @@ class CudaTableGather:
     def supports(dtype: str) -> bool:
         return dtype in GATHER_DTYPES
 
+    def ready(self, storage) -> bool:
+        """Whether a launch for ``storage``'s geometry can run now without waiting for a build: always with MLX's
+        JIT (it compiles in the launch, as the decode kernel's fallback does); with our builds once the variant is
+        loaded. Otherwise its build is queued first and the caller takes MLX's route meanwhile (never block a
+        step on NVRTC: the decode kernel's readiness rule, cuda_builds.py)."""
+        if self.builds is None:
+            return True
+        geometry = storage.geometry
+        key = (geometry.dtype, geometry.head_dim, geometry.n_kv_heads, storage.block_size)
+        if key in self._binaries:
+            return True
+        from pool.kernels.cuda_builds import URGENT
+        from pool.kernels.cuda_variants import CudaVariant
+
+        variant = CudaVariant("gather", key[0], key[1], n_kv=key[2], block_size=key[3])
+        if self.builds.status(variant) == "ready":
+            self._binaries[key] = self.builds.binary(variant)
+            return True
+        self.builds.request([variant], URGENT)
+        return False
+
     def __call__(self, table, meta, *, tokens: int, n_kv: int, head_dim: int, block_size: int, dtype):
         """K and V ([n_kv, tokens, head_dim]) of the rows ``meta`` names, read through ``table``."""
         import mlx.core as mx

@@ -27,6 +27,10 @@ class EmulatedTableGather:
     def supports(dtype: str) -> bool:
         return True
 
+    @staticmethod
+    def ready(storage) -> bool:
+        return True
+
     def __call__(self, table, meta, *, tokens: int, n_kv: int, head_dim: int, block_size: int, dtype):
         import mlx.core as mx
 

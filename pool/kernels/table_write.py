@@ -41,6 +41,9 @@ WRITE_KERNELS: dict = {}
 class WriteKernel(Protocol):
     def supports(self, dtype: str) -> bool: ...
 
+    def ready(self, storage) -> bool:
+        """Whether it can launch now (a build it needs may still run: the caller writes with MLX meanwhile)."""
+
     def __call__(self, storage, layer: int, table, meta, keys, values):
         """The table after the tokens ([B, n_kv, head_dim]) are stored where ``meta`` says, through ``table``."""
 
@@ -67,7 +70,9 @@ class TableWriteRoute:
         self.launches = 0
 
     def supports(self, storage) -> bool:
-        return storage.design == "slab" and self.write_kernel.supports(storage.geometry.dtype)
+        """A slab storage of a dtype the kernel takes, and the kernel ready (else MLX's write)."""
+        return (storage.design == "slab" and self.write_kernel.supports(storage.geometry.dtype)
+                and self.write_kernel.ready(storage))
 
     def write(self, storage, layer: int, slots, keys, values) -> None:
         """Store ``keys``/``values`` ([B, 1, n_kv, head_dim]) at ``slots`` (one token per sequence) in ``layer``."""

@@ -83,6 +83,27 @@ class CudaTableWrite:
     def supports(dtype: str) -> bool:
         return dtype in WRITE_DTYPES
 
+    def ready(self, storage) -> bool:
+        """Whether a launch for ``storage``'s geometry can run now without waiting for a build: always with MLX's
+        JIT (it compiles in the launch, as the decode kernel's fallback does); with our builds once the variant is
+        loaded. Otherwise its build is queued first and the caller takes MLX's route meanwhile (never block a
+        step on NVRTC: the decode kernel's readiness rule, cuda_builds.py)."""
+        if self.builds is None:
+            return True
+        geometry = storage.geometry
+        key = (geometry.dtype, geometry.head_dim, geometry.n_kv_heads, storage.block_size)
+        if key in self._binaries:
+            return True
+        from pool.kernels.cuda_builds import URGENT
+        from pool.kernels.cuda_variants import CudaVariant
+
+        variant = CudaVariant("write", key[0], key[1], n_kv=key[2], block_size=key[3])
+        if self.builds.status(variant) == "ready":
+            self._binaries[key] = self.builds.binary(variant)
+            return True
+        self.builds.request([variant], URGENT)
+        return False
+
     def __call__(self, storage, layer: int, table, meta, keys, values):
         """The table after storing ``keys``/``values`` ([B, n_kv, head_dim]) where ``meta`` says (through
         ``table``); mutates the slabs' buffers when MLX runs it."""

@@ -29,6 +29,10 @@ class EmulatedTableWrite:
     def supports(dtype: str) -> bool:
         return True
 
+    @staticmethod
+    def ready(storage) -> bool:
+        return True
+
     def __call__(self, storage, layer: int, table, meta, keys, values):
         import mlx.core as mx
 

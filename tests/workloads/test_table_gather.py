@@ -173,3 +173,38 @@ def test_a_live_run_through_the_table_gather_gives_the_per_run_gathers_logits(ti
     per_run = run()
     assert len(routes) == launched  # switched off: the storage's per-run gather
     assert_same_logits(through_table, per_run, "table gather vs per-run gather")
+
+
+class _StubBuilds:
+    """KernelBuilds' status/request/binary as the table kernels use them: a variant compiles until ``done``."""
+
+    def __init__(self):
+        self.requested, self.done = [], False
+
+    def status(self, variant):
+        return "ready" if self.done else "compiling"
+
+    def request(self, variants, priority):
+        self.requested.extend(variants)
+
+    def binary(self, variant):
+        assert self.done
+        return variant.label, b"cubin"
+
+
+@pytest.mark.parametrize("kind", ["gather", "write"])
+def test_a_cuda_table_kernel_still_building_is_not_ready_and_is_queued(kind):
+    """The gather and the write never wait for NVRTC in a step: while their variant builds they say not ready
+    (the pool then uses MLX's gather or write) and the variant is queued; once built, they are ready."""
+    from types import SimpleNamespace
+
+    from pool.kernels.table_gather_cuda import CudaTableGather
+    from pool.kernels.table_write_cuda import CudaTableWrite
+
+    builds = _StubBuilds()
+    kernel = (CudaTableGather if kind == "gather" else CudaTableWrite)(builds)
+    storage = SimpleNamespace(geometry=SimpleNamespace(dtype="bfloat16", head_dim=128, n_kv_heads=8), block_size=16)
+    assert not kernel.ready(storage)
+    assert [(v.kind, v.head_dim, v.n_kv, v.block_size) for v in builds.requested] == [(kind, 128, 8, 16)]
+    builds.done = True
+    assert kernel.ready(storage) and kernel.ready(storage)

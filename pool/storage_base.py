@@ -119,6 +119,7 @@ class RowStorage:
         # into it, a growth): what the kernels' device tables of slab addresses compare against to refresh only
         # the entries that may be stale (pool/kernels/slab_table.py). Bumped by ``touch``; columns grow by doubling.
         self.slab_stamps = np.zeros((num_layers, 8), dtype=np.int64)
+        self.layer_touches = [0] * num_layers  # per layer, ``touch`` calls: a table with nothing new skips the compare
         self.kernel_state: dict = {}  # what the kernels keep per storage (their slab tables); dies with it
 
     # ---- mapping and capacity (design-specific) --------------------------------------------------------------
@@ -158,6 +159,7 @@ class RowStorage:
             grown[:, :stamps.shape[1]] = stamps
             self.slab_stamps = stamps = grown
         stamps[layer, slabs] += 1
+        self.layer_touches[layer] += 1
 
     def slabs(self, layer: int) -> tuple[list[mx.array], list[mx.array]]:
         """The layer's K and V tensor lists (the storage's own: read them, never mutate them)."""

@@ -69,6 +69,7 @@ class LayerTable:
     table: object          # the writer's table
     capacity: int
     seen: np.ndarray       # [capacity] the storage stamps the entries reflect
+    touches: int = -1      # the storage's ``layer_touches`` when ``seen`` was last brought up to date
 
 
 class SlabTables:
@@ -87,8 +88,11 @@ class SlabTables:
         the module docstring). Mutates this object's tables and stamps; reads the storage."""
         keys, values = storage.slabs(layer)
         count = len(keys)
-        stamps = storage.slab_stamps[layer]
         entry = self.layers.get(layer)
+        touches = storage.layer_touches[layer]
+        if entry is not None and entry.touches == touches and entry.capacity >= count:
+            return entry.table  # nothing touched since: no entry can be stale (asked twice per layer per step)
+        stamps = storage.slab_stamps[layer]
         if entry is None or entry.capacity < count:
             capacity = table_capacity(count)
             seen = np.full(capacity, -1, dtype=np.int64)  # never matches a stamp: every entry is written
@@ -100,6 +104,7 @@ class SlabTables:
         else:
             stale = np.flatnonzero(stamps[:count] != entry.seen[:count])
             force = False
+        entry.touches = touches
         if stale.size == 0 and not force:
             return entry.table
         if stale.size == 0:

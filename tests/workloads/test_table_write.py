@@ -190,3 +190,71 @@ def test_a_live_run_through_the_table_write_gives_mlx_writes_logits(tiny_qwen3, 
     by_mlx = run()
     assert len(launches) == count
     assert_same_logits(through_table, by_mlx, "table write vs MLX writes")
+
+
+LIVE_CASES = {
+    # rows freed and reused, a compaction moving rows between slabs at shrink points
+    "churn": dict(overrides={"n": 5, "concurrency": 3, "prompt_min": 9, "prompt_max": 60, "gen_min": 3,
+                             "gen_max": 9}, shrink="compact"),
+    # each turn resumes the kept K/V: its shared partial block is copied on the first write
+    "multiturn": dict(overrides={"turns": 3, "user_tokens": 14, "gen_tokens": 5}),
+    # a cached prefix shared by refcount: history gathers start from shared rows
+    "shared_prefix_burst": dict(overrides={"prefix_tokens": 40, "n": 3, "suffix_min": 3, "suffix_max": 9,
+                                           "gen_tokens": 4}),
+}
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("scenario", sorted(LIVE_CASES))
+def test_table_routes_give_mlx_routes_logits_through_reuse_sharing_and_compaction(scenario, tiny_qwen3,
+                                                                                   monkeypatch):
+    """The table gather and the table write together (emulated, on a pretend backend) against both switched off,
+    through row reuse and a compaction (churn with shrink=compact), copy-on-write of a resumed conversation's
+    partial block (multiturn) and a shared cached prefix (shared_prefix_burst): byte-identical logits."""
+    import pool.fused_decision as fd
+    import pool.kernels.paged_decode as paged_decode
+    import pool.kernels.table_gather as table_gather
+    import pool.kernels.table_write as table_write
+    from app.workloads.fused_attention import KernelRoute
+    from pool.fused_decision import KernelCaps, register_kernel, unregister_kernel
+    from pool.kernels.paged_decode_emulated import EmulatedTableKernel
+    from pool.kernels.table_gather_emulated import EmulatedTableGather
+    from pool.kernels.table_write_emulated import EmulatedTableWrite
+
+    from .helpers import assert_same_logits, run_backend
+
+    monkeypatch.setitem(paged_decode.TABLE_KERNELS, "metal", EmulatedTableKernel)
+    monkeypatch.setitem(table_write.WRITE_KERNELS, "metal", EmulatedTableWrite)
+    monkeypatch.setitem(table_gather.GATHER_KERNELS, "metal", EmulatedTableGather)
+    monkeypatch.setattr(fd, "detect_backend", lambda: "metal")
+    monkeypatch.delenv("SLABSCOPE_PAGED_ATTENTION_NATIVE", raising=False)
+    launches = {"write": 0}
+    original = table_write.TableWriteRoute.write
+
+    def counting_write(self, *args):
+        launches["write"] += 1
+        return original(self, *args)
+
+    monkeypatch.setattr(table_write.TableWriteRoute, "write", counting_write)
+
+    def register():
+        register_kernel(KernelCaps(backend="metal", dtypes=frozenset({"float32"}), head_dims=frozenset({16, 32}),
+                                   multi_slab=True))
+        return ["metal"]
+
+    def run():
+        try:
+            return run_backend(tiny_qwen3, scenario, "slab", kernel_route=KernelRoute(
+                register=register, backend="metal"), block_size=4, slab_blocks=2, prefill_chunk=16,
+                **LIVE_CASES[scenario])[2]
+        finally:
+            unregister_kernel("metal")
+
+    for name in (table_write.WRITE_ENV, table_gather.GATHER_ENV):
+        monkeypatch.delenv(name, raising=False)
+    through_tables = run()
+    assert launches["write"] > 0
+    for name in (table_write.WRITE_ENV, table_gather.GATHER_ENV):
+        monkeypatch.setenv(name, "0")
+    by_mlx = run()
+    assert_same_logits(through_tables, by_mlx, f"{scenario}: table routes vs MLX's")

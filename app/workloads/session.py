@@ -7,7 +7,6 @@ session owns the pool (if any) and the prefix cache, and ``close()`` releases ev
 from __future__ import annotations
 
 import gc
-
 import math
 import os
 import platform

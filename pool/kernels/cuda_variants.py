@@ -65,11 +65,11 @@ __device__ __forceinline__ void ssp_store(ssp_bf16* p, float x) {
 class CudaVariant:
     """One compiled kernel. ``num_slabs``: the first pass's slab inputs (its bucket), 0 for the table route's first
     pass and for the merge pass; for ``table`` (the slab-table update, slab_table_cuda.py) the slabs it refreshes
-    per launch (a ``WRITE_BUCKETS`` entry; its source does not depend on the dtype). ``gather``: the table gather
-    (table_gather_cuda.py) and the table write (table_write_cuda.py), specialised on dtype, head_dim, n_kv and block
-    size."""
+    per launch (a ``WRITE_BUCKETS`` entry; its source does not depend on the dtype). ``gather`` and ``write``: the
+    table gather (table_gather_cuda.py) and the table write (table_write_cuda.py), specialised on dtype, head_dim,
+    n_kv and block size (their batch, token count and table length are runtime values)."""
 
-    kind: str            # "direct" | "split" | "merge"
+    kind: str            # one of PASSES
     dtype: str           # "bfloat16" | "float16"
     head_dim: int
     group: int = 1       # query heads per KV head (pass 1 only)

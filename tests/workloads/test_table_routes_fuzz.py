@@ -90,8 +90,10 @@ class Twins:
         del self.lengths[gone]
 
     def shrink(self):
-        moved = [pool.shrink().bytes_moved for pool in (self.tables, self.mlx)]
-        assert moved[0] == moved[1]
+        """Both pools shrink at the same point (the same rows move: the bookkeeping is the same; the bytes each
+        reports are measured from MLX's allocator, so they are not compared)."""
+        for pool in (self.tables, self.mlx):
+            pool.shrink()
 
     def check(self, label):
         import mlx.core as mx

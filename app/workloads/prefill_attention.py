@@ -26,7 +26,9 @@ class PrefillRoute:
     layers the paged SDPA served, and the per-step causal mask (built once, shared by the layers)."""
 
     def __init__(self, step, *, routable: bool):
-        self.step = step
+        # the pool and the sequence, not the step: the step holds this route (``step.prefill``), and a cycle kept
+        # every chunk's step (and through it the pool) alive until Python's collector ran
+        self.pool, self.seq_ids = step.pool, list(step.seq_ids)
         view = step.view
         self.pieces = history_pieces(view.rows[0], view.logical_starts[0], step.starts[0], view.block_size,
                                      view.rows_per_slab) if len(step.seq_ids) == 1 else []
@@ -44,10 +46,10 @@ class PrefillRoute:
         from pool.prefill_attention import causal_mask, matmul_ready, paged_prefill_attention, piece_views
 
         self.served.add(layer)
-        pool = self.step.pool
+        pool = self.pool
         if sinks is not None or not (mask is None or (isinstance(mask, str) and mask == "causal")):
             self.fallbacks.append(REASON_FALLBACK_SINKS if sinks is not None else REASON_FALLBACK_MASK)
-            result = pool.gather_visible(layer, self.step.seq_ids[0], phase="prefill")
+            result = pool.gather_visible(layer, self.seq_ids[0], phase="prefill")
             extra = {} if sinks is None else {"sinks": sinks}
             return original(queries, result.keys[None], result.values[None], cache=None, scale=scale, mask=mask,
                             **extra)
@@ -70,7 +72,7 @@ class PrefillRoute:
         the chunk's own K/V only)."""
         if not self.paged:
             return
-        missed = [layer for layer in range(self.step.pool.config.num_layers) if layer not in self.served]
+        missed = [layer for layer in range(self.pool.config.num_layers) if layer not in self.served]
         if missed:
             raise RuntimeError(f"paged-prefill layers {missed} were never attended through the paged SDPA: the "
                                "model does not call mlx-lm's scaled_dot_product_attention")
@@ -89,7 +91,7 @@ class PrefillEvents:
         for use, reason in reasons:
             if (use, reason) != self.last:
                 self.last = (use, reason)
-                self.pending.append(PrefillRouteChange(seq_id=route.step.seq_ids[0], use_paged=use, reason=reason,
+                self.pending.append(PrefillRouteChange(seq_id=route.seq_ids[0], use_paged=use, reason=reason,
                                                        history_pieces=len(route.pieces)))
 
     def take(self) -> list:

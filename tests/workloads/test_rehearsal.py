@@ -308,9 +308,10 @@ def test_each_batch_decodes_alone_the_earlier_batches_released(tiny_llama):
 
 @pytest.mark.parametrize("backend", ["slab", "monolithic"])
 def test_the_throwaway_pool_is_freed_before_the_run_starts(backend, tiny_qwen3, forced, monkeypatch):
-    """The throwaway engine, scheduler and backend refer to each other; their pool (as large as the run's) must
-    not be alive when the run's first phase starts, with Python's collector off (it runs at moments no run
-    controls). Measured on the H200 before the fix: 11 GiB of a 24 GiB footprint."""
+    """The rehearsal's pool (as large as the run's) must be freed by reference counting when the rehearsal
+    returns: not alive when the run's first phase starts, with Python's collector off (it runs at moments no run
+    controls). A prefill step and its route referred to each other, and that cycle kept it: on the H200, 11 GiB of
+    a 24 GiB footprint."""
     import gc
     import weakref
 

@@ -95,16 +95,15 @@ class TableGatherRoute:
 def gather_route(backend: str | None, environ: dict | None = None) -> TableGatherRoute | None:
     """The table gather of ``backend`` (None: the storage's per-run gather): needs the backend's table kernel
     (``paged_decode.table_kernel``) and a gather kernel, and ``SLABSCOPE_TABLE_GATHER`` not 0."""
-    from pool.kernels.paged_decode import table_kernel
+    from pool.kernels.table_kernel_build import table_route_kernels
 
     if backend is None or not gather_enabled(environ):
         return None
-    table = table_kernel(backend)
-    factory = GATHER_KERNELS.get(backend)
-    if factory is None and backend == "cuda":
+
+    def cuda_class():
         from pool.kernels.table_gather_cuda import CudaTableGather
 
-        factory = CudaTableGather
-    if table is None or factory is None:
-        return None
-    return TableGatherRoute(table, factory.for_process())
+        return CudaTableGather
+
+    found = table_route_kernels(backend, GATHER_KERNELS, cuda_class)
+    return None if found is None else TableGatherRoute(*found)

@@ -12,6 +12,8 @@ variant, MLX's ``cuda_kernel`` JIT) compile this body. Imports mlx inside functi
 
 from __future__ import annotations
 
+from pool.kernels.table_kernel_build import TableRouteKernel
+
 GATHER_THREADS = 256
 
 GATHER_SOURCE = r"""
@@ -61,44 +63,17 @@ def gather_grid(n_kv: int, tokens: int, head_dim: int, itemsize: int) -> tuple[t
     return (-(-total // threads) * threads, 1, 1), threads
 
 
-class CudaTableGather:
-    """``table_gather.GatherKernel`` on CUDA. ``builds``: the process's ``KernelBuilds`` (None: MLX's JIT)."""
+class CudaTableGather(TableRouteKernel):
+    """``table_gather.GatherKernel`` on CUDA (builds, readiness, JIT: ``TableRouteKernel``)."""
 
-    def __init__(self, builds=None):
-        self.builds = builds
-        self._binaries: dict[tuple, tuple[str, bytes]] = {}
-        self._jit = None
-
-    @classmethod
-    def for_process(cls) -> "CudaTableGather":
-        from pool.kernels.cuda_builds import process_builds
-
-        return cls(process_builds())
+    KIND = "gather"
+    SOURCE = GATHER_SOURCE
+    INPUT_NAMES = ("meta", "slab_table")
+    OUTPUT_NAMES = ("keys", "values")
 
     @staticmethod
     def supports(dtype: str) -> bool:
         return dtype in GATHER_DTYPES
-
-    def ready(self, storage) -> bool:
-        """Whether a launch for ``storage``'s geometry can run now without waiting for a build: always with MLX's
-        JIT (it compiles in the launch, as the decode kernel's fallback does); with our builds once the variant is
-        loaded. Otherwise its build is queued first and the caller takes MLX's route meanwhile (never block a
-        step on NVRTC: the decode kernel's readiness rule, cuda_builds.py)."""
-        if self.builds is None:
-            return True
-        geometry = storage.geometry
-        key = (geometry.dtype, geometry.head_dim, geometry.n_kv_heads, storage.block_size)
-        if key in self._binaries:
-            return True
-        from pool.kernels.cuda_builds import URGENT
-        from pool.kernels.cuda_variants import CudaVariant
-
-        variant = CudaVariant("gather", key[0], key[1], n_kv=key[2], block_size=key[3])
-        if self.builds.status(variant) == "ready":
-            self._binaries[key] = self.builds.binary(variant)
-            return True
-        self.builds.request([variant], URGENT)
-        return False
 
     def __call__(self, table, meta, *, tokens: int, n_kv: int, head_dim: int, block_size: int, dtype):
         """K and V ([n_kv, tokens, head_dim]) of the rows ``meta`` names, read through ``table``."""
@@ -118,24 +93,3 @@ class CudaTableGather:
             output_dtypes=[dtype, dtype], scalars=[], grid=grid, threadgroup=(threads, 1, 1),
             ensure_row_contiguous=True)
         return keys, values
-
-    def _binary(self, dtype: str, head_dim: int, n_kv: int, block_size: int) -> tuple[str, bytes]:
-        key = (dtype, head_dim, n_kv, block_size)
-        found = self._binaries.get(key)
-        if found is None:
-            from pool.kernels.cuda_variants import CudaVariant
-
-            found = self._binaries[key] = self.builds.binary(
-                CudaVariant("gather", dtype, head_dim, n_kv=n_kv, block_size=block_size))
-        return found
-
-    def _jit_kernel(self):
-        import mlx.core as mx
-
-        from pool.kernels.kernel_build import source_tag
-
-        if self._jit is None:
-            self._jit = mx.fast.cuda_kernel(
-                name=f"ssp_table_gather_{source_tag(GATHER_SOURCE)}", input_names=["meta", "slab_table"],
-                output_names=["keys", "values"], source=GATHER_SOURCE, ensure_row_contiguous=True)
-        return self._jit

@@ -98,16 +98,15 @@ class TableWriteRoute:
 def write_route(backend: str | None, environ: dict | None = None) -> TableWriteRoute | None:
     """The table write of ``backend`` (None: MLX's writes): needs its table kernel and a write kernel, and
     ``SLABSCOPE_TABLE_WRITE`` not 0."""
-    from pool.kernels.paged_decode import table_kernel
+    from pool.kernels.table_kernel_build import table_route_kernels
 
     if backend is None or not write_enabled(environ):
         return None
-    table = table_kernel(backend)
-    factory = WRITE_KERNELS.get(backend)
-    if factory is None and backend == "cuda":
+
+    def cuda_class():
         from pool.kernels.table_write_cuda import CudaTableWrite
 
-        factory = CudaTableWrite
-    if table is None or factory is None:
-        return None
-    return TableWriteRoute(table, factory.for_process())
+        return CudaTableWrite
+
+    found = table_route_kernels(backend, WRITE_KERNELS, cuda_class)
+    return None if found is None else TableWriteRoute(*found)

@@ -13,6 +13,8 @@ Both builds (NVRTC variant, MLX's ``cuda_kernel`` JIT) compile this body. Import
 
 from __future__ import annotations
 
+from pool.kernels.table_kernel_build import TableRouteKernel
+
 WRITE_THREADS = 256
 
 WRITE_SOURCE = r"""
@@ -65,44 +67,17 @@ def write_grid(table_len: int, batch: int, n_kv: int, head_dim: int, itemsize: i
     return (-(-total // threads) * threads, 1, 1), threads
 
 
-class CudaTableWrite:
-    """``table_write.WriteKernel`` on CUDA. ``builds``: the process's ``KernelBuilds`` (None: MLX's JIT)."""
+class CudaTableWrite(TableRouteKernel):
+    """``table_write.WriteKernel`` on CUDA (builds, readiness, JIT: ``TableRouteKernel``)."""
 
-    def __init__(self, builds=None):
-        self.builds = builds
-        self._binaries: dict[tuple, tuple[str, bytes]] = {}
-        self._jit = None
-
-    @classmethod
-    def for_process(cls) -> "CudaTableWrite":
-        from pool.kernels.cuda_builds import process_builds
-
-        return cls(process_builds())
+    KIND = "write"
+    SOURCE = WRITE_SOURCE
+    INPUT_NAMES = ("meta", "old_table", "keys", "values")
+    OUTPUT_NAMES = ("table",)
 
     @staticmethod
     def supports(dtype: str) -> bool:
         return dtype in WRITE_DTYPES
-
-    def ready(self, storage) -> bool:
-        """Whether a launch for ``storage``'s geometry can run now without waiting for a build: always with MLX's
-        JIT (it compiles in the launch, as the decode kernel's fallback does); with our builds once the variant is
-        loaded. Otherwise its build is queued first and the caller takes MLX's route meanwhile (never block a
-        step on NVRTC: the decode kernel's readiness rule, cuda_builds.py)."""
-        if self.builds is None:
-            return True
-        geometry = storage.geometry
-        key = (geometry.dtype, geometry.head_dim, geometry.n_kv_heads, storage.block_size)
-        if key in self._binaries:
-            return True
-        from pool.kernels.cuda_builds import URGENT
-        from pool.kernels.cuda_variants import CudaVariant
-
-        variant = CudaVariant("write", key[0], key[1], n_kv=key[2], block_size=key[3])
-        if self.builds.status(variant) == "ready":
-            self._binaries[key] = self.builds.binary(variant)
-            return True
-        self.builds.request([variant], URGENT)
-        return False
 
     def __call__(self, storage, layer: int, table, meta, keys, values):
         """The table after storing ``keys``/``values`` ([B, n_kv, head_dim]) where ``meta`` says (through
@@ -125,25 +100,3 @@ class CudaTableWrite:
             output_dtypes=[mx.uint64], scalars=[], grid=grid, threadgroup=(threads, 1, 1),
             ensure_row_contiguous=True)
         return out
-
-    def _binary(self, dtype: str, head_dim: int, n_kv: int, block_size: int) -> tuple[str, bytes]:
-        key = (dtype, head_dim, n_kv, block_size)
-        found = self._binaries.get(key)
-        if found is None:
-            from pool.kernels.cuda_variants import CudaVariant
-
-            found = self._binaries[key] = self.builds.binary(
-                CudaVariant("write", dtype, head_dim, n_kv=n_kv, block_size=block_size))
-        return found
-
-    def _jit_kernel(self):
-        import mlx.core as mx
-
-        from pool.kernels.kernel_build import source_tag
-
-        if self._jit is None:
-            self._jit = mx.fast.cuda_kernel(
-                name=f"ssp_table_write_{source_tag(WRITE_SOURCE)}",
-                input_names=["meta", "old_table", "keys", "values"], output_names=["table"], source=WRITE_SOURCE,
-                ensure_row_contiguous=True)
-        return self._jit

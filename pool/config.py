@@ -35,7 +35,9 @@ class LayerGeometry(msgspec.Struct, frozen=True):
     head_dim: int
 
     def row_shape(self, block_size: int) -> tuple[int, int, int]:
-        return (block_size, self.n_kv_heads, self.head_dim)
+        """One row's shape in a storage tensor: head-major, ``[n_kv_heads, block_size, head_dim]``, so one head's
+        tokens of a row are a packed ``[block_size, head_dim]`` matrix that MLX's matmul reads in place."""
+        return (self.n_kv_heads, block_size, self.head_dim)
 
     def bytes_per_row(self, block_size: int) -> int:
         """K + V bytes of one row in one layer (the pool's ``bytes_per_row``; a row over the pool is that many bytes

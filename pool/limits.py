@@ -6,7 +6,7 @@ raises OverflowError from deep inside storage. So sizes are checked here first, 
 (what the device can give the pool; ``pool/device_limits.py`` measures it, tests pass their own).
 
 Vocabulary (the pool's): a *row* is one block of ``block_size`` tokens; storage keeps K and V in separate
-tensors shaped ``[rows, block_size, n_kv_heads, head_dim]``; ``bytes_per_row`` counts K + V of one row. A slab
+tensors shaped ``[rows, n_kv_heads, block_size, head_dim]``; ``bytes_per_row`` counts K + V of one row. A slab
 tensor holds ``slab_blocks`` rows; the monolithic design holds a layer's whole capacity in one tensor.
 
 Users: the pool (first write of a layer, every growth: ``check_pool_capacity``), the workloads before a run
@@ -45,7 +45,7 @@ def elements_per_row(block_size: int, n_kv_heads: int, head_dim: int) -> int:
 
 
 def elements_per_slab(slab_blocks: int, block_size: int, n_kv_heads: int, head_dim: int) -> int:
-    """Elements of one slab tensor (K or V): ``[slab_blocks, block_size, n_kv_heads, head_dim]``."""
+    """Elements of one slab tensor (K or V): ``[slab_blocks, n_kv_heads, block_size, head_dim]``."""
     return slab_blocks * elements_per_row(block_size, n_kv_heads, head_dim)
 
 

@@ -268,7 +268,7 @@ class PagedKVPool:
         return self.book.step_view(seq_ids)
 
     def slabs(self, layer: int) -> tuple[list, list]:
-        """The layer's K and V tensor lists, each ``[rows_per_slab, block_size, n_kv_heads, head_dim]`` (the pool's
+        """The layer's K and V tensor lists, each ``[rows_per_slab, n_kv_heads, block_size, head_dim]`` (the pool's
         own, no copy: what a fused launch reads once its plan is known). Read them, never mutate them, and ask
         again after the pool changes."""
         self._check_layer(layer)

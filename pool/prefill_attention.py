@@ -3,22 +3,23 @@ the slabs, plus the chunk's own K/V under the causal mask, merged with a log-sum
 
 Inputs: ``queries`` [1, Hq, L, D] (the chunk's, RoPE applied), ``keys``/``values`` [1, Hkv, L, D] (the chunk's own
 K/V, as the model produced them) and the history per piece of consecutive rows of one slab
-(``pool/prefill_pieces.py``): ``piece_views`` are a slice, a reshape and a transpose of a slab tensor (no copy),
-and ``matmul_ready`` turns them into what MLX's matmul can read: with more than one KV head that is a copy of the
-piece (MLX's matmul needs packed rows; the pool interleaves heads per token), so the route copies each piece once
-per chunk, transiently, instead of joining the whole history into one tensor (and trimming it: a second copy) as
-the gather route does. Reading the slabs without any copy needs packed per-head rows: a head-major slab layout
-([rows, Hkv, block, D], one batched matmul over heads and rows) or a kernel (docs/prefill.md).
+(``pool/prefill_pieces.py``), as views (:func:`piece_views`): slices of a slab tensor ``[rows, Hkv, block, D]``,
+each ``[n, Hkv, t, D]``. The storage is head-major (``pool/storage_base.py``), so every (row, head) of a view is a
+packed ``[t, D]`` matrix and MLX's matmul reads it in place: no history byte is copied (the gather meter measures
+0). A piece whose first or last block is only partly history is cut at the token axis into up to three views
+(partial first row, whole rows, partial last row), still views.
 
-Per piece i, with ``q = queries * scale`` grouped as [Hkv, G*L, D] (G = Hq / Hkv: grouped-query heads share their
-KV head without repeating it): ``s_i = q @ K_i^T`` (float32), ``m_i = max(s_i)``, ``p_i = exp(s_i - m_i)``,
-``l_i = sum(p_i)``, ``o_i = p_i @ V_i``; the chunk's own part is the same with ``s`` masked causally inside the
-chunk. Merge: ``M = max_i m_i``, ``out = sum_i exp(m_i - M) o_i / sum_i exp(m_i - M) l_i``.
+Per view i, with ``q = queries * scale`` grouped as [Hkv, G*L, D] (G = Hq / Hkv: grouped-query heads share their
+KV head without repeating it) and broadcast over the view's rows: ``s_i = q @ K_i^T`` ([n, Hkv, G*L, t], float32),
+``m_i = max(s_i)`` over rows and tokens, ``p_i = exp(s_i - m_i)``, ``l_i = sum(p_i)``, ``o_i = sum over rows of
+p_i @ V_i`` (each row's product in the dtype, summed in float32); the chunk's own part is the same with ``s``
+masked causally inside the chunk. Merge: ``M = max_i m_i``, ``out = sum_i exp(m_i - M) o_i / sum_i exp(m_i - M)
+l_i``.
 
-Cost per piece: 11 MLX operations (3 to view K, 3 to view V, 2 matmuls, max, exp, sum; the subtraction and the
-float32 casts fold into the same count) and a float32 score tile of Hq x L x T_i; the chunk's own part adds ~13 and
-the merge ~10 whatever the piece count. A chunk with no history (the first) is one call of MLX's own
-``scaled_dot_product_attention`` on its K/V with the causal mask: nothing is read from the slabs.
+Cost per view: ~11 MLX operations (2 slices, 2 matmuls, max, exp, sums, casts) and float32 tiles of Hq x L x t
+(scores) and n x Hq x L x D (per-row outputs, summed); the chunk's own part adds ~13 and the merge ~10 whatever
+the view count. A chunk with no history (the first) is one call of MLX's own ``scaled_dot_product_attention`` on
+its K/V with the causal mask: nothing is read from the slabs.
 """
 
 from __future__ import annotations
@@ -29,29 +30,30 @@ from pool.prefill_pieces import Piece
 
 
 def piece_views(key_slabs: list, value_slabs: list, pieces: list[Piece], block_size: int) -> list[tuple]:
-    """(K, V) views ``[Hkv, T, D]`` of every piece (slab slices: no copy). Not yet what a matmul reads in place:
-    see :func:`matmul_ready`."""
-    views = []
-    for piece in pieces:
-        pair = []
-        for slabs in (key_slabs, value_slabs):
-            rows = slabs[piece.slab][piece.first_row:piece.first_row + piece.num_rows]
-            _, _, heads, dim = rows.shape
-            flat = rows.reshape(piece.num_rows * block_size, heads, dim)
-            if (piece.lo, piece.hi) != (0, piece.num_rows * block_size):
-                flat = flat[piece.lo:piece.hi]
-            pair.append(flat.transpose(1, 0, 2))
-        views.append(tuple(pair))
-    return views
+    """(K, V) views ``[n, Hkv, t, D]`` of every piece's history tokens, in token order (slab slices: no copy).
+    A piece is one to three views: its partial first row, its whole rows, its partial last row."""
+    return [(key_slabs[piece.slab][rows, :, tokens], value_slabs[piece.slab][rows, :, tokens])
+            for piece in pieces for rows, tokens in _piece_slices(piece, block_size)]
 
 
-def matmul_ready(view: mx.array) -> mx.array:
-    """``view`` as MLX's matmul reads it. MLX's matmul (CPU and CUDA: ``check_transpose`` in both backends) takes
-    a matrix in place only when its rows are packed (row stride == row length); the pool stores a token's heads
-    side by side ([rows, block, Hkv, D]), so one head's [T, D] rows are Hkv x D apart and the matmul would copy
-    the piece itself, unseen. Copying it here makes that copy explicit, so the gather meter measures it. With
-    one KV head the rows are packed: the view is returned as it is (no copy)."""
-    return view if view.shape[0] == 1 else mx.contiguous(view)
+def _piece_slices(piece: Piece, block_size: int) -> list[tuple[slice, slice]]:
+    """(rows in the slab, tokens in those rows) of each view of ``piece``: tokens ``[lo, hi)`` of its flattened
+    rows split where a row is only partly inside."""
+    first, last = piece.lo // block_size, (piece.hi - 1) // block_size  # piece rows holding the first/last token
+    begin, end = piece.lo % block_size, (piece.hi - 1) % block_size + 1  # token bounds in those rows
+    base = piece.first_row
+    if first == last:
+        return [(slice(base + first, base + first + 1), slice(begin, end))]
+    slices = []
+    if begin:
+        slices.append((slice(base + first, base + first + 1), slice(begin, block_size)))
+        first += 1
+    whole_end = last + 1 if end == block_size else last
+    if whole_end > first:
+        slices.append((slice(base + first, base + whole_end), slice(0, block_size)))
+    if end != block_size:
+        slices.append((slice(base + last, base + last + 1), slice(0, end)))
+    return slices
 
 
 def causal_mask(length: int) -> mx.array:
@@ -74,12 +76,12 @@ def paged_prefill_attention(queries: mx.array, keys: mx.array, values: mx.array,
     q = (queries * scale).reshape(kv_heads, groups * length, dim)
     maxes, sums, outs = [], [], []
     for k, v in history:
-        scores = (q @ k.swapaxes(-1, -2)).astype(mx.float32)  # [Hkv, G*L, T_i]
+        scores = (q @ k.swapaxes(-1, -2)).astype(mx.float32)  # [n, Hkv, G*L, t]: q broadcast over the rows
         _softmax_part(scores, v, dtype, maxes, sums, outs)
     own = (q @ keys[0].swapaxes(-1, -2)).astype(mx.float32).reshape(kv_heads, groups, length, length)
     mask = causal_mask(length) if mask is None else mask
-    own = mx.where(mask, own, mx.array(-mx.inf, dtype=mx.float32)).reshape(kv_heads, groups * length, length)
-    _softmax_part(own, values[0], dtype, maxes, sums, outs)
+    own = mx.where(mask, own, mx.array(-mx.inf, dtype=mx.float32)).reshape(1, kv_heads, groups * length, length)
+    _softmax_part(own, values, dtype, maxes, sums, outs)
     stacked_max = mx.stack(maxes)  # [P, Hkv, G*L, 1]
     weights = mx.exp(stacked_max - stacked_max.max(axis=0))
     total = (weights * mx.stack(sums)).sum(axis=0)
@@ -88,9 +90,11 @@ def paged_prefill_attention(queries: mx.array, keys: mx.array, values: mx.array,
 
 
 def _softmax_part(scores: mx.array, values: mx.array, dtype, maxes: list, sums: list, outs: list) -> None:
-    """One part's running max, exp-sum and unnormalised output, appended to the lists (float32)."""
-    top = scores.max(axis=-1, keepdims=True)
+    """One part's running max, exp-sum and unnormalised output over its rows (axis 0) and tokens (last axis),
+    appended to the lists (float32, [Hkv, G*L, 1] and [Hkv, G*L, D]). ``scores`` [n, Hkv, G*L, t], ``values``
+    [n, Hkv, t, D]."""
+    top = scores.max(axis=(0, 3), keepdims=True)
     weights = mx.exp(scores - top)
-    maxes.append(top)
-    sums.append(weights.sum(axis=-1, keepdims=True))
-    outs.append((weights.astype(dtype) @ values).astype(mx.float32))
+    maxes.append(top[0])
+    sums.append(weights.sum(axis=(0, 3), keepdims=True)[0])
+    outs.append((weights.astype(dtype) @ values).astype(mx.float32).sum(axis=0))

@@ -1,5 +1,5 @@
 """Storage shared by both designs: per layer, lists of K and V tensors shaped
-``[rows_in_tensor, block_size, n_kv_heads, head_dim]`` and one mapping ``_slab_for_row(row) -> (tensor, row in
+``[rows_in_tensor, n_kv_heads, block_size, head_dim]`` and one mapping ``_slab_for_row(row) -> (tensor, row in
 tensor)`` that every touch point (write, copy-on-write, gather, move) goes through.
 
 One row space: every layer holds row ``r`` at the same place, has the same capacity and the same geometry (fixed by
@@ -13,6 +13,12 @@ grows by copying (``pool/storage_monolithic.py``). Storage never decides which r
 Surface the pool uses: ``init``/``check_geometry``, ``grow``/``release``/``copy_rows``/``move_rows`` (every layer),
 ``write(layer, slots, keys, values)``, ``gather(layer, rows, lo, hi)``, ``slabs(layer)``, the capacity and byte
 figures and the measured counters.
+
+Head-major rows: within a row each KV head's ``block_size`` tokens are one packed ``[block_size, head_dim]`` matrix
+(mlx-lm's caches are ``[B, H, T, D]`` for the same reason). MLX's matmul reads an operand in place only when its
+rows are packed, so a prefill chunk's attention reads a run of a slab's rows as a batch of such matrices with no
+copy (``pool/prefill_attention.py``); with a token's heads side by side one head's rows were ``H x D`` apart and every
+read of more than one KV head copied. The write API keeps the model's token-major ``[B, tokens, H, D]``.
 """
 
 from __future__ import annotations
@@ -323,24 +329,25 @@ class RowStorage:
             keys, values = keys.reshape(batch, heads, dim), values.reshape(batch, heads, dim)
             for slab, local_rows, token_offsets, picks in layout:
                 for tensors, update in ((self.keys[layer], keys), (self.values[layer], values)):
-                    tensors[slab][local_rows, token_offsets] = _picked(update, picks)
+                    # the two index arrays sit apart (row, then token): their [n] dimension leads, as in numpy
+                    tensors[slab][local_rows, :, token_offsets] = _picked(update, picks)
             written = slots.layout.get("storage_slabs")
             if written is None:
                 written = slots.layout["storage_slabs"] = np.array([group[0] for group in layout], dtype=np.int64)
             self.touch(layer, written)
             return
-        block_shape = (self.block_size, *keys.shape[2:])
+        block_shape = (self.block_size, *keys.shape[2:])  # token-major; stored transposed to head-major
         for index, spans in enumerate(layout):
             # views, not ``keys[index]``: MLX turns an integer index into a Gather that copies the sequence's K/V
             # once more before the slab update copies it in; a slice and a squeeze copy nothing
             seq_keys, seq_values = keys[index:index + 1].squeeze(0), values[index:index + 1].squeeze(0)
             for slab, local, lo, hi, span, pos in spans:
                 if span:
-                    store_rows(self.keys[layer], slab, local, seq_keys[lo:hi].reshape(span, *block_shape))
-                    store_rows(self.values[layer], slab, local, seq_values[lo:hi].reshape(span, *block_shape))
+                    for tensors, seq in ((self.keys[layer], seq_keys), (self.values[layer], seq_values)):
+                        store_rows(tensors, slab, local, seq[lo:hi].reshape(span, *block_shape).transpose(0, 2, 1, 3))
                 else:
-                    self.keys[layer][slab][local, pos:pos + hi - lo] = seq_keys[lo:hi]
-                    self.values[layer][slab][local, pos:pos + hi - lo] = seq_values[lo:hi]
+                    self.keys[layer][slab][local, :, pos:pos + hi - lo] = seq_keys[lo:hi].transpose(1, 0, 2)
+                    self.values[layer][slab][local, :, pos:pos + hi - lo] = seq_values[lo:hi].transpose(1, 0, 2)
             self.touch(layer, [span[0] for span in spans])
 
     def write_layout(self, slots) -> list:
@@ -429,7 +436,7 @@ class RowStorage:
             parts = []
             for slab, bounds, index in reads:
                 part = tensors[slab][bounds[0]:bounds[1]] if index is None else mx.take(tensors[slab], index, axis=0)
-                parts.append(part.transpose(2, 0, 1, 3))  # [H, rows, block, D]
+                parts.append(part.transpose(1, 0, 2, 3))  # [H, rows, block, D]
             joined = mx.contiguous(parts[0]) if len(parts) == 1 else mx.concatenate(parts, axis=1)
             flat = joined.reshape(heads, total, dim)
             # a partial first/last block is trimmed and copied once more, so the result stays row-contiguous

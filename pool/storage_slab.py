@@ -1,4 +1,4 @@
-"""Slab storage: per layer, a list of fixed-size K and V slab tensors ``[slab_blocks, block_size, H, D]``.
+"""Slab storage: per layer, a list of fixed-size K and V slab tensors ``[slab_blocks, H, block_size, D]``.
 
 Growth appends zero-filled slabs and never copies or frees one, so MLX's allocator high-water mark is exactly the
 live capacity and no ladder of ever-larger freed buffers accumulates in its cache. A shrink (pool/shrink_types.py)

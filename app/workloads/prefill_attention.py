@@ -43,7 +43,7 @@ class PrefillRoute:
         """The chunk's attention in ``layer`` ([1, Hq, L, D]): in place from the slabs, or (sinks, a non-causal
         mask) gathered and handed to ``original`` (mlx-lm's function). Reads the pool; the fallback counts a
         gather like any other."""
-        from pool.prefill_attention import causal_mask, matmul_ready, paged_prefill_attention, piece_views
+        from pool.prefill_attention import causal_mask, paged_prefill_attention, piece_views
 
         self.served.add(layer)
         pool = self.pool
@@ -56,12 +56,10 @@ class PrefillRoute:
         history = []
         if self.pieces:
             key_slabs, value_slabs = pool.slabs(layer)
-            # the copies MLX's matmul would make unseen (matmul_ready), made here so the meter measures them; with
-            # one KV head they are views and count 0
-            copies = pool.geometry.n_kv_heads > 1
-            views = lambda: [matmul_ready(t) for pair in piece_views(  # noqa: E731
+            # views of the head-major slabs (no copy): metered all the same, so a copy would show as bytes
+            views = lambda: [t for pair in piece_views(  # noqa: E731
                 key_slabs, value_slabs, self.pieces, pool.config.block_size) for t in pair]
-            flat = pool.gather_meter.read("prefill", views, key_slabs + value_slabs, model_bytes=copies)
+            flat = pool.gather_meter.read("prefill", views, key_slabs + value_slabs, model_bytes=False)
             history = list(zip(flat[0::2], flat[1::2]))
             if self._mask is None:
                 self._mask = causal_mask(queries.shape[2])

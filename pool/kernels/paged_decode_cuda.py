@@ -78,8 +78,10 @@ PASS1_SOURCE = r"""
   constexpr int STEP = TPW * UNROLL;
   constexpr int NUM_WARPS = 4;
   constexpr int HQ = N_KV * GROUP;
-  constexpr long long TOKEN_STRIDE = (long long)N_KV * HEAD_DIM;
-  constexpr long long ROW_STRIDE = (long long)BLOCK_SIZE * TOKEN_STRIDE;
+  // head-major rows [N_KV, BLOCK_SIZE, HEAD_DIM]: one head's tokens of a row are packed
+  constexpr long long TOKEN_STRIDE = HEAD_DIM;
+  constexpr long long HEAD_STRIDE = (long long)BLOCK_SIZE * HEAD_DIM;
+  constexpr long long ROW_STRIDE = (long long)N_KV * HEAD_STRIDE;
   static_assert(HEAD_DIM % 8 == 0 && 32 % LANES == 0, "head_dim must be 8 * a divisor of 32");
   static_assert(BLOCK_SIZE % STEP == 0, "a warp step must not cross a block");
 
@@ -134,7 +136,7 @@ PASS1_SOURCE = r"""
       const int row = table[blk];
       const int slab = row / slab_blocks;
       const long long base =
-          (long long)(row - slab * slab_blocks) * ROW_STRIDE + (long long)kvh * HEAD_DIM + part * VEC;
+          (long long)(row - slab * slab_blocks) * ROW_STRIDE + (long long)kvh * HEAD_STRIDE + part * VEC;
       const T* kb = {k_base} + base;
       const T* vb = {v_base} + base;
       const int pos0 = blk * BLOCK_SIZE;
@@ -379,7 +381,7 @@ def check_inputs(queries, k_slabs: Sequence, v_slabs: Sequence, plan: DecodePlan
         raise KernelUnsupported(f"need as many V slabs as K slabs (>= 1), got {len(k_slabs)}/{len(v_slabs)}")
     shape = tuple(k_slabs[0].shape)
     if len(shape) != 4:
-        raise KernelUnsupported(f"slabs must be [slab_blocks, block_size, n_kv_heads, head_dim], got {shape}")
+        raise KernelUnsupported(f"slabs must be [slab_blocks, n_kv_heads, block_size, head_dim], got {shape}")
     # The pool's slabs share one geometry by construction; checking the ends keeps this O(1) per call (a launch
     # may take hundreds of slabs; a decode step checks once per plan, ``CudaLaunch``).
     for slab in (k_slabs[-1], v_slabs[0], v_slabs[-1]):
@@ -387,7 +389,7 @@ def check_inputs(queries, k_slabs: Sequence, v_slabs: Sequence, plan: DecodePlan
             raise KernelUnsupported("every slab must share one shape and the queries' dtype")
     if k_slabs[0].dtype != queries.dtype:
         raise KernelUnsupported("slabs and queries must share one dtype")
-    slab_blocks, block_size, n_kv, head_dim = shape
+    slab_blocks, n_kv, block_size, head_dim = shape
     if queries.ndim not in (3, 4) or queries.shape[0] != plan.batch or queries.shape[-1] != head_dim \
             or (queries.ndim == 4 and queries.shape[2] != 1):
         raise KernelUnsupported(f"queries must be [B, Hq, D] or [B, Hq, 1, D] with B={plan.batch}, D={head_dim}; "
@@ -407,7 +409,7 @@ def paged_decode_cuda(queries, k_slabs: Sequence, v_slabs: Sequence, plan: Decod
     """Attention of one new token per sequence over its paged K/V: ``softmax(q k^T * scale) v`` per query head.
 
     queries: [B, Hq, D] or [B, Hq, 1, D] (fp16/bf16); k_slabs/v_slabs: the layer's slabs, each
-    [slab_blocks, block_size, n_kv_heads, D]; plan: ``pool.kernels.plan.plan_decode`` (block tables, visible
+    [slab_blocks, n_kv_heads, block_size, D]; plan: ``pool.kernels.plan.plan_decode`` (block tables, visible
     ranges, scale, splits, and the tuning whose unroll picks the kernel variant). ``meta`` may pass ``mx.array(plan.meta)`` made once by the caller. Returns an array
     shaped like ``queries``. Reads only; mutates nothing. Raises KernelUnsupported on shapes it cannot run."""
     return CudaLaunch(queries, k_slabs, v_slabs, plan, meta=meta)(queries, k_slabs, v_slabs)

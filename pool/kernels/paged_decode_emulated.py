@@ -85,10 +85,10 @@ def _check(queries, k_slabs: Sequence, v_slabs: Sequence, plan: DecodePlan) -> t
         raise KernelUnsupported(f"need as many V slabs as K slabs (>= 1), got {len(k_slabs)}/{len(v_slabs)}")
     shape = tuple(k_slabs[0].shape)
     if len(shape) != 4 or any(tuple(s.shape) != shape for s in (*k_slabs, *v_slabs)):
-        raise KernelUnsupported("slabs must share one [slab_blocks, block_size, n_kv_heads, head_dim] shape")
+        raise KernelUnsupported("slabs must share one [slab_blocks, n_kv_heads, block_size, head_dim] shape")
     if any(s.dtype != queries.dtype for s in (*k_slabs, *v_slabs)):
         raise KernelUnsupported("slabs and queries must share one dtype")
-    slab_blocks, block_size, n_kv, head_dim = shape
+    slab_blocks, n_kv, block_size, head_dim = shape
     if head_dim % VEC or 32 % (head_dim // VEC):
         raise KernelUnsupported(f"head_dim {head_dim} is not 8 x a divisor of 32 (the kernel's lane layout)")
     if queries.ndim not in (3, 4) or queries.shape[0] != plan.batch or queries.shape[-1] != head_dim \
@@ -128,7 +128,8 @@ def _load(launch: _Launch, blk: np.ndarray, active: np.ndarray, t: np.ndarray):
     safe_blk = np.clip(blk, 0, launch.table.shape[1] - 1)
     row = np.where(active, launch.table[np.arange(launch.batch)[:, None, None], safe_blk], 0)
     slab, local = row // launch.slab_blocks, row % launch.slab_blocks
-    index = (slab[..., None], local[..., None], np.minimum(t, bs - 1))
+    # head-major slabs [S, R, KV, bs, D]: the three index arrays broadcast to [B, S, W, TPW] and lead, then KV, D
+    index = (slab[..., None], local[..., None], slice(None), np.minimum(t, bs - 1))
     keys = np.where(valid[..., None, None], launch.keys[index], F32(0)).transpose(0, 1, 4, 2, 3, 5)
     values = np.where(valid[..., None, None], launch.values[index], F32(0)).transpose(0, 1, 4, 2, 3, 5)
     return keys, values, valid[:, :, None]
@@ -206,7 +207,7 @@ def paged_decode_emulated(queries, k_slabs: Sequence, v_slabs: Sequence, plan: D
     """The fused kernel's attention of one new token per sequence, computed on the CPU as the kernel computes it.
 
     queries: [B, Hq, D] or [B, Hq, 1, D]; k_slabs/v_slabs: the layer's slab tensors, each [slab_blocks,
-    block_size, n_kv_heads, D]; plan: ``pool.kernels.plan.plan_decode``; ``meta``: the plan's meta array as the
+    n_kv_heads, block_size, D]; plan: ``pool.kernels.plan.plan_decode``; ``meta``: the plan's meta array as the
     kernel would be given it (default ``plan.meta``). Returns an mx.array shaped and typed like ``queries``.
     Evaluates its inputs (it reads them on the host); mutates nothing."""
     import mlx.core as mx

@@ -32,8 +32,10 @@ PASS1_SOURCE = r"""
   constexpr int STEP = TPW * UNROLL;
   constexpr int NUM_WARPS = 4;
   constexpr int HQ = N_KV * GROUP;
-  constexpr long TOKEN_STRIDE = (long)N_KV * HEAD_DIM;
-  constexpr long ROW_STRIDE = (long)BLOCK_SIZE * TOKEN_STRIDE;
+  // head-major rows [N_KV, BLOCK_SIZE, HEAD_DIM]: one head's tokens of a row are packed
+  constexpr long TOKEN_STRIDE = HEAD_DIM;
+  constexpr long HEAD_STRIDE = (long)BLOCK_SIZE * HEAD_DIM;
+  constexpr long ROW_STRIDE = (long)N_KV * HEAD_STRIDE;
 
   threadgroup float sm_m[NUM_WARPS][GROUP];
   threadgroup float sm_l[NUM_WARPS][GROUP];
@@ -80,7 +82,7 @@ PASS1_SOURCE = r"""
     for (int blk = blk_first + int(warp); blk <= blk_last; blk += NUM_WARPS) {
       const int row = meta[table_base + blk];
       const int slab = row / slab_blocks;
-      const long base = (long)(row - slab * slab_blocks) * ROW_STRIDE + (long)kvh * HEAD_DIM + part * VEC;
+      const long base = (long)(row - slab * slab_blocks) * ROW_STRIDE + (long)kvh * HEAD_STRIDE + part * VEC;
       const device T* kb = k0;
       const device T* vb = v0;
 {slab_select}

@@ -49,14 +49,14 @@ class EmulatedTableWrite:
             if entries[s] is None:
                 raise KernelUnsupported(f"the table has no address for slab {s} (a write through it would fault)")
             picked = np.flatnonzero(slab == s)
-            at = (mx.array(local[picked].astype(np.int32)), mx.array(positions[picked].astype(np.int32)))
+            rows_at, positions_at = mx.array(local[picked].astype(np.int32)), mx.array(positions[picked].astype(np.int32))
             where = mx.array(picked.astype(np.int32))
             old_k, old_v = entries[s]
             current = (mx.array_equal(old_k, storage.keys[layer][s]).item()
                        and mx.array_equal(old_v, storage.values[layer][s]).item())
             new_k, new_v = mx.array(old_k), mx.array(old_v)
-            new_k[at] = keys[where]
-            new_v[at] = values[where]
+            new_k[rows_at, :, positions_at] = keys[where]  # head-major slab: every head of the token
+            new_v[rows_at, :, positions_at] = values[where]
             entries[s] = (new_k, new_v)
             if current:
                 storage.keys[layer][s], storage.values[layer][s] = mx.array(new_k), mx.array(new_v)

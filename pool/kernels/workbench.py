@@ -94,7 +94,7 @@ def poison_unused(pool, layer: int = 0) -> int:
     poisoned = 0
     for tensors in (storage.keys[layer], storage.values[layer]):
         for i, slab in enumerate(tensors):
-            mask = mx.array(visible[i])[:, :, None, None]
+            mask = mx.array(visible[i])[:, None, :, None]  # [rows, 1, block, 1] over head-major rows
             tensors[i] = mx.where(mask, slab, mx.array(float("nan"), dtype=slab.dtype))
         mx.eval(tensors)
     storage.touch(layer, list(range(len(storage.keys[layer]))))  # new buffers: slab tables refresh them

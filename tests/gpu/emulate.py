@@ -43,12 +43,13 @@ def _warp_state(q_g, k_rows, v_rows, positions, c0, c1, step):
 
 
 def emulate(queries, k_slabs, v_slabs, plan: DecodePlan, step: int = 8):
-    """queries [B, Hq, D]; slabs [slab_blocks, block_size, Hkv, D] (float64 numpy). Returns [B, Hq, D]."""
+    """queries [B, Hq, D]; slabs [slab_blocks, Hkv, block_size, D] (head-major rows, float64 numpy). Returns
+    [B, Hq, D]."""
     meta = plan.meta
     slab_blocks, stride, chunk = int(meta[0]), int(meta[1]), int(meta[2])
     scale = float(meta[3:4].view(np.float32)[0])
     batch, n_q, head_dim = queries.shape
-    block_size, n_kv = k_slabs[0].shape[1], k_slabs[0].shape[2]
+    n_kv, block_size = k_slabs[0].shape[1], k_slabs[0].shape[2]
     group = n_q // n_kv
     bounds = meta[META_HEADER:META_HEADER + 2 * batch].reshape(batch, 2)
     tables = meta[META_HEADER + 2 * batch:].reshape(batch, stride)
@@ -68,8 +69,8 @@ def emulate(queries, k_slabs, v_slabs, plan: DecodePlan, step: int = 8):
                         for i, blk in enumerate(blocks):
                             row = int(tables[b, blk])
                             slab, local = divmod(row, slab_blocks)
-                            k_rows = k_slabs[slab][local, :, kvh, :]
-                            v_rows = v_slabs[slab][local, :, kvh, :]
+                            k_rows = k_slabs[slab][local, kvh]
+                            v_rows = v_slabs[slab][local, kvh]
                             positions = blk * block_size + np.arange(block_size)
                             warp_states[i % NUM_WARPS].append(
                                 _warp_state(q_g, k_rows, v_rows, positions, c0, c1, step))

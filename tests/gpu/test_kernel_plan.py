@@ -104,7 +104,7 @@ class _Shaped:
 @pytest.mark.parametrize("backend", ["cuda", "metal"])
 @pytest.mark.parametrize("rows, declined", [(131071, False), (131072, True)])
 def test_kernel_entry_refuses_a_slab_past_the_index_range(backend, rows, declined, monkeypatch):
-    """One [rows, 32, 8, 128] slab: 131072 rows are 2^32 elements exactly (one past the range: declined), 131071
+    """One [rows, 8, 32, 128] slab (head-major rows): 131072 rows are 2^32 elements exactly (one past the range: declined), 131071
     rows fit. The entry raises KernelUnsupported before it touches any array (both kernels share the check)."""
     pytest.importorskip("mlx.core")
     from pool.kernels import paged_decode_cuda
@@ -115,7 +115,7 @@ def test_kernel_entry_refuses_a_slab_past_the_index_range(backend, rows, decline
 
     monkeypatch.setattr(paged_decode_cuda.CudaLaunch, "__call__", launched)
 
-    slab = _Shaped((rows, 32, 8, 128))
+    slab = _Shaped((rows, 8, 32, 128))
     plan = plan_decode([[rows - 1]], [32], None, block_size=32, slab_blocks=rows, num_slabs=1, n_kv_heads=8,
                        scale=1.0)
     kernel = kernel_for_backend(backend)

@@ -96,7 +96,7 @@ def test_step_view_and_slabs_are_what_kernels_read(tiny_pool):
     assert view.version == pool.book.version
     keys, values = pool.slabs(1)
     assert keys is pool.storage.keys[1] and values is pool.storage.values[1]  # the pool's own lists, no copy
-    assert keys[0].shape == (2, 4, 2, 4) and len(values) == 2
+    assert keys[0].shape == (2, 2, 4, 4) and len(values) == 2  # [rows, H, block, D]
     pool.prepare_write(1, 3, 2)  # the view is a copy: it stays what it was
     assert view.lengths == (3, 10) and pool.step_view([1]).lengths == (5,)
     with pytest.raises(PoolError, match="out of range"):

@@ -109,25 +109,37 @@ def test_history_views_are_views_of_the_slabs_not_copies():
     assert len(flat) == 2 * len(pieces)
 
 
-def test_the_matmul_copy_is_the_explicit_one():
-    """MLX's matmul copies a piece whose rows are not packed (several KV heads); ``matmul_ready`` makes that copy
-    (measured) and the matmul then copies nothing more."""
+def test_the_matmuls_read_the_history_in_place():
+    """Head-major rows: every (row, head) of a view is a packed matrix, so MLX's matmul allocates its result and
+    nothing else (a token-major layout made it copy the piece, unseen)."""
     from pool.copy_meter import allocated_during
-    from pool.prefill_attention import matmul_ready
 
     pool, seq = fragmented_pool()
     view = pool.step_view([seq])
-    piece = history_pieces(view.rows[0], 0, 20, BLOCK, view.rows_per_slab)[0]
+    pieces = history_pieces(view.rows[0], 1, 20, BLOCK, view.rows_per_slab)  # a partial first row, then whole ones
     slabs = pool.slabs(0)
-    k_view = piece_views(*slabs, [piece], BLOCK)[0][0]
     q = mx.random.normal((HEADS, 3, DIM))
     mx.eval(q)
-    (scores,), unseen = allocated_during(lambda: [q @ k_view.swapaxes(-1, -2)], [*slabs[0], q])
-    assert unseen == scores.nbytes + k_view.nbytes, "MLX's matmul no longer copies a strided piece: drop the copy"
-    (ready,), copied = allocated_during(lambda: [matmul_ready(k_view)], [*slabs[0]])
-    assert copied == ready.nbytes == k_view.nbytes
-    (scores,), allocated = allocated_during(lambda: [q @ ready.swapaxes(-1, -2)], [ready, q])
-    assert allocated == scores.nbytes
+    for k_view, v_view in piece_views(*slabs, pieces, BLOCK):
+        (scores,), allocated = allocated_during(lambda: [q @ k_view.swapaxes(-1, -2)], [*slabs[0], q])
+        assert allocated == scores.nbytes, f"the score matmul copied {allocated - scores.nbytes} bytes"
+        weights = mx.softmax(scores, axis=-1)
+        mx.eval(weights)
+        (out,), allocated = allocated_during(lambda: [weights @ v_view], [*slabs[1], weights])
+        assert allocated == out.nbytes, f"the value matmul copied {allocated - out.nbytes} bytes"
+
+
+def test_views_cut_partial_rows_and_hold_the_history_tokens_in_order():
+    """Each view's tokens, read back in order, are exactly the gathered history (partial first and last rows)."""
+    pool, seq = fragmented_pool()
+    view = pool.step_view([seq])
+    for lo, hi in ((0, 21), (1, 20), (5, 7), (3, 4), (4, 8)):
+        pieces = history_pieces(view.rows[0], lo, hi, BLOCK, view.rows_per_slab)
+        views = piece_views(*pool.slabs(0), pieces, BLOCK)
+        keys = mx.concatenate([k.transpose(1, 0, 2, 3).reshape(HEADS, -1, DIM) for k, _ in views], axis=1)
+        pool.set_logical_start(seq, lo) if lo else None
+        expected = pool.storage.gather(0, list(view.rows[0][:-(-hi // BLOCK)]), lo, hi)[0]
+        assert mx.array_equal(keys, expected), (lo, hi)
 
 
 def test_pieces_merge_consecutive_rows_of_one_slab_and_trim_the_ends():

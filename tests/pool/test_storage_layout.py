@@ -45,10 +45,11 @@ def all_slabs(pool):
 
 
 def write_row(storage, row, keys, values):
-    """Overwrite one whole row of layer 0 (what a test needs to fill storage it built by hand)."""
+    """Overwrite one whole row of layer 0 (what a test needs to fill storage it built by hand) with ``keys``/
+    ``values`` given token-major ([block, H, D]), stored head-major."""
     slab, local = storage._slab_for_row(row)
-    store_rows(storage.keys[0], slab, local, keys[None])
-    store_rows(storage.values[0], slab, local, values[None])
+    store_rows(storage.keys[0], slab, local, keys.transpose(1, 0, 2)[None])
+    store_rows(storage.values[0], slab, local, values.transpose(1, 0, 2)[None])
 
 
 def gather_ref(chunks, logical_start=0):
@@ -58,8 +59,8 @@ def gather_ref(chunks, logical_start=0):
 
 # ---- store_rows: whole-tensor writes ---------------------------------------------------------------------------
 def test_store_rows_whole_tensor_write_keeps_its_own_contiguous_buffer():
-    tensors = [mx.zeros((2, 2, 2, 4)), mx.zeros((3, 2, 2, 4))]  # [rows, block_size, H, D]
-    source = mx.random.normal((2, 2, 2, 4), key=mx.random.key(1))  # [rows, H, block_size, D]
+    tensors = [mx.zeros((2, 2, 2, 4)), mx.zeros((3, 2, 2, 4))]  # [rows, H, block_size, D]
+    source = mx.random.normal((2, 2, 2, 4), key=mx.random.key(1))  # [rows, block_size, H, D]
     view = source.transpose(0, 2, 1, 3)
     assert not is_row_contiguous(view)
     store_rows(tensors, 0, 0, view)  # covers tensor 0 entirely

@@ -37,7 +37,7 @@ def test_run_json_reports_metered_bytes_and_routes(recorded):
     paged, gather = recorded["paged"][0], recorded["gather"][0]
     assert paged["prefill_attention"]["bytes_gathered_metered"] is True
     p, g = paged["pool"]["counters"], gather["pool"]["counters"]
-    assert 0 < p["prefill_bytes_gathered"] < g["prefill_bytes_gathered"]
+    assert p["prefill_bytes_gathered"] == 0 < g["prefill_bytes_gathered"]  # measured: views, no copy
     assert g["prefill_bytes_gathered"] >= g["prefill_bytes_gathered_model"] > 0
     assert p["decode_bytes_gathered"] > 0  # CPU decode gathers (no fused kernel), metered too
     assert p["prefill_paged_decisions"] > 0 == p["prefill_gather_decisions"]
@@ -50,7 +50,7 @@ def test_recording_carries_counters_and_route_events(recorded):
 
     session = Session.open(recorded["paged"][1])
     counters = session.snapshots[-1].snapshot.counters
-    assert counters.prefill_bytes_gathered > 0 and counters.prefill_paged_decisions > 0
+    assert counters.prefill_bytes_gathered == 0 and counters.prefill_paged_decisions > 0  # measured, not None
     reasons = [e.reason for e in session.events_of(PrefillRouteChange)]
     assert reasons[:2] == ["first chunk: own K/V only", "history read in place"]
 
@@ -59,7 +59,7 @@ def test_compare_shows_gathered_bytes_per_route(recorded, capsys):
     paths = [recorded["paged"][1], recorded["gather"][1]]
     assert cli_main(["compare", *paths, "--json"]) == 0
     rows = [r for r in json.loads(capsys.readouterr().out)["rows"] if r["phase"] == "all"]
-    assert 0 < rows[0]["prefill_bytes_gathered"] < rows[1]["prefill_bytes_gathered"]
+    assert rows[0]["prefill_bytes_gathered"] == 0 < rows[1]["prefill_bytes_gathered"]
     assert rows[0]["prefill_paged_rate"] == 1.0 and rows[1]["prefill_paged_rate"] == 0.0
     assert cli_main(["compare", *paths]) == 0
     assert "prefill gathered MiB" in capsys.readouterr().out

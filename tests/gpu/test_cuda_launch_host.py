@@ -34,7 +34,7 @@ def test_launch_arguments_and_one_variant_derivation_for_every_layer(tmp_path, m
     cu.launch_binaries.cache_clear()
 
     # bf16, head_dim 64, 4 query heads on 2 KV heads, 16-token blocks, 3 slabs of 4 rows (bucket 4: slab 0 pads)
-    slabs = [[mx.zeros((4, 16, 2, 64), dtype=mx.bfloat16) for _ in range(3)] for _ in range(2)]
+    slabs = [[mx.zeros((4, 2, 16, 64), dtype=mx.bfloat16) for _ in range(3)] for _ in range(2)]
     queries = mx.zeros((2, 4, 1, 64), dtype=mx.bfloat16)
     plan = plan_decode([[0, 5], [9, 10, 11]], [20, 40], None, block_size=16, slab_blocks=4, num_slabs=3,
                        n_kv_heads=2, scale=0.125, num_splits=num_splits)
@@ -88,7 +88,7 @@ def test_a_prepared_launch_serves_every_layer_it_fits_and_a_layer_that_does_not_
     monkeypatch.setattr(cu, "check_inputs", lambda *args: checks.append(args) or check_inputs(*args))
 
     def slabs(count):
-        return [mx.zeros((4, 16, 2, 64), dtype=mx.bfloat16) for _ in range(count)]
+        return [mx.zeros((4, 2, 16, 64), dtype=mx.bfloat16) for _ in range(count)]
 
     layers = {0: (slabs(3), slabs(3)), 1: (slabs(3), slabs(3)), 2: (slabs(4), slabs(4))}
 
@@ -141,7 +141,7 @@ def test_the_plan_carries_the_tuning_that_picks_the_launched_variant(tmp_path, m
     monkeypatch.setattr(mx.fast, "precompiled_cuda_kernel", recorder, raising=False)
     monkeypatch.setenv("SLABSCOPE_CUDA_UNROLL", "2")
     cu.launch_binaries.cache_clear()
-    slabs = [[mx.zeros((4, 32, 2, 128), dtype=mx.bfloat16) for _ in range(3)] for _ in range(2)]
+    slabs = [[mx.zeros((4, 2, 32, 128), dtype=mx.bfloat16) for _ in range(3)] for _ in range(2)]
     queries = mx.zeros((2, 4, 1, 128), dtype=mx.bfloat16)
     expected = {}
     for tuning in (KernelTuning(unroll=4), DEFAULT_TUNING):

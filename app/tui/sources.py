@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgspec
 
-from probes.events import Done, Event, MetaUpdate, SnapshotTaken
+from probes.events import Done, Event, MetaUpdate, RunStage, SnapshotTaken
 from probes.store import SessionModel
 
 DEFAULT_RECORDINGS_DIR = Path("recordings")
@@ -273,7 +273,14 @@ def open_recordings(paths: list[Path], as_run: bool = False, *, files: list[Path
 
 class LiveRecorder:
     """Saves the live run: one session file per backend, fed with the same typed events the ingest thread receives.
-    Owned and called by the ingest thread only (start/stop requests arrive through ``RunController``)."""
+    Owned and called by the ingest thread only (start/stop requests arrive through ``RunController``).
+
+    A run's file opens once the run's clock is known: the worker's ``t_start``, in the metadata its probes send
+    when they start. Its times are then the worker's own (as in the worker's own recording), and its metadata says
+    what ran. A worker says where it is ("loading model") before that; those ``RunStage`` events are held until
+    the clock is known and written at its start, where the live view shows them (``SessionModel.append``): a time
+    before the start is not a time a session file may hold (``probes.limits.time_problem``), and one such record
+    made the whole recording unreadable."""
 
     def __init__(self, directory: Path, scenario: str) -> None:
         self.directory = Path(directory)
@@ -282,22 +289,45 @@ class LiveRecorder:
         self.recorders: dict[str, object] = {}
         self.paths: list[Path] = []
         self.exact_since: set[str] = set()  # runs whose file holds a worker keyframe with bookkeeping state
+        self.held: dict[str, tuple[SessionModel, list[Event]]] = {}  # runs whose clock is not known yet: events
 
     def write(self, model: SessionModel, events: list[Event]) -> None:
-        """Append a batch for ``model``'s run; the first batch opens its file with the run's metadata (the worker's
-        ``t_start``, so times match the worker's own recording)."""
+        """Append a batch for ``model``'s run (``model`` has folded the batch in already: the ingest thread's
+        order). Until the run's metadata has come the batch is held; the batch that brings it (or a ``Done``
+        without it: a worker that failed while loading) opens the file with everything held."""
         rec = self.recorders.get(model.label)
         if rec is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            meta = dict(model.meta)
-            meta.setdefault("backend", model.label)
-            path, rec = self._new_file(f"{self.stamp}-{self.scenario}-{model.label}", meta)
-            self.recorders[model.label] = rec
-            self.paths.append(path)
-        rec.write([self._keyframed(model.label, e) for e in events if not isinstance(e, (MetaUpdate, Done))])
+            held = self.held.setdefault(model.label, (model, []))[1]
+            held += events
+            if not model.meta and not any(isinstance(e, Done) for e in events):
+                return
+            del self.held[model.label]
+            rec, events = self._open(model, held), held
+        self._append(rec, model.label, events)
         done = [e for e in events if isinstance(e, Done)]
         if done:
             rec.close(done[-1].summary, t=done[-1].t)
+
+    def _open(self, model: SessionModel, events: list[Event]):
+        """The recorder of ``model``'s run, in a new file, on the run's clock as ``SessionModel`` takes it: the
+        metadata's ``t_start``, else the first stamp that is not a stage's."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        meta = dict(model.meta)
+        meta.setdefault("backend", model.label)
+        if "t_start" not in meta:
+            stamps = [e.t for e in events if not isinstance(e, RunStage)] or [e.t for e in events]
+            meta["t_start"] = stamps[0] if stamps else time.monotonic()
+        path, rec = self._new_file(f"{self.stamp}-{self.scenario}-{model.label}", meta)
+        self.recorders[model.label] = rec
+        self.paths.append(path)
+        return rec
+
+    def _append(self, rec, label: str, events: list[Event]) -> None:
+        """Write a batch (not its metadata or ``Done``: the file's META and END records say those); a stage said
+        before the run's clock started sits at its start (the live view's place for it)."""
+        rec.write([self._keyframed(label, msgspec.structs.replace(e, t=rec.t_start)
+                                   if isinstance(e, RunStage) and e.t < rec.t_start else e)
+                   for e in events if not isinstance(e, (MetaUpdate, Done))])
 
     def _new_file(self, stem: str, meta: dict):
         """(path, recorder) of a new file ``stem.slabrec`` in the directory, or ``stem-2.slabrec``, ``-3``... when
@@ -329,7 +359,12 @@ class LiveRecorder:
         return msgspec.structs.replace(event, keyframe=True)
 
     def close(self) -> list[Path]:
-        """Close every open file (END record written); returns the paths written."""
+        """Write what is held for runs whose clock never came (stopped while loading), close every open file (END
+        record written); returns the paths written."""
+        for model, events in list(self.held.values()):
+            del self.held[model.label]
+            if events:
+                self._append(self._open(model, events), model.label, events)
         for rec in self.recorders.values():
             if not rec.closed:
                 rec.close({"stopped_by": "tui"}, t=time.monotonic())

@@ -44,11 +44,16 @@ def test_live_run_record_open_scrub_inspect(tmp_path):
             await settle(pilot)
             names = [info.path.name for info in view.infos]
             out["listed"] = names
+            # the files just saved read back whole (an unreadable one fails here with its reason, not as a hang on
+            # the open below: tests/tui/test_live_recording.py)
+            states = {i.path.name: i.error or ("complete" if i.complete else "partial") for i in view.infos}
+            assert set(states.values()) == {"complete"}, states
+            assert {i.scenario for i in view.infos} == {"churn"}, "the recordings lack their run's metadata"
             listing = app.screen.query_one("#sessions-list", DataTable)
             listing.move_cursor(row=len(view.folders) + next(i for i, n in enumerate(names) if n.endswith("-slab.slabrec")))
             listing.focus()
             await pilot.press("enter")
-            await wait_for(pilot, lambda: app.mode == "REPLAY")  # the default hang bound: a loaded machine opens slowly
+            await wait_for(pilot, lambda: app.mode == "REPLAY")
             out["replay_tracks"] = list(app.store.sessions)
             # scrub: step back twice, then click the scrubber's start
             start = app.cursor

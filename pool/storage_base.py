@@ -126,6 +126,7 @@ class RowStorage:
         # the entries that may be stale (pool/kernels/slab_table.py). Bumped by ``touch``; columns grow by doubling.
         self.slab_stamps = np.zeros((num_layers, 8), dtype=np.int64)
         self.layer_touches = [0] * num_layers  # per layer, ``touch`` calls: a table with nothing new skips the compare
+        self.last_touched: list = [()] * num_layers  # per layer, the slabs of its last ``touch`` (see SlabTables)
         self.kernel_state: dict = {}  # what the kernels keep per storage (their slab tables); dies with it
 
     # ---- mapping and capacity (design-specific) --------------------------------------------------------------
@@ -157,15 +158,23 @@ class RowStorage:
     def touch(self, layer: int, slabs) -> None:
         """Record that ``slabs`` (indices) of ``layer`` may hold a new buffer: every path that assigns into a slab
         tensor or replaces one calls this (a non-donated write gives the slab a new buffer, so a device table
-        entry holding the old address would be stale). Mutates ``slab_stamps`` only."""
+        entry holding the old address would be stale). Mutates ``slab_stamps``, ``layer_touches`` and
+        ``last_touched`` (the slabs of the layer's last touch: a table refreshed one touch ago compares only
+        those)."""
         stamps = self.slab_stamps
-        top = int(np.max(slabs)) + 1 if len(slabs) else 0
+        # plain Python for the usual one or two slabs: numpy's reductions and fancy indexing on a short list cost
+        # ~100 us per call, and a prefill chunk touches every layer
+        top = (int(slabs.max()) if isinstance(slabs, np.ndarray) else max(slabs)) + 1 if len(slabs) else 0
         if top > stamps.shape[1]:
             grown = np.zeros((self.num_layers, max(top, 2 * stamps.shape[1])), dtype=np.int64)
             grown[:, :stamps.shape[1]] = stamps
             self.slab_stamps = stamps = grown
-        stamps[layer, slabs] += 1
+        if len(slabs) == 1:
+            stamps[layer, int(slabs[0])] += 1
+        else:
+            stamps[layer, slabs] += 1
         self.layer_touches[layer] += 1
+        self.last_touched[layer] = slabs
 
     def slabs(self, layer: int) -> tuple[list[mx.array], list[mx.array]]:
         """The layer's K and V tensor lists (the storage's own: read them, never mutate them)."""

@@ -1,5 +1,5 @@
 """Prefill attention decision: per prefill chunk, read the history in place (the paged route,
-``pool/kernels/paged_prefill.py``) or gather it (``PagedKVPool.gather_visible`` + mlx-lm's SDPA), and why. One
+``pool/prefill_attention.py``) or gather it (``PagedKVPool.gather_visible`` + mlx-lm's SDPA), and why. One
 decision serves every layer of the chunk (one row space: every layer holds the same rows). Plain Python.
 
 Reasons, checked in a fixed order, first match wins:
@@ -10,10 +10,10 @@ Reasons, checked in a fixed order, first match wins:
 3. a batched step (several sequences): the route attends one sequence's chunk -> gather.
 4. no history (a sequence's first chunk) -> paged, "first chunk: own K/V only": nothing is read from the slabs.
 5. a history without ``SLABSCOPE_PAGED_PREFILL=1`` -> gather (``REASON_OPT_IN``). Reading the history in place
-   from MLX operations copies each piece for MLX's matmul when the model has more than one KV head (a slab row holds
-   every KV head side by side), and on the H200 it measured slower than one gather: qwen3-0.6b bf16, one 12,288-token
-   prompt in 256-token chunks, 5,932 prefill tok/s paged against 11,617 gathered (`lab/paged_prefill/routes.py`,
-   docs/prefill.md). So it is opt-in until a layout or kernel reads the slabs without that copy.
+   from MLX operations copies nothing (head-major slabs), but it measured slower than one gather: on the H200
+   (qwen3-0.6b bf16, one 12,288-token prompt in 256-token chunks) 4,002 prefill tok/s paged against 17,202
+   gathered, and on the CPU's tiny models too (`lab/paged_prefill/routes.py`, docs/prefill.md): ~11 graph operations
+   and a float32 partial output per view cost more than the copy. So it is opt-in until a kernel reads the slabs.
 6. the history lies in more than ``MAX_PIECES`` pieces (runs of consecutive rows in one slab): the route's graph
    grows by ~12 MLX operations per piece, so a fragmented table costs more host time than one gather -> gather.
 Otherwise paged: "history read in place". The attention call itself may still fall back (a sliding-window mask or

@@ -96,9 +96,6 @@ class CudaVariant:
                 f"_b{self.block_size}_u{self.unroll}")
 
 
-_TABLE_VARIANTS: dict = {}  # KernelGeometry -> its table-route variants (a handful of geometries per process)
-
-
 @dataclass(frozen=True)
 class KernelGeometry:
     """What a run fixes for every variant it will use (all but the pass and the slab bucket)."""
@@ -120,15 +117,10 @@ class KernelGeometry:
     def table_variants(self) -> list[CudaVariant]:
         """Every kernel of the table route, whatever the slab count: both first passes reading the slab table, the
         merge, the table update for each count of refreshed slabs, the table gather (prefill's history) and the table
-        write (decode's tokens). Made once per geometry (``prefetch`` asks at every prefill chunk); a new list each
-        call, so a caller may keep or extend it."""
-        made = _TABLE_VARIANTS.get(self)
-        if made is None:
-            made = _TABLE_VARIANTS[self] = (
-                self.variants(0) + [CudaVariant("table", self.dtype, 0, num_slabs=w) for w in WRITE_BUCKETS]
+        write (decode's tokens)."""
+        return (self.variants(0) + [CudaVariant("table", self.dtype, 0, num_slabs=w) for w in WRITE_BUCKETS]
                 + [CudaVariant(kind, self.dtype, self.head_dim, n_kv=self.n_kv, block_size=self.block_size)
                    for kind in ("gather", "write")])
-        return list(made)
 
     def launch_variants(self, num_slabs: int, table: bool) -> list[CudaVariant]:
         """What a launch over ``num_slabs`` slabs may need on the table route or the per-slab route."""

@@ -101,13 +101,6 @@ class SlabTables:
             entry = self.layers[layer] = LayerTable(None if entry is None else entry.table, capacity, seen)
             stale = np.flatnonzero(stamps[:count] != seen[:count]) if count <= stamps.shape[0] else np.arange(count)
             force = True  # a new or larger table is written even when no entry is stale
-        elif entry.touches == touches - 1:
-            # one touch since the last refresh (a chunk's or a step's write): only its slabs can be stale, so a
-            # compare of every slab's stamp (~60 us a layer at hundreds of slabs) is not needed
-            seen = entry.seen
-            stale = np.array(sorted({int(s) for s in storage.last_touched[layer] if s < count
-                                     and stamps[s] != seen[s]}), dtype=np.int64)
-            force = False
         else:
             stale = np.flatnonzero(stamps[:count] != entry.seen[:count])
             force = False

@@ -30,10 +30,12 @@ class GatherMeter:
         self.measured: dict[str, int | None] = {phase: None for phase in PHASES}
         self.model: dict[str, int] = {phase: 0 for phase in PHASES}
 
-    def read(self, phase: str, work: Callable[[], list], settle: list, *, model_bytes: bool = True) -> list:
-        """Run ``work()`` (it returns the read's arrays); when metering, evaluate them alone and charge what MLX
-        allocated to ``phase``. ``model_bytes``: the arrays are copies (a gather), so their bytes are added to the
-        model; False for views (the paged route), whose model is 0. Returns the arrays."""
+    def read(self, phase: str, work: Callable[[], list], settle: Callable[[], list], *,
+             model_bytes: bool = True) -> list:
+        """Run ``work()`` (it returns the read's arrays); when metering, evaluate ``settle()`` (the arrays the read
+        depends on, asked for only then: a layer's slab lists, rebuilt per read) and then the read alone, and charge
+        what MLX allocated to ``phase``. ``model_bytes``: the arrays are copies (a gather), so their bytes are added
+        to the model; False for views (the paged route), whose model is 0. Returns the arrays."""
         if phase not in PHASES:
             raise ValueError(f"unknown read phase {phase!r}; one of {', '.join(PHASES)}")
         if not self.measuring:
@@ -41,7 +43,7 @@ class GatherMeter:
         else:
             from pool.copy_meter import allocated_during
 
-            arrays, allocated = allocated_during(work, settle)
+            arrays, allocated = allocated_during(work, settle())
             self.measured[phase] = (self.measured[phase] or 0) + allocated
         if model_bytes:
             self.model[phase] += sum(array.nbytes for array in arrays)

@@ -245,9 +245,8 @@ class PagedKVPool:
             found.append(runs)
             return [keys, values]
 
-        # what the meter evaluates first when it measures (two lists of every slab: not built when it does not)
-        settle = self.storage.keys[layer] + self.storage.values[layer] if self.gather_meter.measuring else []
-        keys, values = self.gather_meter.read(phase, read, settle)
+        keys, values = self.gather_meter.read(phase, read,
+                                              lambda: self.storage.keys[layer] + self.storage.values[layer])
         runs = found[0]
         self.gathers += 1
         self.gather_runs_total += runs

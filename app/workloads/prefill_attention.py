@@ -59,7 +59,7 @@ class PrefillRoute:
             # views of the head-major slabs (no copy): metered all the same, so a copy would show as bytes
             views = lambda: [t for pair in piece_views(  # noqa: E731
                 key_slabs, value_slabs, self.pieces, pool.config.block_size) for t in pair]
-            flat = pool.gather_meter.read("prefill", views, key_slabs + value_slabs, model_bytes=False)
+            flat = pool.gather_meter.read("prefill", views, lambda: key_slabs + value_slabs, model_bytes=False)
             history = list(zip(flat[0::2], flat[1::2]))
             if self._mask is None:
                 self._mask = causal_mask(queries.shape[2])

@@ -66,7 +66,8 @@ def main() -> int:
         print(f"{args.backend}: no prefill chunk was built")
         return 1
     print(f"{args.backend} slab_blocks={args.slab_blocks}: chunk build ms, median over {len(medians)} rounds "
-          f"{statistics.median(medians):.2f} [{min(medians):.2f}-{max(medians):.2f}] ({len(clock.builds)} chunks a round)")
+          f"{statistics.median(medians):.2f} [{min(medians):.2f}-{max(medians):.2f}] "
+          f"({len(clock.builds)} chunks a round)")
     return 0
 
 

@@ -53,7 +53,8 @@ class EmulatedTableGather:
                 continue  # never written: stays NaN
             picked = np.flatnonzero(slab == s)
             where = mx.array(picked.astype(np.int32))
-            rows_at, positions_at = mx.array(local[picked].astype(np.int32)), mx.array(position[picked].astype(np.int32))
+            rows_at = mx.array(local[picked].astype(np.int32))
+            positions_at = mx.array(position[picked].astype(np.int32))
             out_k[where] = entry[0][rows_at, :, positions_at]  # head-major slab: [n, n_kv, D] (numpy's order)
             out_v[where] = entry[1][rows_at, :, positions_at]
         return mx.contiguous(out_k.transpose(1, 0, 2)), mx.contiguous(out_v.transpose(1, 0, 2))

@@ -49,7 +49,8 @@ class EmulatedTableWrite:
             if entries[s] is None:
                 raise KernelUnsupported(f"the table has no address for slab {s} (a write through it would fault)")
             picked = np.flatnonzero(slab == s)
-            rows_at, positions_at = mx.array(local[picked].astype(np.int32)), mx.array(positions[picked].astype(np.int32))
+            rows_at = mx.array(local[picked].astype(np.int32))
+            positions_at = mx.array(positions[picked].astype(np.int32))
             where = mx.array(picked.astype(np.int32))
             old_k, old_v = entries[s]
             current = (mx.array_equal(old_k, storage.keys[layer][s]).item()

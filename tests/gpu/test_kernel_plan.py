@@ -104,8 +104,9 @@ class _Shaped:
 @pytest.mark.parametrize("backend", ["cuda", "metal"])
 @pytest.mark.parametrize("rows, declined", [(131071, False), (131072, True)])
 def test_kernel_entry_refuses_a_slab_past_the_index_range(backend, rows, declined, monkeypatch):
-    """One [rows, 8, 32, 128] slab (head-major rows): 131072 rows are 2^32 elements exactly (one past the range: declined), 131071
-    rows fit. The entry raises KernelUnsupported before it touches any array (both kernels share the check)."""
+    """One [rows, 8, 32, 128] slab (head-major rows): 131072 rows are 2^32 elements exactly (one past the range:
+    declined), 131071 rows fit. The entry raises KernelUnsupported before it touches any array (both kernels share
+    the check)."""
     pytest.importorskip("mlx.core")
     from pool.kernels import paged_decode_cuda
     from pool.kernels.paged_decode import kernel_for_backend

@@ -9,12 +9,12 @@ PY="${PYTHON:-$ROOT/.venv/bin/python}"
 SESSION="slabscope-serve-$$"
 WORK="$(mktemp -d)"
 PORT="$($PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-trap 'tmux kill-session -t "$SESSION" 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'stop_session; rm -rf "$WORK"' EXIT
 
 . "$ROOT/tests/tui/tmux_lib.sh"
 
 cd "$ROOT"
-tmux new-session -d -s "$SESSION" -x 150 -y 40 \
+start_session 150 40 \
   "PYTHONPATH=$ROOT $PY -m app serve --tui --model synthetic:tiny-llama --port $PORT --blas-threads 1 --temperature 0 --record $WORK/rec --log $WORK/serve.log; sleep 30"
 wait_for "LIVE " 90
 wait_for "slab ●" 30

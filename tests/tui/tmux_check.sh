@@ -9,12 +9,12 @@ SESSION="slabscope-check-$$"
 WORK="$(mktemp -d)"
 cp "$ROOT"/assets/recordings/*.slabrec "$WORK"/
 touch -d "2020-01-01" "$WORK"/sample-churn-dense.slabrec   # the slab session is the newest: listed first
-trap 'tmux kill-session -t "$SESSION" 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'stop_session; rm -rf "$WORK"' EXIT
 
 . "$ROOT/tests/tui/tmux_lib.sh"
 
 cd "$ROOT"
-tmux new-session -d -s "$SESSION" -x 100 -y 32 \
+start_session 100 32 \
   "PYTHONPATH=$ROOT $PY -m app tui --model synthetic:tiny-llama --backends slab,dense --block-size 8 --slab-blocks 4 --recordings $WORK; sleep 30"
 wait_for "Memory  Slabs" 30
 wait_for "slab/dense" 90

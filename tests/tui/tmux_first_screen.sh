@@ -11,7 +11,7 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 SESSION="slabscope-first-$$"
 WORK="$(mktemp -d)"
-trap 'tmux kill-session -t "$SESSION" 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'stop_session; rm -rf "$WORK"' EXIT
 
 . "$ROOT/tests/tui/tmux_lib.sh"
 
@@ -22,7 +22,7 @@ absent() {  # absent TEXT: fail if TEXT is on screen now
 
 cd "$ROOT"
 G=assets/recordings/gpu
-tmux new-session -d -s "$SESSION" -x 160 -y 48 \
+start_session 160 48 \
   "PYTHONPATH=$ROOT $PY -m app --open $G/distinct_burst-slab.slabrec --open $G/distinct_burst-dense.slabrec --open $G/distinct_burst-monolithic.slabrec; sleep 30"
 wait_for "whole run: slab/dense" 60
 wait_for "0.54x (gate 1.15x ok)" 10
@@ -33,17 +33,20 @@ tmux send-keys -t "$SESSION" 7
 wait_for "nccl2/" 10
 tmux send-keys -t "$SESSION" q
 wait_gone 10
-tmux kill-session -t "$SESSION" 2>/dev/null
+stop_session
 
 start=$(date +%s%N)
-tmux new-session -d -s "$SESSION" -x 80 -y 24 \
+start_session 80 24 \
   "PYTHONPATH=$ROOT $PY -m app tui --model synthetic:tiny-llama --backends slab,dense --block-size 8 --slab-blocks 4 --recordings $WORK; sleep 30"
-for _ in $(seq 1 240); do
-  if screen | grep -qE "starting worker|loading model"; then break; fi
+progress=""
+for _ in $(seq 1 2400); do  # 0.05 s polls: the bound (~2 min) only ends a hang
+  progress="$(screen | grep -oE "starting worker|loading model|LIVE" | head -1)"
+  [ -n "$progress" ] && break
   sleep 0.05
 done
 echo "progress on screen $(( ($(date +%s%N) - start) / 1000000 )) ms after launch (a measurement)"
-wait_for "LIVE" 5
+if [ -z "$progress" ]; then echo "FAIL: no progress on screen ~2 min after launch"; screen; exit 1; fi
+wait_for "LIVE" 60
 absent "(finished)"
 wait_for "LIVE (finished)" 180
 wait_for "q quit" 5

@@ -9,7 +9,7 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 SESSION="slabscope-ranks-$$"
 WORK="$(mktemp -d)"
-trap 'tmux kill-session -t "$SESSION" 2>/dev/null; pkill -KILL -f "$WORK/ranks-" 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'stop_session; pkill -KILL -f "$WORK/ranks-" 2>/dev/null; rm -rf "$WORK"' EXIT
 cat > "$WORK/long.toml" <<'TOML'
 description = "churn long enough to quit in the middle"
 [params]
@@ -26,7 +26,7 @@ TOML
 . "$ROOT/tests/tui/tmux_lib.sh"
 
 cd "$ROOT"
-tmux new-session -d -s "$SESSION" -x 130 -y 40 \
+start_session 130 40 \
   "PYTHONPATH=$ROOT $PY -m app tui --ranks 2 --model synthetic:tiny-llama --backends slab,dense --scenario $WORK/long.toml --block-size 8 --slab-blocks 4 --recordings $WORK; sleep 60"
 tmux resize-window -t "$SESSION" -x 130 -y 40 2>/dev/null  # a tmux server started elsewhere may size it otherwise
 wait_for "Memory  Slabs" 30
@@ -45,8 +45,8 @@ if ! wait_no_process "$WORK/ranks-" 60; then  # polls until none is left; the bo
 fi
 echo "ok: no process left"
 RUN_DIR="$(ls -d "$WORK"/ranks-*)"
-tmux kill-session -t "$SESSION" 2>/dev/null
-tmux new-session -d -s "$SESSION" -x 130 -y 40 "PYTHONPATH=$ROOT $PY -m app tui --open $RUN_DIR; sleep 30"
+stop_session
+start_session 130 40 "PYTHONPATH=$ROOT $PY -m app tui --open $RUN_DIR; sleep 30"
 tmux resize-window -t "$SESSION" -x 130 -y 40 2>/dev/null
 wait_for "REPLAY" 30
 tmux send-keys -t "$SESSION" 8

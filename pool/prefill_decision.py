@@ -7,8 +7,9 @@ Reasons, checked in a fixed order, first match wins:
 1. ``SLABSCOPE_PAGED_PREFILL=0`` in the environment -> gather ("disabled by ...").
 2. the model's module does not call ``scaled_dot_product_attention`` by name (the paged SDPA cannot be installed)
    -> gather.
-3. a batched step (several sequences): the route attends one sequence's chunk -> gather.
-4. no history (a sequence's first chunk) -> paged, "first chunk: own K/V only": nothing is read from the slabs.
+3. no history (the sequences' first chunk, one sequence or a batch) -> paged, "first chunk: own K/V only":
+   nothing is read from the slabs.
+4. a batched step (several sequences) with a history: the route reads one sequence's pieces -> gather.
 5. a history without ``SLABSCOPE_PAGED_PREFILL=1`` -> gather (``REASON_OPT_IN``). Reading the history in place
    from MLX operations copies nothing (head-major slabs), but it measured slower than one gather: on the H200
    (qwen3-0.6b bf16, one 12,288-token prompt in 256-token chunks) 4,002 prefill tok/s paged against 17,202
@@ -43,10 +44,10 @@ def decide_prefill(*, pieces: int, batch_size: int, routable: bool, environ: dic
         return FusedDecision(False, f"disabled by {ENV_VAR}=0")
     if not routable:
         return FusedDecision(False, REASON_NOT_ROUTABLE)
+    if pieces == 0:  # the chunk's own K/V only: one SDPA call for any batch
+        return FusedDecision(True, REASON_FIRST_CHUNK)
     if batch_size != 1:
         return FusedDecision(False, f"batched prefill of {batch_size} sequences")
-    if pieces == 0:
-        return FusedDecision(True, REASON_FIRST_CHUNK)
     if env.get(ENV_VAR, "").strip() != "1":
         return FusedDecision(False, REASON_OPT_IN)
     if pieces > MAX_PIECES:

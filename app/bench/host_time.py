@@ -121,13 +121,11 @@ class EngineSteps:
         return True
 
     def _build_prefill(self, plan) -> list:
-        import mlx.core as mx
-
-        from app.workloads.engine import _cache_state
+        from app.workloads.engine import _cache_state, _prefill_inputs
 
         session = self.session
-        caches = session.backend.prefill_caches(plan.seq, plan.start, plan.num_tokens)
-        inputs = mx.array(plan.seq.tokens[plan.start:plan.start + plan.num_tokens])[None]
+        caches = session.backend.prefill_caches(plan.seqs, plan.start, plan.num_tokens)
+        inputs = _prefill_inputs(plan)
         model = session.loaded.model
         out = model(inputs, cache=caches) if self.engine == "mlx_lm" else model.model(inputs, cache=caches)
         return [*_cache_state(caches), out] if self.engine != "mlx_lm" else _cache_state(caches)

@@ -54,6 +54,7 @@ class BenchConfig(BenchWorkload):
     shrink: str = "off"                # pool engines' shrink policy (pool/shrink_types.py)
     shrink_budget: int | None = None   # bytes a shrink point may move (None: the pool's default)
     open_blocks: str = "auto"          # pool engines' open-block rows (RunSpec.open_blocks)
+    prefill_batch_tokens: int | None = None  # slabscope engines' prefill step budget (None: the device's default)
 
     def __post_init__(self) -> None:
         check_engines(self.engines, ENGINES)
@@ -94,7 +95,8 @@ def _slabscope_run(backend: str, config: BenchConfig, loaded) -> dict:
     spec = RunSpec(scenario=config.scenario, backend=backend, model=config.model, dtype=config.dtype,
                    device=config.device, overrides=dict(config.overrides), seed=config.seed,
                    cache_limit=config.cache_limit, prefill_trim=config.prefill_trim, shrink=config.shrink,
-                   shrink_budget=config.shrink_budget, open_blocks=config.open_blocks)
+                   shrink_budget=config.shrink_budget, open_blocks=config.open_blocks,
+                   prefill_batch_tokens=config.prefill_batch_tokens)
     events: list = []
     summary = run_workload(spec, events.append, loaded=loaded)
     decode = [e.wall_s for e in events if isinstance(e, Step) and e.type == "decode"]
@@ -285,6 +287,18 @@ def _oom_cell(per_metric: dict) -> str:
     return "" if oom is None else f"  out of memory in {oom['runs']} of {oom['of']} runs ({oom['detail']})"
 
 
+def prefill_batch_note(config: dict, device: str) -> str:
+    """The prefill schedule of slabscope's engines (mlx-lm's BatchGenerator prefills its prompts together)."""
+    from app.workloads.spec import DEFAULT_PREFILL_BATCH_TOKENS
+
+    chosen = config.get("prefill_batch_tokens")
+    tokens = DEFAULT_PREFILL_BATCH_TOKENS["gpu" if "gpu" in device else "cpu"] if chosen is None else chosen
+    how = "the device's default" if chosen is None else "--prefill-batch-tokens"
+    if tokens == 0:
+        return f"slabscope's prefill steps: one sequence each ({how})"
+    return f"slabscope's prefill steps: up to {tokens:,} tokens over the sequences at the same chunk ({how})"
+
+
 def format_report(result: dict) -> str:
     """The human-readable tables (warm, fresh) and the verdicts."""
     config = result["config"]
@@ -292,6 +306,7 @@ def format_report(result: dict) -> str:
              f"({result['device']}, MLX {result['mlx']}); {config['rounds']} warm rounds after a warm-up round, "
              f"{config['fresh_rounds']} fresh process(es) per engine"
              + (f"; MLX cache limit {config['cache_limit']} B" if config.get("cache_limit") is not None else "")]
+    lines.append(prefill_batch_note(config, result["device"]))
     lines.append(rehearsal_note(result))
     for title, stats in (("warm (one process, median [min-max])", result["warm"]),
                          ("fresh process (median [min-max])", result["fresh_stats"])):

@@ -21,6 +21,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """An int >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def positive_int_up_to(maximum: int):
     """A type for an int in ``[1, maximum]`` (a bound that keeps a typo from asking for hours or terabytes)."""
     def parse(text: str) -> int:

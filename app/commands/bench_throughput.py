@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import sys
 
-from app.commands.arg_types import add_mlx_cache_arguments, add_open_blocks_argument, add_shrink_arguments, positive_int
+from app.commands.arg_types import (add_mlx_cache_arguments, add_open_blocks_argument, add_shrink_arguments,
+                                    non_negative_int, positive_int)
 from app.commands.bench_workload import add_workload_arguments, workload_fields
 
 
@@ -25,6 +26,9 @@ def add_arguments(p) -> None:
     add_mlx_cache_arguments(p, who="every engine alike (the trim: slabscope's engines)")
     add_shrink_arguments(p, who="slabscope's pool engines (slab, monolithic)")
     add_open_blocks_argument(p)
+    p.add_argument("--prefill-batch-tokens", type=non_negative_int, default=None,
+                   help="slabscope engines: tokens a prefill step may batch over sequences at the same chunk "
+                        "(default: 8192 on a GPU, 0 on a CPU: one sequence per step)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object (progress still on stderr)")
 
@@ -35,7 +39,8 @@ def main(args) -> int:
     try:
         config = BenchConfig(**workload_fields(args), rounds=args.rounds, fresh_rounds=args.fresh_rounds,
                              seed=args.seed, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim,
-                             shrink=args.shrink, shrink_budget=args.shrink_budget, open_blocks=args.open_blocks)
+                             shrink=args.shrink, shrink_budget=args.shrink_budget, open_blocks=args.open_blocks,
+                             prefill_batch_tokens=args.prefill_batch_tokens)
     except ValueError as exc:  # ScenarioError too
         print(f"slabscope bench throughput: {exc}", file=sys.stderr)
         return 2

@@ -11,7 +11,7 @@ import json
 import sys
 import time
 
-from app.commands.arg_types import positive_int
+from app.commands.arg_types import non_negative_int, positive_int
 from app.commands.errors import output_file
 from app.models.registry import DTYPE_NAMES
 from app.workloads.limits import check_fits_context
@@ -38,6 +38,9 @@ def add_parser(sub) -> None:
     p.add_argument("--slab-blocks", type=positive_int, default=None,
                    help="blocks per slab (default: scenario's, else 32)")
     p.add_argument("--prefill-chunk", type=positive_int, default=None, help="prefill chunk in tokens (default 256)")
+    p.add_argument("--prefill-batch-tokens", type=non_negative_int, default=None,
+                   help="tokens a prefill step may batch over sequences at the same chunk (default 8192; 0: one "
+                        "sequence per step)")
     p.add_argument("--set", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
                    help="override scenario parameters (e.g. --set n=8 prompt_tokens=4096)")
     p.add_argument("--seed", type=int, default=0)
@@ -79,7 +82,7 @@ def build_spec(args) -> RunSpec:
     if args.record is not None:
         output_file(args.record, "--record")
     return RunSpec(scenario=args.scenario, backend=args.backend, model=args.model, block_size=args.block_size,
-                   slab_blocks=args.slab_blocks, prefill_chunk=args.prefill_chunk, seed=args.seed,
+                   slab_blocks=args.slab_blocks, prefill_chunk=args.prefill_chunk, prefill_batch_tokens=args.prefill_batch_tokens, seed=args.seed,
                    dtype=args.dtype, device=args.device, overrides=overrides,
                    prefix_cache=args.prefix_cache, max_blocks_per_layer=args.budget,
                    record_path=args.record, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim,

@@ -4,7 +4,7 @@ with them and ``app.commands.serve_tui`` rebuilds a server's command line from t
 from __future__ import annotations
 
 from app.commands.arg_types import (add_mlx_cache_arguments, add_open_blocks_argument, add_shrink_arguments,
-                                    finite_float, positive_int)
+                                    finite_float, non_negative_int, positive_int)
 from app.commands.metrics_args import add_metrics_arguments
 from app.commands.ports import tcp_port_or_any
 from app.models.registry import DTYPE_NAMES
@@ -26,6 +26,9 @@ def add_serve_arguments(p) -> None:
     p.add_argument("--block-size", type=positive_int, default=None, help="tokens per block (default 32)")
     p.add_argument("--slab-blocks", type=positive_int, default=None, help="blocks per slab (default 32)")
     p.add_argument("--prefill-chunk", type=positive_int, default=None, help="prefill chunk in tokens (default 256)")
+    p.add_argument("--prefill-batch-tokens", type=non_negative_int, default=None,
+                   help="tokens a prefill step may batch over sequences at the same chunk (default 8192; 0: one "
+                        "sequence per step)")
     p.add_argument("--budget", type=positive_int, default=None, metavar="BLOCKS",
                    help="pool budget: max blocks per layer (requests wait for room; one that can never fit is a 400)")
     p.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false", default=True,

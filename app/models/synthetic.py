@@ -43,7 +43,16 @@ SYNTHETIC_CONFIGS: dict[str, dict[str, Any]] = {
         "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
         "max_position_embeddings": 40960,
     },
+    # another geometry for the H200 benches: a llama of ~0.8B parameters, head_dim 64, GQA 32:8 (TinyLlama's widths
+    # at 16 layers)
+    "llama-0.8b": {
+        "model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16, "intermediate_size": 5632,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 32000,
+        "rope_theta": 10_000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+        "max_position_embeddings": 8192,
+    },
 }
+
 
 def _init_std(name: str, shape: tuple[int, ...], hidden_size: int) -> float | None:
     """Std of the normal init for one parameter; None means 'ones' (norms) and 0.0 means zeros (biases)."""

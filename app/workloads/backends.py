@@ -125,9 +125,10 @@ class PagedBackend:
             self.prefix_cache.insert(seq.seq_id, seq.tokens[:seq.num_cached])
         self.conversations.keep_or_release(seq)
 
-    def prefill_caches(self, seq: Sequence, start: int, num_tokens: int) -> list:
+    def prefill_caches(self, seqs: tuple[Sequence, ...], start: int, num_tokens: int) -> list:
+        """Per-layer caches of one prefill chunk: every sequence of ``seqs`` writes ``num_tokens`` from ``start``."""
         self._reserve_admitted()
-        step = PagedStep(self.pool, [seq.seq_id], [start], num_tokens, batched=False)
+        step = PagedStep(self.pool, [seq.seq_id for seq in seqs], [start] * len(seqs), num_tokens, batched=False)
         from app.workloads.prefill_attention import PrefillRoute
 
         step.prefill = self._prefill_route = PrefillRoute(step, routable=self.prefill_routable)
@@ -194,8 +195,10 @@ class PagedBackend:
 
 
 class DenseBackend:
-    """mlx-lm's own caches with the same schedule: per-sequence ``KVCache`` lists during prefill, a per-layer
-    ``BatchKVCache`` for the decoding batch. Owns ``_prefill`` and ``_batch``/``_batch_ids``."""
+    """mlx-lm's own caches with the same schedule: per-layer ``KVCache`` lists during prefill (one row per sequence
+    of a chunk the scheduler batches, as mlx-lm's BatchGenerator prefills its prompts together), a per-layer
+    ``BatchKVCache`` for the decoding batch. Owns ``_prefill`` (each prefilling sequence's ``_Rows``) and
+    ``_batch``/``_batch_ids``."""
 
     name = "dense"
     pool = None
@@ -203,7 +206,7 @@ class DenseBackend:
 
     def __init__(self, num_layers: int):
         self.num_layers = num_layers
-        self._prefill: dict[int, list[KVCache]] = {}
+        self._prefill: dict[int, _Rows] = {}
         self._batch: list[BatchKVCache] | None = None
         self._batch_ids: list[int] = []
         self.conversations = DenseConversations()
@@ -211,10 +214,11 @@ class DenseBackend:
     def admit(self, seq: Sequence) -> bool:
         kept = self.conversations.resume(seq)
         if kept is not None:
-            self._prefill[seq.seq_id] = kept.state  # extended in place by this turn (mlx-lm prompt-cache style)
+            # extended in place by this turn (mlx-lm prompt-cache style)
+            self._prefill[seq.seq_id] = _Rows((seq.seq_id,), kept.state)
             seq.num_cached = seq.num_shared = len(kept.tokens)
         else:
-            self._prefill[seq.seq_id] = [KVCache() for _ in range(self.num_layers)]
+            self._prefill[seq.seq_id] = _Rows((seq.seq_id,), [KVCache() for _ in range(self.num_layers)])
         return True
 
     def finish_decode(self) -> list:
@@ -242,15 +246,40 @@ class DenseBackend:
 
     def _extract(self, seq_id: int) -> list[KVCache]:
         if seq_id in self._prefill:
-            return self._prefill[seq_id]
+            return self._prefill[seq_id].alone(seq_id)
         index = self._batch_ids.index(seq_id)
         return [cache.extract(index) for cache in self._batch]
 
-    def prefill_caches(self, seq: Sequence, start: int, num_tokens: int) -> list:
-        caches = self._prefill[seq.seq_id]
-        if caches[0].offset != start:
-            raise RuntimeError(f"dense prefill of sequence {seq.seq_id} at {start}, cache holds {caches[0].offset}")
-        return caches
+    def prefill_caches(self, seqs: tuple[Sequence, ...], start: int, num_tokens: int) -> list:
+        """Per-layer caches of one prefill chunk, one row per sequence of ``seqs`` (all at ``start``). Sequences
+        that prefilled the previous chunk together keep their caches; a new grouping copies their K/V into new
+        ones (nothing to copy at a first chunk)."""
+        ids = tuple(seq.seq_id for seq in seqs)
+        rows = self._prefill[ids[0]]
+        if rows.ids != ids:
+            rows = self._regroup(ids, start)
+        if rows.caches[0].offset != start:
+            raise RuntimeError(f"dense prefill of sequences {list(ids)} at {start}, cache holds "
+                               f"{rows.caches[0].offset}")
+        return rows.caches
+
+    def _regroup(self, ids: tuple[int, ...], start: int) -> "_Rows":
+        """Caches holding ``ids``'s K/V (each at ``start``) in that row order; the sequences they leave behind in
+        an earlier grouping get caches of their own (row views: copied when next written)."""
+        if start == 0:
+            caches = [KVCache() for _ in range(self.num_layers)]
+        else:
+            parts = [self._prefill[sid].alone(sid) for sid in ids]
+            caches = [_joined([p[layer] for p in parts]) for layer in range(self.num_layers)]
+        earlier = {id(self._prefill[sid]): self._prefill[sid] for sid in ids}.values()
+        for old in earlier:
+            for sid in old.ids:
+                if sid not in ids and self._prefill.get(sid) is old:
+                    self._prefill[sid] = _Rows((sid,), old.alone(sid))
+        rows = _Rows(ids, caches)
+        for sid in ids:
+            self._prefill[sid] = rows
+        return rows
 
     def decode_caches(self, seqs: tuple[Sequence, ...], starts: list[int] | None = None) -> list:
         """The batch's per-layer caches (joining newly prefilled sequences). ``starts`` is not needed:
@@ -265,8 +294,8 @@ class DenseBackend:
 
     def _join(self, seq_ids: list[int]) -> None:
         """Move prefilled sequences into the decoding batch (appended, as the scheduler orders them)."""
-        per_layer = [BatchKVCache.merge([self._prefill[sid][layer] for sid in seq_ids])
-                     for layer in range(self.num_layers)]
+        own = [self._prefill[sid].alone(sid) for sid in seq_ids]
+        per_layer = [BatchKVCache.merge([caches[layer] for caches in own]) for layer in range(self.num_layers)]
         if self._batch is None:
             self._batch = per_layer
         else:
@@ -289,3 +318,38 @@ class DenseBackend:
         self._prefill.clear()
         self._batch = None
         self._batch_ids = []
+
+
+class _Rows:
+    """Per-layer ``KVCache``s whose batch axis holds the K/V of ``ids``, one row each (a prefill group; a
+    sequence alone is a group of one)."""
+
+    def __init__(self, ids: tuple[int, ...], caches: list[KVCache]):
+        self.ids = ids
+        self.caches = caches
+
+    def alone(self, seq_id: int) -> list[KVCache]:
+        """``seq_id``'s K/V as caches of its own: these caches for a group of one, else views of its row."""
+        if self.ids == (seq_id,):
+            return self.caches
+        row = self.ids.index(seq_id)
+        out = []
+        for cache in self.caches:
+            own = KVCache()
+            if cache.keys is not None:
+                own.keys = cache.keys[row:row + 1, :, :cache.offset]
+                own.values = cache.values[row:row + 1, :, :cache.offset]
+                own.offset = cache.offset
+            out.append(own)
+        return out
+
+
+def _joined(caches: list[KVCache]) -> KVCache:
+    """One cache whose rows are ``caches``' K/V (all at the same offset), concatenated along the batch axis."""
+    import mlx.core as mx
+
+    joined = KVCache()
+    joined.keys = mx.concatenate([c.keys[..., :c.offset, :] for c in caches])
+    joined.values = mx.concatenate([c.values[..., :c.offset, :] for c in caches])
+    joined.offset = caches[0].offset
+    return joined

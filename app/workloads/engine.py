@@ -130,8 +130,8 @@ class Engine:
 
     def _prefill(self, plan: PrefillPlan) -> StepResult:
         t0 = time.perf_counter()
-        caches = self.backend.prefill_caches(plan.seq, plan.start, plan.num_tokens)
-        inputs = mx.array(plan.seq.tokens[plan.start:plan.start + plan.num_tokens])[None]
+        caches = self.backend.prefill_caches(plan.seqs, plan.start, plan.num_tokens)
+        inputs = _prefill_inputs(plan)
         # the trunk alone: its hidden states feed nothing but the cache writes
         out = self._trunk(inputs, cache=caches) if self._trunk is not None else self.model(inputs, cache=caches)
         # route events; checks that a paged chunk's layers all attended through the paged SDPA
@@ -157,7 +157,7 @@ class Engine:
             # that chunk with the first decode step's graph build, once per switch from prefill to decode.
             mx.eval(out)
             self._prefill_inflight = None
-        return StepResult("prefill", 1, plan.num_tokens, time.perf_counter() - t0, [], events)
+        return StepResult("prefill", len(plan.seqs), plan.total_tokens, time.perf_counter() - t0, [], events)
 
     def _projected_tokens(self) -> int:
         """K/V tokens the running sequences will hold at their final lengths (the last sampled token is never
@@ -232,6 +232,12 @@ class _Dispatched:
     logits: mx.array
     sampled: mx.array
     events: list
+
+
+def _prefill_inputs(plan: PrefillPlan) -> mx.array:
+    """The chunk's token ids, [B, L]: row i is sequence i's prompt from ``plan.start``."""
+    end = plan.start + plan.num_tokens
+    return mx.array([seq.tokens[plan.start:end] for seq in plan.seqs])
 
 
 def _cache_state(caches: list) -> list:

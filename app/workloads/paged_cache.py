@@ -41,7 +41,8 @@ from pool.gather_runs import table_runs, visible_rows
 class PagedStep:
     """One forward pass over ``seq_ids``: sequence i writes ``num_tokens`` new tokens at ``starts[i]``.
 
-    ``batched=False`` (one sequence, any number of tokens) mirrors ``KVCache``; ``batched=True`` (any number of
+    ``batched=False`` (sequences that all start at the same position, any number of tokens: a prefill chunk)
+    mirrors ``KVCache`` (an int offset, its batch axis holding the sequences); ``batched=True`` (any number of
     sequences, the same number of new tokens each) mirrors ``BatchKVCache``. Construction mutates the pool:
     ``prepare_write`` for every sequence, all-or-nothing (a failure releases nothing it did not create, because
     prepare_write itself changes nothing on failure and earlier sequences' preparations are harmless extensions
@@ -49,10 +50,10 @@ class PagedStep:
     """
 
     def __init__(self, pool, seq_ids: Sequence[int], starts: Sequence[int], num_tokens: int, *, batched: bool):
-        if not batched and len(seq_ids) != 1:
-            raise ValueError("an unbatched paged step holds exactly one sequence")
         if len(seq_ids) != len(starts) or not seq_ids:
             raise ValueError("seq_ids and starts must be non-empty and of equal length")
+        if not batched and len(set(starts)) != 1:
+            raise ValueError("an unbatched paged step's sequences all start at the same position")
         self.pool = pool
         self.seq_ids = list(seq_ids)
         self.starts = [int(s) for s in starts]
@@ -138,6 +139,8 @@ class PagedStep:
         if len(gathered) == 1 and self.left_padding[0] == 0:
             k, v = gathered[0]
             return k[None], v[None]
+        if not any(self.left_padding):  # a prefill chunk of sequences at the same start: no padding to fill
+            return mx.stack([k for k, _ in gathered]), mx.stack([v for _, v in gathered])
         return _padded_batch([k for k, _ in gathered], self.width), _padded_batch([v for _, v in gathered], self.width)
 
 

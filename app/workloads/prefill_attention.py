@@ -30,9 +30,10 @@ class PrefillRoute:
         # every chunk's step (and through it the pool) alive until Python's collector ran
         self.pool, self.seq_ids = step.pool, list(step.seq_ids)
         view = step.view
-        self.pieces = history_pieces(view.rows[0], view.logical_starts[0], step.starts[0], view.block_size,
-                                     view.rows_per_slab) if len(step.seq_ids) == 1 else []
-        self.decision = step.pool.prefill_decision(pieces=len(self.pieces), batch_size=len(step.seq_ids),
+        per_sequence = [history_pieces(rows, logical_start, start, view.block_size, view.rows_per_slab)
+                        for rows, logical_start, start in zip(view.rows, view.logical_starts, step.starts)]
+        self.pieces = per_sequence[0] if len(per_sequence) == 1 else []  # the pieces the route reads (one sequence)
+        self.decision = step.pool.prefill_decision(pieces=sum(map(len, per_sequence)), batch_size=len(step.seq_ids),
                                                    routable=routable)
         self.paged = self.decision.use_fused
         self.served: set[int] = set()
@@ -40,19 +41,21 @@ class PrefillRoute:
         self._mask = None
 
     def attention(self, layer: int, queries, keys, values, *, scale: float, mask, sinks, original):
-        """The chunk's attention in ``layer`` ([1, Hq, L, D]): in place from the slabs, or (sinks, a non-causal
+        """The chunk's attention in ``layer`` ([B, Hq, L, D]; B > 1 only for a first chunk, no history): in place from the slabs, or (sinks, a non-causal
         mask) gathered and handed to ``original`` (mlx-lm's function). Reads the pool; the fallback counts a
         gather like any other."""
+        import mlx.core as mx
+
         from pool.prefill_attention import causal_mask, paged_prefill_attention, piece_views
 
         self.served.add(layer)
         pool = self.pool
         if sinks is not None or not (mask is None or (isinstance(mask, str) and mask == "causal")):
             self.fallbacks.append(REASON_FALLBACK_SINKS if sinks is not None else REASON_FALLBACK_MASK)
-            result = pool.gather_visible(layer, self.seq_ids[0], phase="prefill")
+            results = [pool.gather_visible(layer, seq_id, phase="prefill") for seq_id in self.seq_ids]
             extra = {} if sinks is None else {"sinks": sinks}
-            return original(queries, result.keys[None], result.values[None], cache=None, scale=scale, mask=mask,
-                            **extra)
+            return original(queries, mx.stack([r.keys for r in results]), mx.stack([r.values for r in results]),
+                            cache=None, scale=scale, mask=mask, **extra)
         history = []
         if self.pieces:
             key_slabs, value_slabs = pool.slabs(layer)

@@ -10,8 +10,9 @@ the KV layout; paid at load, a run's figures compare the layouts.
 
 What it runs, per request phase: the phase's first decode batch (its first ``concurrency`` requests, drawn from a
 source seeded like the run's: the same prompt and generation lengths) on a backend of the run's kind. The first
-sequence's prompt is prefilled by the model, chunk by chunk (the chunk shapes the run's prefill meets first); the
-others get zero K/V written through the same per-layer caches (their bytes do not matter to a throwaway step, their
+sequence's prompt is prefilled by the model, chunk by chunk (the chunk shapes the run's prefill meets first), with
+the sequences the scheduler batches with it (their [B, L] shapes are the run's); the others get zero K/V written
+through the same per-layer caches (their bytes do not matter to a throwaway step, their
 shapes and the pool's layout do); then ``DECODE_STEPS`` decode steps of the whole batch (the first builds its graph
 from host tokens, the next ones from the previous step's device tokens: the two topologies a run's first decode
 steps build). Then everything is released and MLX's buffer cache emptied, so the run starts from the memory state it
@@ -49,7 +50,8 @@ class RehearsalReport:
 
     seconds: float
     batches: tuple[int, ...]   # sequences decoded together, per rehearsed phase
-    model_prefill_tokens: int  # prompt tokens the model prefilled (each batch's first sequence's)
+    model_prefill_tokens: int  # prompt tokens the model prefilled (each batch's first sequence's, and those batched
+                               # with its chunks)
     zero_filled_tokens: int    # prompt tokens given zero K/V without the model (the others')
     decode_steps: int          # over all batches
     peak_active_bytes: int     # MLX's peak active memory during the rehearsal (weights included)
@@ -121,13 +123,13 @@ def _rehearse_batch(engine, requests: list[Request], *, kv_heads: int, head_dim:
     first = scheduler.running[0]
     prefilled = filled = steps = 0
     while isinstance(plan := scheduler.plan(), PrefillPlan):
-        if plan.seq is first:
-            engine.step()  # the model's own chunk: plans this same chunk again
-            prefilled += plan.num_tokens
+        if first in plan.seqs:
+            engine.step()  # the model's own chunk (with the sequences it batches): plans this same chunk again
+            prefilled += plan.total_tokens
         else:
             _zero_fill(backend, plan, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype)
             scheduler.complete_prefill(plan)
-            filled += plan.num_tokens
+            filled += plan.total_tokens
     while steps < DECODE_STEPS and (result := engine.step()) is not None:
         steps += result.kind == "decode"
     return prefilled, filled, steps
@@ -149,8 +151,8 @@ def _zero_fill(backend, plan: PrefillPlan, *, kv_heads: int, head_dim: int, dtyp
     layout as the model's chunk would make), evaluated now."""
     import mlx.core as mx
 
-    zeros = mx.zeros((1, kv_heads, plan.num_tokens, head_dim), dtype=dtype)
-    caches = backend.prefill_caches(plan.seq, plan.start, plan.num_tokens)
+    zeros = mx.zeros((len(plan.seqs), kv_heads, plan.num_tokens, head_dim), dtype=dtype)
+    caches = backend.prefill_caches(plan.seqs, plan.start, plan.num_tokens)
     mx.eval([cache.update_and_fetch(zeros, zeros) for cache in caches])
 
 

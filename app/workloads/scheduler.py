@@ -11,8 +11,13 @@ prompt token is the first decode input. A sequence's cache holds ``tokens[:num_c
 sampled token is never in the cache until it is fed back.
 
 Policy: FIFO admission while ``running < concurrency`` and the backend can hold the prompt; prefill has
-priority over decode (one chunk of the oldest prefilling sequence per step, nano-vllm style); otherwise all
-decoding sequences advance together in admission order.
+priority over decode (the next chunk of the oldest prefilling sequence per step, nano-vllm style); otherwise all
+decoding sequences advance together in admission order. A prefill step takes along, in admission order, every
+other prefilling sequence whose next chunk has the same start and length, while the step's tokens stay within
+``prefill_batch_tokens`` (0: one sequence per step): one forward of [B, L] instead of B forwards of [1, L], as
+mlx-lm's BatchGenerator prefills its prompts together. Chunk boundaries sit at the same absolute positions for
+every sequence, so sequences admitted together keep meeting at the same starts (ragged prompts part at their last,
+shorter chunk).
 
 Serving (``app/serve``) adds requests while others run (``submit`` between steps), ends a request early
 (``cancel``: a client that went away, a stop string), gives each request its own stop condition (``stop_when``)
@@ -81,9 +86,15 @@ class Sequence:
 
 @dataclass(frozen=True)
 class PrefillPlan:
-    seq: Sequence
+    """A prefill step: every sequence of ``seqs`` writes ``num_tokens`` prompt tokens from ``start``."""
+
+    seqs: tuple[Sequence, ...]
     start: int
     num_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return len(self.seqs) * self.num_tokens
 
 
 @dataclass(frozen=True)
@@ -108,10 +119,14 @@ class Scheduler:
     """
 
     def __init__(self, *, prefill_chunk: int, admit_fn: Callable[[Sequence], bool],
-                 release_fn: Callable[[Sequence], None], reject_fn: Callable[[Request], None] | None = None):
+                 release_fn: Callable[[Sequence], None], reject_fn: Callable[[Request], None] | None = None,
+                 prefill_batch_tokens: int = 0):
         if prefill_chunk < 1:
             raise ValueError("prefill_chunk must be >= 1")
+        if prefill_batch_tokens < 0:
+            raise ValueError("prefill_batch_tokens must be >= 0")
         self.prefill_chunk = prefill_chunk
+        self.prefill_batch_tokens = prefill_batch_tokens
         self.admit_fn = admit_fn
         self.release_fn = release_fn
         self.reject_fn = reject_fn
@@ -165,17 +180,30 @@ class Scheduler:
         return admitted
 
     def plan(self) -> PrefillPlan | DecodeBatch | None:
-        """The next forward pass: a prefill chunk of the oldest prefilling sequence, else one decode step."""
-        for seq in self.running:
-            if seq.in_prefill:
-                start = seq.num_cached
-                chunk_end = (start // self.prefill_chunk + 1) * self.prefill_chunk
-                return PrefillPlan(seq, start, min(chunk_end, seq.prefill_end) - start)
+        """The next forward pass: the oldest prefilling sequence's next chunk (with the sequences whose next chunk
+        has the same shape, within ``prefill_batch_tokens``), else one decode step."""
+        prefilling = [seq for seq in self.running if seq.in_prefill]
+        if prefilling:
+            first = prefilling[0]
+            start, length = first.num_cached, self._chunk_length(first)
+            group = [first]
+            for seq in prefilling[1:]:
+                if (len(group) + 1) * length > self.prefill_batch_tokens:
+                    break
+                if seq.num_cached == start and self._chunk_length(seq) == length:
+                    group.append(seq)
+            return PrefillPlan(tuple(group), start, length)
         decoding = tuple(s for s in self.running if not s.finished)
         return DecodeBatch(decoding) if decoding else None
 
+    def _chunk_length(self, seq: Sequence) -> int:
+        """Tokens of ``seq``'s next prefill chunk: to the next multiple of ``prefill_chunk``, or its prompt's end."""
+        start = seq.num_cached
+        return min((start // self.prefill_chunk + 1) * self.prefill_chunk, seq.prefill_end) - start
+
     def complete_prefill(self, plan: PrefillPlan) -> None:
-        plan.seq.num_cached = plan.start + plan.num_tokens
+        for seq in plan.seqs:
+            seq.num_cached = plan.start + plan.num_tokens
 
     def complete_decode(self, plan: DecodeBatch, sampled: list[int]) -> list[Sequence]:
         """Record one sampled token per sequence; finished sequences are released and returned. A sequence that

@@ -21,7 +21,7 @@ from app.workloads.limits import check_fits_context
 from app.workloads.prompts import TokenSource, make_source, phase_requests, request_ids_used, shared_prefix
 from app.workloads.scenarios import Phase, Scenario
 from app.workloads.scheduler import Scheduler
-from app.workloads.spec import RunSpec, resolved_pool_params
+from app.workloads.spec import RunSpec, prefill_batch_tokens_for, resolved_pool_params
 
 
 class WorkloadSession:
@@ -187,6 +187,9 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
     check_fits_context(scenario, loaded.max_positions, loaded.name)
     import mlx.core as mx
 
+    from app.workloads.rehearsal import runs_on_gpu
+
+    pool_params["prefill_batch_tokens"] = prefill_batch_tokens_for(pool_params, runs_on_gpu(spec.device))
     mx.random.seed(spec.seed)
     if spec.cache_limit is not None:  # process-wide; every backend's worker applies it the same way
         mx.set_cache_limit(spec.cache_limit)
@@ -209,7 +212,7 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
         raise
     mx.random.seed(spec.seed)  # a sampling rehearsal drew random numbers: the run's draws start where they did
     scheduler = Scheduler(prefill_chunk=pool_params["prefill_chunk"], admit_fn=backend.admit,
-                          release_fn=backend.release)
+                          release_fn=backend.release, prefill_batch_tokens=pool_params["prefill_batch_tokens"])
     from app.workloads.cache_trim import CacheTrim, kv_bytes_per_token
 
     trim = CacheTrim(weight_bytes=loaded.weight_bytes, bytes_per_token=kv_bytes_per_token(loaded),
@@ -263,6 +266,6 @@ def _rehearse_on_throwaway(spec: RunSpec, loaded, pool_params: dict, sampler, ba
 
     backend = make_backend(spec, loaded, pool_params, kernel_route=kernel_route, routable=routable)
     scheduler = Scheduler(prefill_chunk=pool_params["prefill_chunk"], admit_fn=backend.admit,
-                          release_fn=backend.release)
+                          release_fn=backend.release, prefill_batch_tokens=pool_params["prefill_batch_tokens"])
     engine = Engine(loaded.model, backend, scheduler, sampler=sampler)
     return rehearse(engine, batches, kv_heads=loaded.n_kv_heads, head_dim=loaded.head_dim, dtype=loaded.dtype)

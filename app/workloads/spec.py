@@ -53,6 +53,7 @@ class RunSpec:
     block_size: int | None = None
     slab_blocks: int | None = None
     prefill_chunk: int | None = None
+    prefill_batch_tokens: int | None = None  # a prefill step's token budget over the chunks it batches (0: one)
     snapshot_hz: float = 2.0
     sample_hz: float = 10.0
     dtype: str | None = None
@@ -83,6 +84,8 @@ class RunSpec:
             value = getattr(self, name)
             if value is not None and not _positive_int(value):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.prefill_batch_tokens is not None and not _count(self.prefill_batch_tokens):
+            raise ValueError(f"prefill_batch_tokens must be an int >= 0, got {self.prefill_batch_tokens!r}")
         check_rate(self.snapshot_hz, "snapshot_hz")
         check_rate(self.sample_hz, "sample_hz")
         if self.cache_limit is not None and (not isinstance(self.cache_limit, int) or self.cache_limit < 0):
@@ -132,15 +135,30 @@ class RunSpec:
         return "high" if self.reserves_ahead() else "low"
 
 
+def prefill_batch_tokens_for(pool_params: dict, on_gpu: bool) -> int:
+    """The prefill step's token budget a run uses: the spec's or scenario's, else the device's default."""
+    chosen = pool_params.get("prefill_batch_tokens")
+    return DEFAULT_PREFILL_BATCH_TOKENS["gpu" if on_gpu else "cpu"] if chosen is None else chosen
+
+
 def _positive_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 DEFAULT_PREFILL_CHUNK = 256  # the engine's (block and slab sizes default in pool.config, PoolConfig's fields)
+# A prefill step's tokens over the chunks it batches (app/workloads/scheduler.py) on a GPU: 16 chunks of 512, half
+# of one mlx-lm BatchGenerator prefill step (8 prompts x 2048). On a CPU one sequence per step: its matmuls are as
+# busy at [1, L] as at [B, L], and a batch's other shapes change the summation order, so a prompt's K/V would
+# depend on which prompts it was admitted with (byte parity with mlx-lm's per-prompt prefill holds at one).
+DEFAULT_PREFILL_BATCH_TOKENS = {"gpu": 8192, "cpu": 0}
 
 
 def resolved_pool_params(spec: RunSpec, scenario_pool: dict) -> dict:
-    """block_size / slab_blocks / prefill_chunk / prefix_cache: the spec's value, else the scenario's, else the default
+    """block_size / slab_blocks / prefill_chunk / prefill_batch_tokens / prefix_cache: the spec's value, else the scenario's, else the default
     (``PoolConfig``'s for the pool's sizes; ``RunSpec.pool_config`` builds the pool's configuration from them)."""
     def pick(name: str, default: int) -> int:
         value = getattr(spec, name)
@@ -159,5 +177,11 @@ def resolved_pool_params(spec: RunSpec, scenario_pool: dict) -> dict:
     chunk = prefill_chunk_for(pick("prefill_chunk", DEFAULT_PREFILL_CHUNK), block_size=block_size,
                               slab_blocks=slab_blocks,
                               pinned=spec.prefill_chunk is not None or policy_from_env() == "scenario")
+    batch_tokens = spec.prefill_batch_tokens
+    if batch_tokens is None:
+        batch_tokens = scenario_pool.get("prefill_batch_tokens")
+        if batch_tokens is not None and not _count(batch_tokens):
+            raise ValueError(f"prefill_batch_tokens must be an int >= 0, got {batch_tokens!r}")
     return {"block_size": block_size, "slab_blocks": slab_blocks, "prefill_chunk": chunk,
+            "prefill_batch_tokens": batch_tokens,
             "prefix_cache": prefix and spec.backend != "dense"}

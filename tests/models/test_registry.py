@@ -16,7 +16,7 @@ PROMPT = mx.array([[5, 17, 300, 42, 7, 511, 3]])
 
 def test_list_models_names_the_default_and_synthetics():
     assert list_models() == ["smollm2-135m", "synthetic:qwen3-0.6b", "synthetic:tiny-llama", "synthetic:tiny-qwen3",
-                             "synthetic:tiny-qwen3-28l"]
+                             "synthetic:tiny-qwen3-28l", "synthetic:llama-0.8b"]
 
 
 @pytest.mark.parametrize("alias", ["smollm2-135m", "default", "SmolLM2-135M-Instruct", " smollm2-135m "])

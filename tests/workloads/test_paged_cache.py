@@ -45,11 +45,35 @@ def test_prefill_then_batched_decode_matches_kvcache_and_batchkvcache(design):
     pool.check_integrity()
 
 
+@pytest.mark.parametrize("design", ["slab", "monolithic"])
+def test_a_batched_prefill_chunk_matches_one_kvcache_holding_the_batch(design):
+    """A prefill chunk of three sequences at the same start (the scheduler's batched prefill) mirrors one ``KVCache``
+    whose batch axis holds them: the same int offset and mask, the same K/V arrays, chunk after chunk (the second
+    chunk reads each sequence's own history: rows from different slabs, stacked in the plan's order)."""
+    pool = PagedKVPool(PoolConfig(num_layers=1, block_size=4, slab_blocks=2, design=design))
+    for seq in (0, 1, 2):
+        pool.add_sequence(seq)
+    cache = KVCache()
+    for start, n in ((0, 6), (6, 5)):
+        k, v = _kv(3, n, start)
+        step = PagedStep(pool, [2, 0, 1], [start] * 3, n, batched=False)
+        layer = step.caches()[0]
+        assert layer.offset == start and step.make_mask(n) == cache.make_mask(n, return_array=False, window_size=None) == "causal"
+        pk, pv = layer.update_and_fetch(k, v)
+        dk, dv = cache.update_and_fetch(k, v)
+        assert pk.shape == dk.shape == (3, H, start + n, D)
+        assert mx.array_equal(pk, dk) and mx.array_equal(pv, dv)
+    pool.check_integrity()
+
+
 def test_bad_shapes_and_arguments_are_rejected():
     pool = PagedKVPool(PoolConfig(num_layers=1, block_size=4, slab_blocks=2))
     pool.add_sequence(0)
-    with pytest.raises(ValueError, match="exactly one sequence"):
-        PagedStep(pool, [0, 1], [0, 0], 1, batched=False)
+    pool.add_sequence(1)
+    with pytest.raises(ValueError, match="all start at the same position"):
+        PagedStep(pool, [0, 1], [0, 4], 1, batched=False)
+    assert list(pool.step_view([0, 1]).lengths) == [0, 0]  # refused before any write was prepared
+    pool.check_integrity()
     step = PagedStep(pool, [0], [0], 2, batched=False)
     k, v = _kv(1, 3, 0)
     with pytest.raises(ValueError, match="expected keys"):

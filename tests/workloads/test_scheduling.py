@@ -43,6 +43,46 @@ def test_prefill_chunks_are_aligned_and_exclude_the_last_prompt_token():
     assert isinstance(plan, DecodeBatch) and plan.starts == [10]
 
 
+def _prefill_steps(sched):
+    """Run the prefill plans to decode: per step, (request ids, start, tokens per sequence)."""
+    steps = []
+    while isinstance(plan := sched.plan(), PrefillPlan):
+        steps.append(([s.request.req_id for s in plan.seqs], plan.start, plan.num_tokens))
+        sched.complete_prefill(plan)
+    return steps
+
+
+def test_a_prefill_step_batches_the_chunks_of_the_same_shape_within_its_token_budget():
+    """Sequences at the same start with the same chunk length prefill in one step, in admission order, as many as
+    the token budget holds; a ragged prompt parts at its last, shorter chunk; a later admission waits its turn."""
+    backend = FakeBackend()
+    sched = Scheduler(prefill_chunk=4, admit_fn=backend.admit, release_fn=backend.release, prefill_batch_tokens=12)
+    sched.set_concurrency(8)
+    # prompts of 11, 11, 7, 11, 9 tokens: 10, 10, 6, 10, 8 prefilled
+    sched.submit([Request(i, list(range(n)), 2) for i, n in enumerate([11, 11, 7, 11, 9])])
+    sched.admit()
+    assert _prefill_steps(sched) == [
+        ([0, 1, 2], 0, 4),  # 12 tokens: the budget is full, 3 and 4 wait
+        ([0, 1], 4, 4),     # the oldest prefilling sequence leads; 2 (6 tokens) has a chunk of 2 at 4
+        ([0, 1], 8, 2),
+        ([2], 4, 2),
+        ([3, 4], 0, 4),
+        ([3, 4], 4, 4),     # 4 (8 tokens) ends with a full chunk, 3 has 2 more
+        ([3], 8, 2),
+    ]
+    sched.check_integrity()
+
+
+def test_without_a_token_budget_each_prefill_step_takes_one_sequence():
+    sched, _ = _sched(chunk=4)
+    sched.set_concurrency(3)
+    sched.submit([Request(i, list(range(9)), 2) for i in range(3)])
+    sched.admit()
+    assert [ids for ids, _, _ in _prefill_steps(sched)] == [[0], [0], [1], [1], [2], [2]]
+    with pytest.raises(ValueError, match="prefill_batch_tokens"):
+        Scheduler(prefill_chunk=4, admit_fn=None, release_fn=None, prefill_batch_tokens=-1)
+
+
 def test_concurrency_fifo_admission_and_different_finish_times():
     sched, backend = _sched(chunk=64)
     sched.set_concurrency(2)

@@ -106,6 +106,7 @@ def add_round_arguments(parser) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--slab-blocks", type=int, default=None)
     parser.add_argument("--prefill-chunk", type=int, default=None)
+    parser.add_argument("--prefill-batch-tokens", type=int, default=None)
     parser.add_argument("--emulate-cuda", action="store_true")
 
 
@@ -130,7 +131,8 @@ def run_round(loaded, args, **spec_fields) -> tuple[dict, list[float]]:
 
     spec = RunSpec(scenario="distinct_burst", model=loaded.name, dtype=args.dtype, device=args.device,
                    overrides=burst_overrides(args.set), slab_blocks=args.slab_blocks,
-                   prefill_chunk=args.prefill_chunk, **spec_fields)
+                   prefill_chunk=args.prefill_chunk,
+                   prefill_batch_tokens=getattr(args, "prefill_batch_tokens", None), **spec_fields)
     steps: list[float] = []
 
     def emit(event):

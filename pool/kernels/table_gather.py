@@ -54,16 +54,19 @@ def gather_meta(rows: Sequence[int], lo: int, hi: int, slab_blocks: int) -> list
 class TableGatherRoute:
     """What ``PagedKVPool.gather_visible`` calls for a slab pool: refresh the layer's table, launch the gather.
 
-    Owns a one-entry memo of the last (rows, lo, hi): every layer of a chunk gathers the same rows (one row
-    space), so the meta array and run count are built once per chunk, not per layer. Mutates the storage's table
-    state (``kernel_state``); reads its slabs."""
+    Owns a memo of (rows, lo, hi) -> (meta, runs): every layer of a chunk gathers the same rows (one row space),
+    so the meta array and run count are built once per sequence of a chunk, not per layer; a batched chunk's
+    sequences alternate within each layer, so the memo holds one entry per sequence (cleared past ``MEMO_SIZE``: a
+    chunk's entries are never read again once its rows grow). Mutates the storage's table state (``kernel_state``);
+    reads its slabs."""
+
+    MEMO_SIZE = 256
 
     def __init__(self, table_kernel, gather_kernel: GatherKernel):
         self.table_kernel = table_kernel
         self.gather_kernel = gather_kernel
         self.launches = 0
-        self._memo_key: tuple | None = None
-        self._memo: tuple | None = None
+        self._memo: dict[tuple, tuple] = {}
 
     def supports(self, storage) -> bool:
         """A slab storage of a dtype the kernel takes, and the kernel ready (else the storage's gather)."""
@@ -77,10 +80,13 @@ class TableGatherRoute:
         from pool.storage_base import DTYPES
 
         key = (tuple(rows), lo, hi, storage.slab_blocks)
-        if key != self._memo_key:
+        found = self._memo.get(key)
+        if found is None:
+            if len(self._memo) >= self.MEMO_SIZE:
+                self._memo.clear()
             meta = mx.array(gather_meta(rows, lo, hi, storage.slab_blocks), dtype=mx.int32)
-            self._memo_key, self._memo = key, (meta, count_runs(rows, storage.slab_blocks))
-        meta, runs = self._memo
+            found = self._memo[key] = (meta, count_runs(rows, storage.slab_blocks))
+        meta, runs = found
         geometry = storage.geometry
         kernel = self.table_kernel
         tables = slab_tables(storage, kernel.name, lambda: kernel.writer(geometry.dtype))

@@ -101,16 +101,23 @@ def test_the_route_reads_the_chunk_written_just_before_it(emulated_gather):
     assert mx.array_equal(k[:, 6:], want[:, 6:]), "the gather missed the chunk written just before it"
 
 
-def test_meta_and_launch_are_shared_by_the_layers_of_a_chunk(emulated_gather):
+def test_meta_is_built_once_per_sequence_of_a_chunk_not_per_layer(emulated_gather, monkeypatch):
+    """A batched chunk's sequences alternate within each layer: each keeps its meta array across the layers."""
+    import pool.kernels.table_gather as table_gather
+
     pool = _pool()
-    pool.add_sequence(0)
-    _write(pool, [0], [0], 30, seed=5)
-    rows = pool.book.table(0).rows[:8]
-    emulated_gather.gather(pool.storage, 0, rows, 0, 30)
-    meta = emulated_gather._memo[0]
-    emulated_gather.gather(pool.storage, 1, rows, 0, 30)
-    assert emulated_gather._memo[0] is meta  # one meta array per chunk, not per layer
-    assert emulated_gather.launches == 2
+    for seq_id in (0, 1):
+        pool.add_sequence(seq_id)
+    _write(pool, [0, 1], [0, 0], 30, seed=5)
+    built = []
+    original = table_gather.gather_meta
+    monkeypatch.setattr(table_gather, "gather_meta", lambda *a: built.append(a) or original(*a))
+    tables = [pool.book.table(seq_id).rows[:8] for seq_id in (0, 1)]
+    for layer in range(LAYERS):
+        for rows in tables:
+            emulated_gather.gather(pool.storage, layer, rows, 0, 30)
+    assert len(built) == 2 and emulated_gather.launches == 2 * LAYERS
+    _check_equal(pool, emulated_gather, [0, 1], "a batch's gathers through the memo")
 
 
 def test_the_route_is_off_with_its_switch_or_without_a_table_kernel(monkeypatch, emulated_gather):

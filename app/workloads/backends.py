@@ -308,6 +308,9 @@ class DenseBackend:
     def check_integrity(self) -> None:
         assert len(set(self._batch_ids)) == len(self._batch_ids), "duplicate sequence in the dense batch"
         assert not set(self._batch_ids) & set(self._prefill), "sequence both prefilling and decoding"
+        for seq_id, rows in self._prefill.items():
+            assert seq_id in rows.ids, f"sequence {seq_id} maps to prefill caches without its row"
+            assert len({cache.offset for cache in rows.caches}) == 1, f"sequence {seq_id}: layers at other offsets"
         self.conversations.check_integrity()
 
     def live_sequences(self) -> list[int]:

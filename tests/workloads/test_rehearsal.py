@@ -48,6 +48,24 @@ def test_the_rehearsal_changes_no_byte_of_the_run_and_is_reported(backend, tiny_
     assert (report["model_prefill_tokens"], report["zero_filled_tokens"]) == (prompts[0], prompts[1])
 
 
+@pytest.mark.parametrize("backend", ["slab", "dense"])
+def test_a_batched_prefill_is_rehearsed_in_its_batches_and_changes_no_byte(backend, tiny_llama, tmp_path, forced,
+                                                                          monkeypatch):
+    """With prefill batching the model prefills the chunks the first prompt shares with others (the run's [B, L]
+    shapes) and zero-fills the chunks it is not in; the run's logits are those of a run without the rehearsal."""
+    scenario = write_scenario(tmp_path, burst_toml(n=3, concurrency=3, prompt_tokens="[10, 40]", gen_tokens="4"))
+    pool = dict(block_size=4, slab_blocks=2, prefill_chunk=8, prefill_batch_tokens=64)
+    monkeypatch.setenv("SLABSCOPE_REHEARSAL", "0")
+    _, _, cold = run_backend(tiny_llama, scenario, backend, **pool)
+    monkeypatch.delenv("SLABSCOPE_REHEARSAL")
+    _, events, logits = run_backend(tiny_llama, scenario, backend, **pool)
+    assert_same_logits(logits, cold, f"{backend} with the rehearsal of a batched prefill vs without")
+    report = _meta(events)["rehearsal"]
+    prompts = [len(r.prompt) - 1 for r in _first_requests(tiny_llama, scenario)]
+    assert report["model_prefill_tokens"] + report["zero_filled_tokens"] == sum(prompts)
+    assert report["model_prefill_tokens"] > prompts[0]  # the first prompt's chunks went with the others'
+
+
 def _batches(loaded, scenario_path, overrides=None):
     from app.workloads.rehearsal import rehearsal_batches
     from app.workloads.scenarios import load_scenario

@@ -253,6 +253,50 @@ class PagedKVPool:
         self.gather_runs_hist[layer][runs] += 1
         return GatherResult(keys, values, runs)
 
+    def gather_batch(self, layer: int, seq_ids: list[int], phase: str = "prefill") -> GatherResult | None:
+        """K and V of every sequence of ``seq_ids`` as [B, n_kv_heads, tokens, head_dim] in one read of their rows
+        (one launch through the slab table, or one storage gather), when every one holds the same number of tokens
+        from token 0 (a batched prefill chunk); None otherwise (the caller gathers each). The rows of all sequences
+        read as one token axis (a partial last block whole: < block_size tokens a sequence more), then one copy to
+        the batch layout: the bytes of B gathers and a stack, in two operations. Counts a gather and its runs per
+        sequence, as ``gather_visible`` does; ``num_runs`` is their sum."""
+        import mlx.core as mx
+
+        from pool.gather_runs import count_runs
+
+        self._check_layer(layer)
+        tables = [self.book.table(seq_id) for seq_id in seq_ids]
+        bs, length = self.config.block_size, tables[0].length
+        if not self.storage.initialised or length == 0 or any(t.length != length or t.logical_start for t in tables):
+            return None
+        blocks = blocks_for_tokens(length, bs)
+        per_sequence = [t.rows[:blocks] for t in tables]
+        rows = [row for seq_rows in per_sequence for row in seq_rows]
+        route = self.gather_route
+        through_route = route is not None and route.supports(self.storage)
+
+        def read() -> list:
+            if through_route:
+                keys, values, _ = route.gather(self.storage, layer, rows, 0, len(rows) * bs)
+            else:
+                keys, values, _ = self.storage.gather(layer, rows, 0, len(rows) * bs)
+            return [keys, values]
+
+        keys, values = self.gather_meter.read(phase, read, lambda: self.storage.keys[layer] + self.storage.values[layer])
+        heads, dim = keys.shape[0], keys.shape[2]
+
+        def batch(flat):  # [H, B x blocks x block_size, D] -> [B, H, tokens, D], row-contiguous like a dense cache
+            return mx.contiguous(flat.reshape(heads, len(seq_ids), blocks * bs, dim)[:, :, :length]
+                                 .transpose(1, 0, 2, 3))
+
+        runs = [count_runs(seq_rows, self.config.slab_blocks) if self.config.design == "slab" else 1
+                for seq_rows in per_sequence]
+        self.gathers += len(seq_ids)
+        self.gather_runs_total += sum(runs)
+        for count in runs:
+            self.gather_runs_hist[layer][count] += 1
+        return GatherResult(batch(keys), batch(values), sum(runs))
+
     def _empty_gather(self) -> GatherResult:
         import mlx.core as mx
 

@@ -342,28 +342,42 @@ class RowStorage:
                 written = slots.layout["storage_slabs"] = np.array([group[0] for group in layout], dtype=np.int64)
             self.touch(layer, written)
             return
-        block_shape = (self.block_size, *keys.shape[2:])  # token-major; stored transposed to head-major
-        for index, spans in enumerate(layout):
-            # views, not ``keys[index]``: MLX turns an integer index into a Gather that copies the sequence's K/V
-            # once more before the slab update copies it in; a slice and a squeeze copy nothing
-            seq_keys, seq_values = keys[index:index + 1].squeeze(0), values[index:index + 1].squeeze(0)
-            for slab, local, lo, hi, span, pos in spans:
-                if span:
-                    for tensors, seq in ((self.keys[layer], seq_keys), (self.values[layer], seq_values)):
-                        store_rows(tensors, slab, local, seq[lo:hi].reshape(span, *block_shape).transpose(0, 2, 1, 3))
-                else:
-                    self.keys[layer][slab][local, :, pos:pos + hi - lo] = seq_keys[lo:hi].transpose(1, 0, 2)
-                    self.values[layer][slab][local, :, pos:pos + hi - lo] = seq_values[lo:hi].transpose(1, 0, 2)
-            self.touch(layer, [span[0] for span in spans])
+        batch, tokens, heads, dim = keys.shape
+        block_shape = (self.block_size, heads, dim)  # token-major; stored transposed to head-major
+        # the batch's tokens in one token axis (sequence after sequence): a span may run across sequences whose rows
+        # follow each other (``write_layout``); the reshape is the one copy of the chunk's K/V a span's would make
+        flat_keys, flat_values = keys.reshape(batch * tokens, heads, dim), values.reshape(batch * tokens, heads, dim)
+        for slab, local, lo, hi, span, pos in layout:
+            if span:
+                for tensors, flat in ((self.keys[layer], flat_keys), (self.values[layer], flat_values)):
+                    store_rows(tensors, slab, local, flat[lo:hi].reshape(span, *block_shape).transpose(0, 2, 1, 3))
+            else:
+                self.keys[layer][slab][local, :, pos:pos + hi - lo] = flat_keys[lo:hi].transpose(1, 0, 2)
+                self.values[layer][slab][local, :, pos:pos + hi - lo] = flat_values[lo:hi].transpose(1, 0, 2)
+        written = slots.layout.get("storage_slabs")
+        if written is None:
+            written = slots.layout["storage_slabs"] = sorted({span[0] for span in layout})
+        self.touch(layer, written)
 
     def write_layout(self, slots) -> list:
         """What ``slots``' writes touch, the same in every layer: for one token per sequence the scatter groups
-        (``_token_groups``), else per sequence its updates (``_spans``)."""
+        (``_token_groups``), else the updates (``_spans``) over the batch's tokens in one axis, sequence after
+        sequence, a run of full blocks continuing into the next sequence's where its rows follow in the same slab
+        (a batched prefill chunk's sequences take consecutive free rows: one update where there were B)."""
         bs = self.block_size
         if slots.num_tokens == 1:
             return self._token_groups(tuple(rows[0] for rows in slots.rows),
                                       tuple(start % bs for start in slots.starts))
-        return [self._spans(list(rows), start % bs, slots.num_tokens) for rows, start in zip(slots.rows, slots.starts)]
+        n, merged = slots.num_tokens, []
+        for index, (rows, start) in enumerate(zip(slots.rows, slots.starts)):
+            for slab, local, lo, hi, span, pos in self._spans(list(rows), start % bs, n):
+                lo, hi = lo + index * n, hi + index * n
+                last = merged[-1] if merged else None
+                if span and last is not None and last[4] and (last[0], last[1] + last[4], last[3]) == (slab, local, lo):
+                    merged[-1] = (slab, last[1], last[2], hi, last[4] + span, 0)
+                else:
+                    merged.append((slab, local, lo, hi, span, pos))
+        return merged
 
     def _spans(self, rows: list[int], offset: int, total: int) -> list[tuple]:
         """The updates of a ``total``-token write from token ``offset`` of ``rows[0]``: (slab, row in slab, first

@@ -127,6 +127,10 @@ class PagedStep:
             self.pool.write(layer, self.slots, keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3))
         if self.fused[layer] or (self.prefill is not None and self.prefill.paged):
             return keys, values  # the kernel / paged prefill reads the slabs itself (fused_attention.py)
+        if not self.batched and len(self.seq_ids) > 1:  # a batched prefill chunk: its histories in one read
+            result = self.pool.gather_batch(layer, self.seq_ids, "prefill")
+            if result is not None:
+                return result.keys, result.values
         gathered = []
         phase = "decode" if self.batched else "prefill"
         for seq_id in self.seq_ids:

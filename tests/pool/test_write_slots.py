@@ -268,6 +268,77 @@ def test_one_token_batch_write_stores_the_bytes_of_per_sequence_writes(tiny_pool
     batch_pool.check_integrity()
 
 
+FIRST_CHUNK_SPANS = {  # (design, rows per slab): (slab, row in slab, first token, end token, full rows, position)
+    ("slab", 8): [(0, 0, 0, 24, 6, 0)], ("monolithic", 8): [(0, 0, 0, 24, 6, 0)],
+    ("slab", 4): [(0, 0, 0, 16, 4, 0), (1, 0, 16, 24, 2, 0)],  # sequence 2's rows open slab 1
+    ("monolithic", 4): [(0, 0, 0, 24, 6, 0)],
+}
+
+
+@pytest.mark.parametrize("slab_blocks", [8, 4])
+@pytest.mark.parametrize("design", DESIGNS)
+def test_a_batched_chunk_writes_one_span_across_sequences_whose_rows_follow(tiny_pool, design, slab_blocks):
+    """Three sequences prefilled together take consecutive rows: their full blocks are one update per slab (the
+    batch's tokens in one axis); partial blocks stay updates of their own. The slabs hold exactly what writing
+    each sequence alone stores."""
+    import mlx.core as mx
+
+    batch_pool = tiny_pool(design, block_size=4, slab_blocks=slab_blocks)
+    single_pool = tiny_pool(design, block_size=4, slab_blocks=slab_blocks)
+    written = {}
+    for start, tokens in ((0, 8), (8, 6)):  # two full blocks each, then a full block and a partial one each
+        for pool in (batch_pool, single_pool):
+            for seq in (0, 1, 2):
+                if start == 0:
+                    pool.add_sequence(seq)
+                pool.prepare_write(seq, start, tokens)
+        slots = batch_pool.write_slots([0, 1, 2], [start] * 3, tokens)
+        for layer in range(2):
+            parts = [make_kv(tokens, seed=100 * start + 10 * layer + seq) for seq in (0, 1, 2)]
+            batch_pool.write(layer, slots, mx.stack([k for k, _ in parts]), mx.stack([v for _, v in parts]))
+            for seq, (keys, values) in enumerate(parts):
+                write_kv(single_pool, layer, seq, start, keys, values)
+                written.setdefault((seq, layer), []).append((keys, values))
+        if start == 0:  # rows 0-5: one span of full blocks over the 24 tokens per slab they lie in
+            assert slots.layout["storage"] == FIRST_CHUNK_SPANS[design, slab_blocks]
+        else:  # per sequence a full block and a partial one (rows 6-11): nothing to join
+            assert [span[4] for span in slots.layout["storage"]] == [1, 0, 1, 0, 1, 0]
+    assert same_slabs(raw_slabs(batch_pool), raw_slabs(single_pool))
+    assert_gathers_match(batch_pool, written)
+    batch_pool.check_integrity()
+
+
+@pytest.mark.parametrize("design", DESIGNS)
+def test_rows_at_the_same_place_of_another_slab_are_not_joined(tiny_pool, design):
+    """Sequence 0 takes rows 0-1 (slab 0, rows 0-1 of 4) and sequence 1 rows 6-7 (slab 1, rows 2-3): the second
+    run starts where the first would continue, but in another slab (the monolithic tensor: not consecutive)."""
+    import mlx.core as mx
+
+    pools = [tiny_pool(design, block_size=4, slab_blocks=4) for _ in range(2)]
+    for pool in pools:
+        for seq, tokens in ((10, 8), (11, 16), (12, 8)):  # rows 0-1, 2-5, 6-7
+            pool.add_sequence(seq)
+            pool.prepare_write(seq, 0, tokens)
+        pool.release(10)
+        pool.release(12)
+        for seq in (0, 1):
+            pool.add_sequence(seq)
+            pool.prepare_write(seq, 0, 8)
+    batch_pool, single_pool = pools
+    assert [batch_pool.book.table(seq).rows for seq in (0, 1)] == [[0, 1], [6, 7]]
+    slots = batch_pool.write_slots([0, 1], [0, 0], 8)
+    written = {}
+    for layer in range(2):
+        parts = [make_kv(8, seed=10 * layer + seq) for seq in (0, 1)]
+        batch_pool.write(layer, slots, mx.stack([k for k, _ in parts]), mx.stack([v for _, v in parts]))
+        for seq, (keys, values) in enumerate(parts):
+            write_kv(single_pool, layer, seq, 0, keys, values)
+            written[seq, layer] = [(keys, values)]
+    assert len(slots.layout["storage"]) == 2
+    assert same_slabs(raw_slabs(batch_pool), raw_slabs(single_pool))
+    assert_gathers_match(batch_pool, written)
+
+
 def _change_rows_after_resolving(pool, written, change):
     """Make slots resolved for sequences 0 and 1 at position 3 stale. Returns the positions to resolve afresh."""
     if change == "release_and_re_add":

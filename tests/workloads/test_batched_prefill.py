@@ -22,10 +22,17 @@ def _prefill_batches(events) -> list[int]:
 
 
 @pytest.mark.numerics
-def test_batched_prefill_is_byte_identical_across_backends(tiny_llama, tmp_path):
+def test_batched_prefill_is_byte_identical_across_backends(tiny_llama, tmp_path, monkeypatch):
+    from pool.pool import PagedKVPool
+
+    one_read = []  # chunks whose histories were read as one batch (whole blocks): the rest were gathered each
+    original = PagedKVPool.gather_batch
+    monkeypatch.setattr(PagedKVPool, "gather_batch",
+                        lambda pool, *a: one_read.append(r := original(pool, *a)) or r)
     scenario = write_scenario(tmp_path, burst_toml(**RAGGED))
     runs = {backend: run_backend(tiny_llama, scenario, backend, prefill_batch_tokens=64, **POOL)
             for backend in ("slab", "monolithic", "dense")}
+    assert any(r is not None for r in one_read)
     batches = _prefill_batches(runs["slab"][1])
     assert max(batches) == 5 and 1 in batches, batches  # all five together first, alone at the ragged ends
     assert _prefill_batches(runs["dense"][1]) == batches

@@ -120,6 +120,45 @@ def test_meta_is_built_once_per_sequence_of_a_chunk_not_per_layer(emulated_gathe
     _check_equal(pool, emulated_gather, [0, 1], "a batch's gathers through the memo")
 
 
+@pytest.mark.parametrize("through_route", [True, False])
+def test_a_batch_gathered_in_one_read_equals_each_sequence_gathered_alone(emulated_gather, through_route):
+    """``gather_batch``: sequences of the same length read as one row list (one launch on the table route, one
+    storage gather without it), then laid out [B, H, T, D]: byte-identical to stacking each sequence's
+    ``gather_visible`` (a partial last block too), with the same gather and run counts; None where lengths differ."""
+    import mlx.core as mx
+
+    pool = _pool()
+    pool.gather_route = emulated_gather if through_route else None
+    order = [2, 0, 1]
+    for seq_id in order:
+        pool.add_sequence(seq_id)
+    _write(pool, order, [0, 0, 0], 12, seed=3)  # three blocks each: rows interleave across slabs
+    _write(pool, order, [12, 12, 12], 8, seed=4)
+    launches = emulated_gather.launches
+    for layer in range(LAYERS):
+        before = (pool.gathers, pool.gather_runs_total, dict(pool.gather_runs_hist[layer]))
+        alone = [pool.gather_visible(layer, seq_id, "prefill") for seq_id in order]
+        counted = (pool.gathers, pool.gather_runs_total, dict(pool.gather_runs_hist[layer]))
+        batch = pool.gather_batch(layer, order, "prefill")
+        assert batch.keys.shape == (3, HEADS, 20, DIM)
+        assert mx.array_equal(batch.keys, mx.stack([r.keys for r in alone]))
+        assert mx.array_equal(batch.values, mx.stack([r.values for r in alone]))
+        assert batch.num_runs == sum(r.num_runs for r in alone)
+        after = (pool.gathers, pool.gather_runs_total, dict(pool.gather_runs_hist[layer]))
+        assert after[0] - counted[0] == counted[0] - before[0] and after[1] - counted[1] == counted[1] - before[1]
+    assert emulated_gather.launches - launches == (4 * LAYERS if through_route else 0)  # 3 alone + 1 batch a layer
+    _write(pool, [0], [20], 4, seed=5)
+    assert pool.gather_batch(0, [1, 0], "prefill") is None  # 20 and 24 tokens
+    _write(pool, [1, 2], [20, 20], 2, seed=6)  # 22 tokens each: a partial last block, read whole and cut
+    for layer in range(LAYERS):
+        alone = [pool.gather_visible(layer, seq_id, "prefill") for seq_id in (1, 2)]
+        batch = pool.gather_batch(layer, [1, 2], "prefill")
+        assert batch.keys.shape == (2, HEADS, 22, DIM)
+        assert mx.array_equal(batch.keys, mx.stack([r.keys for r in alone]))
+        assert mx.array_equal(batch.values, mx.stack([r.values for r in alone]))
+    pool.check_integrity()
+
+
 def test_the_route_is_off_with_its_switch_or_without_a_table_kernel(monkeypatch, emulated_gather):
     from pool.kernels import table_gather
 

@@ -282,7 +282,8 @@ class PagedKVPool:
                 keys, values, _ = self.storage.gather(layer, rows, 0, len(rows) * bs)
             return [keys, values]
 
-        keys, values = self.gather_meter.read(phase, read, lambda: self.storage.keys[layer] + self.storage.values[layer])
+        keys, values = self.gather_meter.read(phase, read,
+                                              lambda: self.storage.keys[layer] + self.storage.values[layer])
         heads, dim = keys.shape[0], keys.shape[2]
 
         def batch(flat):  # [H, B x blocks x block_size, D] -> [B, H, tokens, D], row-contiguous like a dense cache

@@ -82,7 +82,8 @@ def build_spec(args) -> RunSpec:
     if args.record is not None:
         output_file(args.record, "--record")
     return RunSpec(scenario=args.scenario, backend=args.backend, model=args.model, block_size=args.block_size,
-                   slab_blocks=args.slab_blocks, prefill_chunk=args.prefill_chunk, prefill_batch_tokens=args.prefill_batch_tokens, seed=args.seed,
+                   slab_blocks=args.slab_blocks, prefill_chunk=args.prefill_chunk,
+                   prefill_batch_tokens=args.prefill_batch_tokens, seed=args.seed,
                    dtype=args.dtype, device=args.device, overrides=overrides,
                    prefix_cache=args.prefix_cache, max_blocks_per_layer=args.budget,
                    record_path=args.record, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim,

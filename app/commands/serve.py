@@ -35,7 +35,8 @@ def build_config(args):
     try:
         resolve_model_name(args.model)
         spec = RunSpec(scenario="serve", backend=args.backend, model=args.model, block_size=args.block_size,
-                       slab_blocks=args.slab_blocks, prefill_chunk=args.prefill_chunk, prefill_batch_tokens=args.prefill_batch_tokens, seed=args.seed,
+                       slab_blocks=args.slab_blocks, prefill_chunk=args.prefill_chunk,
+                       prefill_batch_tokens=args.prefill_batch_tokens, seed=args.seed,
                        dtype=args.dtype, device=args.device, prefix_cache=args.prefix_cache,
                        max_blocks_per_layer=args.budget, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim,
                        shrink=args.shrink, shrink_budget=args.shrink_budget, open_blocks=args.open_blocks,

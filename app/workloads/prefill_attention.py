@@ -41,9 +41,9 @@ class PrefillRoute:
         self._mask = None
 
     def attention(self, layer: int, queries, keys, values, *, scale: float, mask, sinks, original):
-        """The chunk's attention in ``layer`` ([B, Hq, L, D]; B > 1 only for a first chunk, no history): in place from the slabs, or (sinks, a non-causal
-        mask) gathered and handed to ``original`` (mlx-lm's function). Reads the pool; the fallback counts a
-        gather like any other."""
+        """The chunk's attention in ``layer`` ([B, Hq, L, D]; B > 1 only for a first chunk, no history): in place
+        from the slabs, or (sinks, a non-causal mask) gathered and handed to ``original`` (mlx-lm's function).
+        Reads the pool; the fallback counts a gather like any other."""
         import mlx.core as mx
 
         from pool.prefill_attention import causal_mask, paged_prefill_attention, piece_views

@@ -158,8 +158,9 @@ DEFAULT_PREFILL_BATCH_TOKENS = {"gpu": 8192, "cpu": 0}
 
 
 def resolved_pool_params(spec: RunSpec, scenario_pool: dict) -> dict:
-    """block_size / slab_blocks / prefill_chunk / prefill_batch_tokens / prefix_cache: the spec's value, else the scenario's, else the default
-    (``PoolConfig``'s for the pool's sizes; ``RunSpec.pool_config`` builds the pool's configuration from them)."""
+    """block_size / slab_blocks / prefill_chunk / prefill_batch_tokens / prefix_cache: the spec's value, else the
+    scenario's, else the default (``PoolConfig``'s for the pool's sizes; ``RunSpec.pool_config`` builds the pool's
+    configuration from them; ``prefill_batch_tokens`` stays None for ``prefill_batch_tokens_for`` to choose)."""
     def pick(name: str, default: int) -> int:
         value = getattr(spec, name)
         if value is None:

@@ -58,7 +58,8 @@ def test_a_batched_prefill_chunk_matches_one_kvcache_holding_the_batch(design):
         k, v = _kv(3, n, start)
         step = PagedStep(pool, [2, 0, 1], [start] * 3, n, batched=False)
         layer = step.caches()[0]
-        assert layer.offset == start and step.make_mask(n) == cache.make_mask(n, return_array=False, window_size=None) == "causal"
+        dense_mask = cache.make_mask(n, return_array=False, window_size=None)
+        assert layer.offset == start and step.make_mask(n) == dense_mask == "causal"
         pk, pv = layer.update_and_fetch(k, v)
         dk, dv = cache.update_and_fetch(k, v)
         assert pk.shape == dk.shape == (3, H, start + n, D)

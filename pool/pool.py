@@ -157,8 +157,8 @@ class PagedKVPool:
         where ``slots`` say. The pool's first write fixes the geometry (dtype, n_kv_heads, head_dim) of every layer;
         later writes must match. Checks (stale slots, shapes, geometry) run before the first store, so an error
         writes nothing. ``through_table``: the caller's attention reads this layer through the slab table this step
-        (the fused kernel on the table route), so a one-token write may go in place through it (``write_route``,
-        pool/kernels/table_write.py)."""
+        (the fused kernel or the table gather on the table route, or nothing), so the write may go in place through it
+        (``write_route``, pool/kernels/table_write.py)."""
         from pool.storage_base import write_geometry
 
         self._check_layer(layer)
@@ -170,7 +170,7 @@ class PagedKVPool:
         if not self.storage.initialised:
             self._init_storage(geometry)
         route = self.write_route
-        if through_table and slots.num_tokens == 1 and route is not None and route.supports(self.storage):
+        if through_table and route is not None and route.supports(self.storage):
             route.write(self.storage, layer, slots, keys, values)
         else:
             self.storage.write(layer, slots, keys, values)
@@ -253,50 +253,70 @@ class PagedKVPool:
         self.gather_runs_hist[layer][runs] += 1
         return GatherResult(keys, values, runs)
 
-    def gather_batch(self, layer: int, seq_ids: list[int], phase: str = "prefill") -> GatherResult | None:
-        """K and V of every sequence of ``seq_ids`` as [B, n_kv_heads, tokens, head_dim] in one read of their rows
-        (one launch through the slab table, or one storage gather), when every one holds the same number of tokens
-        from token 0 (a batched prefill chunk); None otherwise (the caller gathers each). The rows of all sequences
-        read as one token axis (a partial last block whole: < block_size tokens a sequence more), then one copy to
-        the batch layout: the bytes of B gathers and a stack, in two operations. Counts a gather and its runs per
-        sequence, as ``gather_visible`` does; ``num_runs`` is their sum."""
-        import mlx.core as mx
-
-        from pool.gather_runs import count_runs
-
+    def gather_batch(self, layer: int, seq_ids: list[int], phase: str = "prefill",
+                     room: int | None = None) -> GatherResult | None:
+        """K and V of every sequence of ``seq_ids`` as [B, n_kv_heads, tokens, head_dim] in one read of their rows,
+        when every one holds the same number of tokens from token 0 (a prefill chunk); None otherwise (the caller
+        gathers each). Through the ``gather_route``: one launch straight into that layout, in a tensor with room
+        for ``room`` tokens (default: exactly the tokens; the result is a view of its first ``tokens``), so a
+        caller that passes one ``room`` for a prefill's chunks asks MLX for one buffer size throughout. Without the
+        route: one storage gather of all rows as one token axis (a partial last block whole: < block_size tokens
+        a sequence more), then one copy to the batch layout. Counts a gather and its runs per sequence, as
+        ``gather_visible`` does; ``num_runs`` is their sum."""
         self._check_layer(layer)
         tables = [self.book.table(seq_id) for seq_id in seq_ids]
         bs, length = self.config.block_size, tables[0].length
         if not self.storage.initialised or length == 0 or any(t.length != length or t.logical_start for t in tables):
             return None
         blocks = blocks_for_tokens(length, bs)
-        per_sequence = [t.rows[:blocks] for t in tables]
-        rows = [row for seq_rows in per_sequence for row in seq_rows]
+        per_sequence = [list(t.rows[:blocks]) for t in tables]
         route = self.gather_route
-        through_route = route is not None and route.supports(self.storage)
+        if route is not None and route.supports(self.storage):
+            out_tokens = max(length, room or 0)
 
-        def read() -> list:
-            if through_route:
-                keys, values, _ = route.gather(self.storage, layer, rows, 0, len(rows) * bs)
-            else:
-                keys, values, _ = self.storage.gather(layer, rows, 0, len(rows) * bs)
-            return [keys, values]
+            def read() -> list:
+                keys, values, runs = route.gather_batch(self.storage, layer, per_sequence, 0, length, out_tokens)
+                found.append(runs)
+                return [keys, values]
+        else:
+            def read() -> list:
+                found.append(None)
+                return list(self._flat_batch_gather(layer, per_sequence, length))
 
+        found: list = []
         keys, values = self.gather_meter.read(phase, read,
                                               lambda: self.storage.keys[layer] + self.storage.values[layer])
+        if keys.shape[2] != length:
+            keys, values = keys[:, :, :length], values[:, :, :length]
+        return GatherResult(keys, values, self._count_batch_gather(layer, per_sequence, found[0]))
+
+    def _flat_batch_gather(self, layer: int, per_sequence: list[list[int]], length: int) -> tuple:
+        """The storage's gather of every sequence's rows as one token axis, then one copy to [B, H, length, D]."""
+        import mlx.core as mx
+
+        bs, count = self.config.block_size, len(per_sequence)
+        rows = [row for seq_rows in per_sequence for row in seq_rows]
+        keys, values, _ = self.storage.gather(layer, rows, 0, len(rows) * bs)
         heads, dim = keys.shape[0], keys.shape[2]
 
         def batch(flat):  # [H, B x blocks x block_size, D] -> [B, H, tokens, D], row-contiguous like a dense cache
-            return mx.contiguous(flat.reshape(heads, len(seq_ids), blocks * bs, dim)[:, :, :length]
+            return mx.contiguous(flat.reshape(heads, count, len(per_sequence[0]) * bs, dim)[:, :, :length]
                                  .transpose(1, 0, 2, 3))
 
-        runs = [count_runs(seq_rows, self.config.slab_blocks) if self.config.design == "slab" else 1
-                for seq_rows in per_sequence]
-        self.gathers += len(seq_ids)
+        return batch(keys), batch(values)
+
+    def _count_batch_gather(self, layer: int, per_sequence: list[list[int]], runs: list[int] | None) -> int:
+        """Count a batched read as one gather per sequence (runs: the route's, else counted here); their sum."""
+        from pool.gather_runs import count_runs
+
+        if runs is None:
+            runs = [count_runs(seq_rows, self.config.slab_blocks) if self.config.design == "slab" else 1
+                    for seq_rows in per_sequence]
+        self.gathers += len(per_sequence)
         self.gather_runs_total += sum(runs)
         for count in runs:
             self.gather_runs_hist[layer][count] += 1
-        return GatherResult(batch(keys), batch(values), sum(runs))
+        return sum(runs)
 
     def _empty_gather(self) -> GatherResult:
         import mlx.core as mx

@@ -49,7 +49,8 @@ class PagedStep:
     that the next successful step reuses).
     """
 
-    def __init__(self, pool, seq_ids: Sequence[int], starts: Sequence[int], num_tokens: int, *, batched: bool):
+    def __init__(self, pool, seq_ids: Sequence[int], starts: Sequence[int], num_tokens: int, *, batched: bool,
+                 room: int | None = None):
         if len(seq_ids) != len(starts) or not seq_ids:
             raise ValueError("seq_ids and starts must be non-empty and of equal length")
         if not batched and len(set(starts)) != 1:
@@ -74,6 +75,9 @@ class PagedStep:
         self.served: set[int] = set()      # fused layers whose attention the kernel computed
         self.plans: dict[float, StepPlan] = {}  # the fused launch plan of this step, by softmax scale
         self.prefill = None  # PrefillRoute of a prefill chunk (app/workloads/prefill_attention.py); None: gather
+        # tokens a prefill chunk's history read makes room for: the longest prompt of the chunk, the same at every
+        # chunk of its prefill, so MLX reuses one buffer size (pool.gather_batch); None: exactly the history
+        self.room = room
 
     def set_fused(self, flags: list[bool], kernel) -> None:
         """Mark layers whose attention runs on ``kernel`` (a ``KernelRoute``); only one-token batched decode."""
@@ -124,11 +128,13 @@ class PagedStep:
             self.pool.write(layer, self.slots, keys.reshape(batch, 1, heads, dim),
                             values.reshape(batch, 1, heads, dim), through_table=through_table)
         else:
-            self.pool.write(layer, self.slots, keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3))
+            self.pool.write(layer, self.slots, keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3),
+                            through_table=self._chunk_reads_through_table())
         if self.fused[layer] or (self.prefill is not None and self.prefill.paged):
             return keys, values  # the kernel / paged prefill reads the slabs itself (fused_attention.py)
-        if not self.batched and len(self.seq_ids) > 1:  # a batched prefill chunk: its histories in one read
-            result = self.pool.gather_batch(layer, self.seq_ids, "prefill")
+        if not self.batched and (len(self.seq_ids) > 1 or self.pool.gather_route is not None):
+            # a prefill chunk's histories in one read (through the slab table: into room for the whole prompt)
+            result = self.pool.gather_batch(layer, self.seq_ids, "prefill", room=self.room)
             if result is not None:
                 return result.keys, result.values
         gathered = []
@@ -147,6 +153,16 @@ class PagedStep:
             return mx.stack([k for k, _ in gathered]), mx.stack([v for _, v in gathered])
         return _padded_batch([k for k, _ in gathered], self.width), _padded_batch([v for _, v in gathered], self.width)
 
+
+    def _chunk_reads_through_table(self) -> bool:
+        """Whether every read of the slabs in this prefill chunk goes through the slab table (the table gather, now
+        ready: readiness never goes back), or there is none (a first chunk): then its writes may go in place through
+        the table (pool/kernels/table_write.py). A paged chunk reading history pieces reads slab views through MLX
+        operations, which would not wait for a write MLX does not see."""
+        if self.batched or (self.prefill is not None and self.prefill.paged and self.prefill.pieces):
+            return False
+        route, storage = self.pool.gather_route, self.pool.storage
+        return route is not None and storage.initialised and route.supports(storage)
 
     def fused_attention(self, layer: int, queries: mx.array, scale: float) -> mx.array:
         """Attention of this step's one query token per sequence ([B, Hq, 1, D]) by the fused kernel, reading

@@ -1,13 +1,15 @@
-"""The CUDA table gather (pool/kernels/table_gather.py has the design): one launch copies a sequence's visible K
-and V out of any number of slabs, reading slab addresses from the layer's slab table.
+"""The CUDA table gather (pool/kernels/table_gather.py has the design): one launch copies the visible K and V of one
+or more sequences out of any number of slabs, reading slab addresses from the layer's slab table.
 
 One thread per 16 bytes of output (8 bf16/f16 elements; one element when a head row is not a multiple of 16
-bytes), K and V both: thread ``i`` owns head ``h``, token ``t`` and 16-byte chunk ``c`` of the outputs
-``[N_KV, n, HEAD_DIM]``. Its source token ``lo + t`` sits in block ``(lo + t) / BLOCK_SIZE`` of the sequence's
-rows (``meta[3 + block]``, a physical row), which lives in slab ``row / slab_blocks`` at row ``row % slab_blocks``:
-the pool's own ``_slab_for_row`` mapping. Inputs: ``meta`` (``[lo, n, slab_blocks, rows...]``, int32) and the
-table (uint64, entry ``2 s`` K and ``2 s + 1`` V of slab ``s``): two inputs at any slab count. Both builds (NVRTC
-variant, MLX's ``cuda_kernel`` JIT) compile this body. Imports mlx inside functions only.
+bytes), K and V both: thread ``i`` owns sequence ``b``, head ``h``, token ``t`` and 16-byte chunk ``c`` of the
+outputs ``[batch, N_KV, out_tokens, HEAD_DIM]`` (tokens ``[n, out_tokens)`` of each head are left unwritten: a
+caller that asks for room reads only the first ``n``). Its source token ``lo + t`` sits in block ``(lo + t) /
+BLOCK_SIZE`` of sequence ``b``'s rows (``meta[6 + b * seq_blocks + block]``, a physical row), which lives in slab
+``row / slab_blocks`` at row ``row % slab_blocks``: the pool's own ``_slab_for_row`` mapping. Inputs: ``meta``
+(``[lo, n, slab_blocks, batch, seq_blocks, out_tokens, rows...]``, int32) and the table (uint64, entry ``2 s`` K
+and ``2 s + 1`` V of slab ``s``): two inputs at any slab count. Both builds (NVRTC variant, MLX's ``cuda_kernel``
+JIT) compile this body. Imports mlx inside functions only.
 """
 
 from __future__ import annotations
@@ -23,19 +25,24 @@ GATHER_SOURCE = r"""
   const int lo = meta[0];
   const int n = meta[1];
   const int slab_blocks = meta[2];
-  if (i >= (long long)N_KV * n * CHUNKS) {
+  const int batch = meta[3];
+  const int seq_blocks = meta[4];
+  const int out_tokens = meta[5];
+  if (i >= (long long)batch * N_KV * n * CHUNKS) {
     return;
   }
   const int c = (int)(i % CHUNKS);
-  const long long head_token = i / CHUNKS;
-  const int t = (int)(head_token % n);
-  const int h = (int)(head_token / n);
+  long long rest = i / CHUNKS;
+  const int t = (int)(rest % n);
+  rest /= n;
+  const int h = (int)(rest % N_KV);
+  const int b = (int)(rest / N_KV);
   const int token = lo + t;
-  const int row = meta[3 + token / BLOCK_SIZE];
+  const int row = meta[6 + b * seq_blocks + token / BLOCK_SIZE];
   const int slab = row / slab_blocks;
   const int local = row - slab * slab_blocks;
   const long long src = (((long long)local * N_KV + h) * BLOCK_SIZE + token % BLOCK_SIZE) * HEAD_DIM + c * VEC;
-  const long long dst = ((long long)h * n + t) * HEAD_DIM + c * VEC;
+  const long long dst = (((long long)b * N_KV + h) * out_tokens + t) * HEAD_DIM + c * VEC;
   const T* k_slab = reinterpret_cast<const T*>(slab_table[2 * slab]);
   const T* v_slab = reinterpret_cast<const T*>(slab_table[2 * slab + 1]);
   if (VEC == 1) {
@@ -55,10 +62,12 @@ def gather_params(t: str) -> list[str]:
     return ["const int* meta", "const unsigned long long* slab_table", f"{t}* keys", f"{t}* values"]
 
 
-def gather_grid(n_kv: int, tokens: int, head_dim: int, itemsize: int) -> tuple[tuple[int, int, int], int]:
-    """(grid in threads, threads per block) of a gather of ``tokens`` tokens: one thread per 16-byte chunk."""
+def gather_grid(n_kv: int, tokens: int, head_dim: int, itemsize: int,
+                batch: int = 1) -> tuple[tuple[int, int, int], int]:
+    """(grid in threads, threads per block) of a gather of ``tokens`` tokens of ``batch`` sequences: one thread per
+    16-byte chunk."""
     vec = 16 // itemsize if (head_dim * itemsize) % 16 == 0 else 1
-    total = n_kv * tokens * (head_dim // vec)
+    total = batch * n_kv * tokens * (head_dim // vec)
     threads = max(1, min(GATHER_THREADS, total))
     return (-(-total // threads) * threads, 1, 1), threads
 
@@ -75,12 +84,14 @@ class CudaTableGather(TableRouteKernel):
     def supports(dtype: str) -> bool:
         return dtype in GATHER_DTYPES
 
-    def __call__(self, table, meta, *, tokens: int, n_kv: int, head_dim: int, block_size: int, dtype):
-        """K and V ([n_kv, tokens, head_dim]) of the rows ``meta`` names, read through ``table``."""
+    def __call__(self, table, meta, *, tokens: int, n_kv: int, head_dim: int, block_size: int, dtype,
+                 batch: int = 1, out_tokens: int | None = None):
+        """K and V ([batch, n_kv, out_tokens, head_dim], the first ``tokens`` of each head written) of the rows
+        ``meta`` names, read through ``table``."""
         import mlx.core as mx
 
-        grid, threads = gather_grid(n_kv, tokens, head_dim, dtype.size)
-        shapes = [(n_kv, tokens, head_dim)] * 2
+        grid, threads = gather_grid(n_kv, tokens, head_dim, dtype.size, batch)
+        shapes = [(batch, n_kv, tokens if out_tokens is None else out_tokens, head_dim)] * 2
         if self.builds is None:
             keys, values = self._jit_kernel()(
                 inputs=[meta, table], template=[("T", dtype), ("HEAD_DIM", head_dim), ("N_KV", n_kv),

@@ -2,8 +2,8 @@
 (``paged_decode_emulated.EmulatedTable``: entry ``s`` holds slab ``s``'s K and V as they were when the entry was
 written, so a stale entry reads stale data as a stale device address would; an entry never written reads NaN).
 
-Same index arithmetic as the kernel, vectorised over tokens: token ``lo + t`` -> block ``(lo + t) // block_size``
--> physical row ``meta[3 + block]`` -> (slab ``row // slab_blocks``, row ``row % slab_blocks``, position
+Same index arithmetic as the kernel, vectorised over tokens: token ``lo + t`` of sequence ``b`` -> block ``(lo + t) //
+block_size`` -> physical row ``meta[6 + b * seq_blocks + block]`` -> (slab ``row // slab_blocks``, row ``row % slab_blocks``, position
 ``(lo + t) % block_size``). Tests register it in ``table_gather.GATHER_KERNELS`` for a pretend backend. Imports
 mlx inside functions only.
 """
@@ -31,20 +31,28 @@ class EmulatedTableGather:
     def ready(storage) -> bool:
         return True
 
-    def __call__(self, table, meta, *, tokens: int, n_kv: int, head_dim: int, block_size: int, dtype):
+    def __call__(self, table, meta, *, tokens: int, n_kv: int, head_dim: int, block_size: int, dtype,
+                 batch: int = 1, out_tokens: int | None = None):
         import mlx.core as mx
 
         header = np.asarray(meta)
-        lo, n, slab_blocks = (int(x) for x in header[:META_HEADER])
-        if n != tokens:
-            raise KernelUnsupported(f"meta says {n} tokens, the launch {tokens}")
+        lo, n, slab_blocks, count, seq_blocks, room = (int(x) for x in header[:META_HEADER])
+        if n != tokens or count != batch or room != (tokens if out_tokens is None else out_tokens):
+            raise KernelUnsupported(f"meta says {count} x {n} tokens in {room}, the launch {batch} x {tokens} "
+                                    f"in {out_tokens}")
         token = lo + np.arange(n)
-        rows = header[META_HEADER + token // block_size].astype(np.int64)
-        slab = rows // slab_blocks
-        local = rows - slab * slab_blocks
-        position = token % block_size
-        out_k = mx.full((n, n_kv, head_dim), float("nan"), dtype=dtype)
-        out_v = mx.full((n, n_kv, head_dim), float("nan"), dtype=dtype)
+        out_k = mx.full((batch, room, n_kv, head_dim), float("nan"), dtype=dtype)  # unwritten room stays NaN
+        out_v = mx.full((batch, room, n_kv, head_dim), float("nan"), dtype=dtype)
+        for b in range(batch):
+            rows = header[META_HEADER + b * seq_blocks + token // block_size].astype(np.int64)
+            self._read(table, out_k, out_v, b, rows // slab_blocks, rows % slab_blocks, token % block_size)
+        return mx.contiguous(out_k.transpose(0, 2, 1, 3)), mx.contiguous(out_v.transpose(0, 2, 1, 3))
+
+    @staticmethod
+    def _read(table, out_k, out_v, b: int, slab, local, position) -> None:
+        """Sequence ``b``'s tokens t (slab[t], row local[t], position[t]) into out_k/out_v[b, t] ([room, n_kv, D])."""
+        import mlx.core as mx
+
         for s in np.unique(slab).tolist():
             if s >= len(table):
                 raise KernelUnsupported(f"slab table of {len(table)} entries read at slab {s}")
@@ -55,6 +63,5 @@ class EmulatedTableGather:
             where = mx.array(picked.astype(np.int32))
             rows_at = mx.array(local[picked].astype(np.int32))
             positions_at = mx.array(position[picked].astype(np.int32))
-            out_k[where] = entry[0][rows_at, :, positions_at]  # head-major slab: [n, n_kv, D] (numpy's order)
-            out_v[where] = entry[1][rows_at, :, positions_at]
-        return mx.contiguous(out_k.transpose(1, 0, 2)), mx.contiguous(out_v.transpose(1, 0, 2))
+            out_k[b, where] = entry[0][rows_at, :, positions_at]  # head-major slab: [n, n_kv, D] (numpy's order)
+            out_v[b, where] = entry[1][rows_at, :, positions_at]

@@ -1,14 +1,18 @@
-"""The CUDA table write (pool/kernels/table_write.py has the design): one launch stores a decode step's new token
-of every sequence, K and V, into the slabs in place, through the layer's slab table, and hands the table on.
+"""The CUDA table write (pool/kernels/table_write.py has the design): one launch stores a step's new tokens of
+every sequence (a decode step's one, or a prefill chunk's), K and V, into the slabs in place, through the layer's
+slab table, and hands the table on.
 
 Thread ``i`` copies table entry ``i`` (when ``i`` < the table's length) into the output table, and stores 16-byte
-chunk ``i`` of the tokens (when ``i`` < B x N_KV x chunks per head row): sequence ``b``, head ``h``, chunk ``c``
-go to row ``meta[3 + b]``'s position ``meta[3 + B + b]`` in slab ``row / slab_blocks`` at row
-``row % slab_blocks`` (the pool's own mapping; ``meta[:3]`` = slab_blocks, B, the table's length: runtime values,
-so one variant per geometry serves every batch and table size). The decode kernel takes the output
-table as its input, so MLX runs the write first; the slabs are not inputs (that is the point: two inputs at any
-slab count), so the write changes their buffers behind MLX's back, which table_write.py says when that is safe.
-Both builds (NVRTC variant, MLX's ``cuda_kernel`` JIT) compile this body. Imports mlx inside functions only.
+chunk ``i`` of the tokens (when ``i`` < B x tokens x N_KV x chunks per head row): sequence ``b``, token ``t``, head
+``h``, chunk ``c`` (from ``keys[b, t, h]``, token-major like the pool's write API) go to block position ``p = meta[5
++ b] + t`` of the sequence's rows: row ``meta[5 + B + b * seq_blocks + p / BLOCK_SIZE]`` at position ``p %
+BLOCK_SIZE``, in slab ``row / slab_blocks`` at row ``row % slab_blocks`` (the pool's own mapping). ``meta[:5]`` =
+slab_blocks, B, the table's length, tokens per sequence, rows per sequence: runtime values, so one variant per
+geometry serves every batch, chunk and table size. A reader of the slabs in the same step takes the output table
+as its input (the decode kernel, the table gather), so MLX runs the write first; the slabs are not inputs (that is
+the point: a few inputs at any slab count), so the write changes their buffers behind MLX's back, which
+table_write.py says when that is safe. Both builds (NVRTC variant, MLX's ``cuda_kernel`` JIT) compile this body.
+Imports mlx inside functions only.
 """
 
 from __future__ import annotations
@@ -24,21 +28,27 @@ WRITE_SOURCE = r"""
   const int slab_blocks = meta[0];
   const int batch = meta[1];
   const int table_len = meta[2];
+  const int tokens = meta[3];
+  const int seq_blocks = meta[4];
   if (i < (long long)table_len) {
     table[i] = old_table[i];
   }
-  if (i >= (long long)batch * N_KV * CHUNKS) {
+  if (i >= (long long)batch * tokens * N_KV * CHUNKS) {
     return;
   }
   const int c = (int)(i % CHUNKS);
-  const int h = (int)((i / CHUNKS) % N_KV);
-  const int b = (int)(i / ((long long)CHUNKS * N_KV));
-  const int row = meta[3 + b];
-  const int position = meta[3 + batch + b];
+  long long rest = i / CHUNKS;
+  const int h = (int)(rest % N_KV);
+  rest /= N_KV;
+  const int t = (int)(rest % tokens);
+  const int b = (int)(rest / tokens);
+  const int p = meta[5 + b] + t;
+  const int row = meta[5 + batch + b * seq_blocks + p / BLOCK_SIZE];
+  const int position = p % BLOCK_SIZE;
   const int slab = row / slab_blocks;
   const int local = row - slab * slab_blocks;
   const long long dst = (((long long)local * N_KV + h) * BLOCK_SIZE + position) * HEAD_DIM + c * VEC;
-  const long long src = ((long long)b * N_KV + h) * HEAD_DIM + c * VEC;
+  const long long src = (((long long)b * tokens + t) * N_KV + h) * HEAD_DIM + c * VEC;
   T* k_slab = reinterpret_cast<T*>(old_table[2 * slab]);
   T* v_slab = reinterpret_cast<T*>(old_table[2 * slab + 1]);
   if (VEC == 1) {
@@ -59,10 +69,10 @@ def write_params(t: str) -> list[str]:
             "unsigned long long* table"]
 
 
-def write_grid(table_len: int, batch: int, n_kv: int, head_dim: int, itemsize: int):
+def write_grid(table_len: int, batch: int, n_kv: int, head_dim: int, itemsize: int, tokens: int = 1):
     """(grid in threads, threads per block): one thread per table entry or 16-byte token chunk, the larger."""
     vec = 16 // itemsize if (head_dim * itemsize) % 16 == 0 else 1
-    total = max(table_len, batch * n_kv * (head_dim // vec))
+    total = max(table_len, batch * tokens * n_kv * (head_dim // vec))
     threads = max(1, min(WRITE_THREADS, total))
     return (-(-total // threads) * threads, 1, 1), threads
 
@@ -80,13 +90,13 @@ class CudaTableWrite(TableRouteKernel):
         return dtype in WRITE_DTYPES
 
     def __call__(self, storage, layer: int, table, meta, keys, values):
-        """The table after storing ``keys``/``values`` ([B, n_kv, head_dim]) where ``meta`` says (through
-        ``table``); mutates the slabs' buffers when MLX runs it."""
+        """The table after storing ``keys``/``values`` ([B, tokens, n_kv, head_dim]) where ``meta`` says
+        (through ``table``); mutates the slabs' buffers when MLX runs it."""
         import mlx.core as mx
 
-        batch, n_kv, head_dim = keys.shape
+        batch, tokens, n_kv, head_dim = keys.shape
         table_len = int(table.shape[0])
-        grid, threads = write_grid(table_len, batch, n_kv, head_dim, keys.dtype.size)
+        grid, threads = write_grid(table_len, batch, n_kv, head_dim, keys.dtype.size, tokens)
         inputs = [meta, table, keys, values]
         if self.builds is None:
             (out,) = self._jit_kernel()(

@@ -80,3 +80,31 @@ def test_table_gather_equals_the_per_run_gather_bit_for_bit(monkeypatch, build, 
     _write(pool, [3], [0], 100, seed=77, heads=heads, dim=dim)
     _check(pool, route, [3], "after a write MLX could not donate")
     del held
+
+
+@pytest.mark.parametrize("build", ["nvrtc", "mlx"])
+@pytest.mark.parametrize("heads,dim", [(8, 128), (4, 64)])
+def test_a_batch_read_in_one_launch_into_room_equals_each_sequence_gathered(monkeypatch, build, heads, dim):
+    """``gather_batch``'s launch: three sequences of one length (a partial last block) read into ``[B, H, room,
+    D]``; the first ``length`` tokens of sequence ``b`` equal its own per-run gather, bit for bit."""
+    from pool.kernels.cuda_builds import process_builds
+
+    builds = process_builds() if build == "nvrtc" else None
+    if build == "nvrtc" and builds is None:
+        pytest.skip("NVRTC is not loadable here")
+    route = _route(builds)
+    pool = _pool(slab_blocks=2)
+    ids, length = [2, 0, 1], 1000
+    for seq_id in ids:
+        pool.add_sequence(seq_id)
+    for start in range(0, length, 256):  # the batch's chunks: rows interleave across slabs
+        _write(pool, ids, [start] * 3, min(256, length - start), seed=start, heads=heads, dim=dim)
+    per_sequence = [pool.book.table(s).rows[:-(-length // BLOCK)] for s in ids]
+    for layer in range(LAYERS):
+        keys, values, runs = route.gather_batch(pool.storage, layer, per_sequence, 0, length, 1536)
+        assert keys.shape == (3, heads, 1536, dim)
+        for b, rows in enumerate(per_sequence):
+            want_k, want_v, want_runs = pool.storage.gather(layer, rows, 0, length)
+            assert runs[b] == want_runs
+            assert mx.array_equal(keys[b, :, :length], want_k).item(), f"layer {layer} sequence {b}: K"
+            assert mx.array_equal(values[b, :, :length], want_v).item(), f"layer {layer} sequence {b}: V"

@@ -87,3 +87,24 @@ def test_table_write_equals_mlx_writes_bit_for_bit(build, heads, dim):
         _write(pool, [3, 0], [lengths[3], lengths[0]], 1, seed=99, heads=heads, dim=dim, through_table=flag)
     _attend_and_compare(through, by_mlx, [3, 0], dim, "after copy-on-write")
     del held
+
+
+@pytest.mark.parametrize("build", ["nvrtc", "mlx"])
+@pytest.mark.parametrize("heads,dim", [(8, 128), (4, 64)])
+def test_prefill_chunks_through_the_table_equal_mlx_writes_bit_for_bit(build, heads, dim):
+    """Prefill chunks through the table: one sequence from token 0, then a batched chunk of three at one start
+    (from mid-block, across blocks and slabs, to mid-block) and a chunk of two: slabs and attention equal MLX's."""
+    from pool.kernels.cuda_builds import process_builds
+
+    builds = process_builds() if build == "nvrtc" else None
+    if build == "nvrtc" and builds is None:
+        pytest.skip("NVRTC is not loadable here")
+    through, by_mlx = _pools(builds)
+    for pool, flag in ((through, True), (by_mlx, False)):
+        for seq_id in (2, 0, 1):
+            pool.add_sequence(seq_id)
+        _write(pool, [2, 0, 1], [0, 0, 0], 40, seed=1, heads=heads, dim=dim, through_table=flag)
+        _write(pool, [2, 0, 1], [40, 40, 40], 200, seed=2, heads=heads, dim=dim, through_table=flag)
+        _write(pool, [1, 0], [240, 240], 77, seed=3, heads=heads, dim=dim, through_table=flag)
+    assert through.write_route.launches == 3 * LAYERS
+    _attend_and_compare(through, by_mlx, [2, 0, 1], dim, "after the chunks")

@@ -28,7 +28,7 @@ def test_batched_prefill_is_byte_identical_across_backends(tiny_llama, tmp_path,
     one_read = []  # chunks whose histories were read as one batch (whole blocks): the rest were gathered each
     original = PagedKVPool.gather_batch
     monkeypatch.setattr(PagedKVPool, "gather_batch",
-                        lambda pool, *a: one_read.append(r := original(pool, *a)) or r)
+                        lambda pool, *a, **kw: one_read.append(r := original(pool, *a, **kw)) or r)
     scenario = write_scenario(tmp_path, burst_toml(**RAGGED))
     runs = {backend: run_backend(tiny_llama, scenario, backend, prefill_batch_tokens=64, **POOL)
             for backend in ("slab", "monolithic", "dense")}

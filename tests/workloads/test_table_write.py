@@ -1,7 +1,8 @@
-"""The table write (pool/kernels/table_write.py) on the CPU through its emulation: a decode step's tokens stored
-through the slab table in one launch per layer must leave the storage exactly as MLX's own writes leave it (every
-later reader through MLX operations sees them), hand the decode kernel a table that reads them, follow growth and
-copy-on-write (the table is refreshed before the write), and give a live run's logits bit for bit."""
+"""The table write (pool/kernels/table_write.py) on the CPU through its emulation: a step's tokens (a decode step's
+one per sequence, a prefill chunk's many) stored through the slab table in one launch per layer must leave the
+storage exactly as MLX's own writes leave it (every later reader through MLX operations sees them), hand the
+decode kernel a table that reads them, follow growth and copy-on-write (the table is refreshed before the write),
+and give a live run's logits bit for bit."""
 
 from __future__ import annotations
 
@@ -80,10 +81,11 @@ def _same_attention(a, b, seq_ids, label):
 def test_writes_through_the_table_equal_mlx_writes_through_growth_and_copy_on_write(emulated_write):
     through, by_mlx = _pools(emulated_write)
     lengths = {0: 7, 1: 9, 2: 3}
-    for pool in (through, by_mlx):
-        for seq_id, n in lengths.items():
+    for pool, flag in ((through, True), (by_mlx, False)):
+        for seq_id, n in lengths.items():  # prefill chunks: from token 0, partial last blocks
             pool.add_sequence(seq_id)
-            _write(pool, [seq_id], [0], n, seed=seq_id)
+            _write(pool, [seq_id], [0], n, seed=seq_id, through_table=flag)
+    _same_storage(through, by_mlx, "after prefill")
     _same_attention(through, by_mlx, [0, 1, 2], "after prefill")
     ids = [0, 1, 2]
     for step in range(12):  # crosses block and slab boundaries: growth between steps
@@ -100,7 +102,23 @@ def test_writes_through_the_table_equal_mlx_writes_through_growth_and_copy_on_wr
         _write(pool, [4, 0], [lengths[4], lengths[0]], 1, seed=90, through_table=flag)
     _same_storage(through, by_mlx, "after copy-on-write")
     _same_attention(through, by_mlx, [4, 0], "after copy-on-write")
-    assert emulated_write.launches == 13 * LAYERS
+    assert emulated_write.launches == 16 * LAYERS
+    through.check_integrity()
+
+
+def test_a_batched_chunk_through_the_table_equals_mlx_writes(emulated_write):
+    """A prefill chunk of three sequences at one start (a batched chunk: from mid-block, across blocks and slabs,
+    to mid-block), then a chunk of two: one launch a layer each, storage byte-equal to MLX's writes."""
+    through, by_mlx = _pools(emulated_write)
+    for pool, flag in ((through, True), (by_mlx, False)):
+        for seq_id in (2, 0, 1):
+            pool.add_sequence(seq_id)
+        _write(pool, [2, 0, 1], [0, 0, 0], 6, seed=7, through_table=flag)
+        _write(pool, [2, 0, 1], [6, 6, 6], 11, seed=8, through_table=flag)
+        _write(pool, [1, 0], [17, 17], 3, seed=9, through_table=flag)
+    _same_storage(through, by_mlx, "after the batched chunks")
+    _same_attention(through, by_mlx, [2, 0, 1], "after the batched chunks")
+    assert emulated_write.launches == 3 * LAYERS
     through.check_integrity()
 
 
@@ -133,11 +151,12 @@ def test_a_write_through_a_stale_table_is_lost_to_mlx_readers(emulated_write):
 def test_the_route_is_taken_only_through_the_table(emulated_write):
     through, _ = _pools(emulated_write)
     through.add_sequence(0)
-    _write(through, [0], [0], 5, seed=1, through_table=True)  # a prefill span: MLX's write
-    _write(through, [0], [5], 1, seed=2)  # not through the table: MLX's write
+    _write(through, [0], [0], 5, seed=1)  # not through the table: MLX's writes, a span and a token
+    _write(through, [0], [5], 1, seed=2)
     assert emulated_write.launches == 0
     _write(through, [0], [6], 1, seed=3, through_table=True)
-    assert emulated_write.launches == LAYERS
+    _write(through, [0], [7], 4, seed=4, through_table=True)
+    assert emulated_write.launches == 2 * LAYERS
 
 
 @pytest.mark.numerics
@@ -210,7 +229,8 @@ def test_table_routes_give_mlx_routes_logits_through_reuse_sharing_and_compactio
                                                                                    monkeypatch):
     """The table gather and the table write together (emulated, on a pretend backend) against both switched off,
     through row reuse and a compaction (churn with shrink=compact), copy-on-write of a resumed conversation's
-    partial block (multiturn) and a shared cached prefix (shared_prefix_burst): byte-identical logits."""
+    partial block (multiturn) and a shared cached prefix (shared_prefix_burst): byte-identical logits, prefill
+    chunks written through the table as well as decode tokens."""
     import pool.fused_decision as fd
     import pool.kernels.paged_decode as paged_decode
     import pool.kernels.table_gather as table_gather
@@ -228,12 +248,13 @@ def test_table_routes_give_mlx_routes_logits_through_reuse_sharing_and_compactio
     monkeypatch.setitem(table_gather.GATHER_KERNELS, "metal", EmulatedTableGather)
     monkeypatch.setattr(fd, "detect_backend", lambda: "metal")
     monkeypatch.delenv("SLABSCOPE_PAGED_ATTENTION_NATIVE", raising=False)
-    launches = {"write": 0}
+    launches = {"write": 0, "chunk": 0}
     original = table_write.TableWriteRoute.write
 
-    def counting_write(self, *args):
+    def counting_write(self, storage, layer, slots, keys, values):
         launches["write"] += 1
-        return original(self, *args)
+        launches["chunk"] += slots.num_tokens > 1  # a prefill chunk's tokens through the table
+        return original(self, storage, layer, slots, keys, values)
 
     monkeypatch.setattr(table_write.TableWriteRoute, "write", counting_write)
 
@@ -253,8 +274,63 @@ def test_table_routes_give_mlx_routes_logits_through_reuse_sharing_and_compactio
     for name in (table_write.WRITE_ENV, table_gather.GATHER_ENV):
         monkeypatch.delenv(name, raising=False)
     through_tables = run()
-    assert launches["write"] > 0
+    assert launches["write"] > launches["chunk"] > 0
     for name in (table_write.WRITE_ENV, table_gather.GATHER_ENV):
         monkeypatch.setenv(name, "0")
     by_mlx = run()
     assert_same_logits(through_tables, by_mlx, f"{scenario}: table routes vs MLX's")
+
+
+def test_a_chunk_reading_slab_views_is_written_by_mlx(tiny_qwen3, monkeypatch):
+    """With the in-place prefill reads opted in (``SLABSCOPE_PAGED_PREFILL=1``), a chunk with history reads slab
+    views through MLX operations, which would not wait for a write MLX does not see: its writes stay MLX's, while a
+    first chunk (nothing read) and, with the opt-in off, gathered chunks go through the table."""
+    import pool.fused_decision as fd
+    import pool.kernels.paged_decode as paged_decode
+    import pool.kernels.table_gather as table_gather
+    import pool.kernels.table_write as table_write
+    from app.workloads.fused_attention import KernelRoute
+    from pool.fused_decision import KernelCaps, register_kernel, unregister_kernel
+    from pool.kernels.paged_decode_emulated import EmulatedTableKernel
+    from pool.kernels.table_gather_emulated import EmulatedTableGather
+    from pool.kernels.table_write_emulated import EmulatedTableWrite
+    from pool.pool import PagedKVPool
+
+    from .helpers import run_backend
+
+    monkeypatch.setitem(paged_decode.TABLE_KERNELS, "metal", EmulatedTableKernel)
+    monkeypatch.setitem(table_write.WRITE_KERNELS, "metal", EmulatedTableWrite)
+    monkeypatch.setitem(table_gather.GATHER_KERNELS, "metal", EmulatedTableGather)
+    monkeypatch.setattr(fd, "detect_backend", lambda: "metal")
+    for name in (table_write.WRITE_ENV, table_gather.GATHER_ENV):
+        monkeypatch.delenv(name, raising=False)
+    chunks = []  # (start, through_table) of each prefill chunk's write in layer 1
+    original = PagedKVPool.write
+
+    def recording_write(pool, layer, slots, keys, values, *, through_table=False):
+        if layer == 1 and slots.num_tokens > 1:
+            chunks.append((slots.starts[0], through_table))
+        return original(pool, layer, slots, keys, values, through_table=through_table)
+
+    monkeypatch.setattr(PagedKVPool, "write", recording_write)
+
+    def register():
+        register_kernel(KernelCaps(backend="metal", dtypes=frozenset({"float32"}), head_dims=frozenset({16, 32}),
+                                   multi_slab=True))
+        return ["metal"]
+
+    def run(paged):
+        monkeypatch.setenv("SLABSCOPE_PAGED_PREFILL", paged)
+        chunks.clear()
+        try:
+            run_backend(tiny_qwen3, "distinct_burst", "slab", kernel_route=KernelRoute(register=register,
+                        backend="metal"), block_size=4, slab_blocks=2, prefill_chunk=8,
+                        overrides={"n": 2, "prompt_tokens": 30, "gen_tokens": 2})
+        finally:
+            unregister_kernel("metal")
+        return list(chunks)
+
+    opted_in = run("1")
+    assert {start for start, _ in opted_in} == {0, 8, 16, 24}
+    assert all(through == (start == 0) for start, through in opted_in), opted_in
+    assert all(through for _, through in run("0")), "gathered chunks read through the table: written through it"

@@ -253,14 +253,10 @@ class PagedKVPool:
         self.gather_runs_hist[layer][runs] += 1
         return GatherResult(keys, values, runs)
 
-    def gather_batch(self, layer: int, seq_ids: list[int], phase: str = "prefill",
-                     room: int | None = None) -> GatherResult | None:
+    def gather_batch(self, layer: int, seq_ids: list[int], phase: str = "prefill") -> GatherResult | None:
         """K and V of every sequence of ``seq_ids`` as [B, n_kv_heads, tokens, head_dim] in one read of their rows,
         when every one holds the same number of tokens from token 0 (a prefill chunk); None otherwise (the caller
-        gathers each). Through the ``gather_route``: one launch straight into that layout, in a tensor with room
-        for ``room`` tokens (default: exactly the tokens; the result is a view of its first ``tokens``), so a
-        caller that passes one ``room`` for a prefill's chunks asks MLX for one buffer size throughout. Without the
-        route: one storage gather of all rows as one token axis (a partial last block whole: < block_size tokens
+        gathers each). Through the ``gather_route``: one launch straight into that layout. Without the route: one storage gather of all rows as one token axis (a partial last block whole: < block_size tokens
         a sequence more), then one copy to the batch layout. Counts a gather and its runs per sequence, as
         ``gather_visible`` does; ``num_runs`` is their sum."""
         self._check_layer(layer)
@@ -272,10 +268,8 @@ class PagedKVPool:
         per_sequence = [list(t.rows[:blocks]) for t in tables]
         route = self.gather_route
         if route is not None and route.supports(self.storage):
-            out_tokens = max(length, room or 0)
-
             def read() -> list:
-                keys, values, runs = route.gather_batch(self.storage, layer, per_sequence, 0, length, out_tokens)
+                keys, values, runs = route.gather_batch(self.storage, layer, per_sequence, 0, length)
                 found.append(runs)
                 return [keys, values]
         else:
@@ -286,8 +280,6 @@ class PagedKVPool:
         found: list = []
         keys, values = self.gather_meter.read(phase, read,
                                               lambda: self.storage.keys[layer] + self.storage.values[layer])
-        if keys.shape[2] != length:
-            keys, values = keys[:, :, :length], values[:, :, :length]
         return GatherResult(keys, values, self._count_batch_gather(layer, per_sequence, found[0]))
 
     def _flat_batch_gather(self, layer: int, per_sequence: list[list[int]], length: int) -> tuple:

@@ -128,8 +128,7 @@ class PagedBackend:
     def prefill_caches(self, seqs: tuple[Sequence, ...], start: int, num_tokens: int) -> list:
         """Per-layer caches of one prefill chunk: every sequence of ``seqs`` writes ``num_tokens`` from ``start``."""
         self._reserve_admitted()
-        step = PagedStep(self.pool, [seq.seq_id for seq in seqs], [start] * len(seqs), num_tokens, batched=False,
-                         room=max(seq.prefill_end for seq in seqs))
+        step = PagedStep(self.pool, [seq.seq_id for seq in seqs], [start] * len(seqs), num_tokens, batched=False)
         from app.workloads.prefill_attention import PrefillRoute
 
         step.prefill = self._prefill_route = PrefillRoute(step, routable=self.prefill_routable)

@@ -49,8 +49,7 @@ class PagedStep:
     that the next successful step reuses).
     """
 
-    def __init__(self, pool, seq_ids: Sequence[int], starts: Sequence[int], num_tokens: int, *, batched: bool,
-                 room: int | None = None):
+    def __init__(self, pool, seq_ids: Sequence[int], starts: Sequence[int], num_tokens: int, *, batched: bool):
         if len(seq_ids) != len(starts) or not seq_ids:
             raise ValueError("seq_ids and starts must be non-empty and of equal length")
         if not batched and len(set(starts)) != 1:
@@ -75,9 +74,6 @@ class PagedStep:
         self.served: set[int] = set()      # fused layers whose attention the kernel computed
         self.plans: dict[float, StepPlan] = {}  # the fused launch plan of this step, by softmax scale
         self.prefill = None  # PrefillRoute of a prefill chunk (app/workloads/prefill_attention.py); None: gather
-        # tokens a prefill chunk's history read makes room for: the longest prompt of the chunk, the same at every
-        # chunk of its prefill, so MLX reuses one buffer size (pool.gather_batch); None: exactly the history
-        self.room = room
 
     def set_fused(self, flags: list[bool], kernel) -> None:
         """Mark layers whose attention runs on ``kernel`` (a ``KernelRoute``); only one-token batched decode."""
@@ -133,8 +129,8 @@ class PagedStep:
         if self.fused[layer] or (self.prefill is not None and self.prefill.paged):
             return keys, values  # the kernel / paged prefill reads the slabs itself (fused_attention.py)
         if not self.batched and (len(self.seq_ids) > 1 or self.pool.gather_route is not None):
-            # a prefill chunk's histories in one read (through the slab table: into room for the whole prompt)
-            result = self.pool.gather_batch(layer, self.seq_ids, "prefill", room=self.room)
+            # a prefill chunk's histories in one read (through the slab table: straight into [B, H, T, D])
+            result = self.pool.gather_batch(layer, self.seq_ids, "prefill")
             if result is not None:
                 return result.keys, result.values
         gathered = []

@@ -9,6 +9,7 @@
 # CPU dry run (tiny model, tiny sizes, bench decode skipped):   SMALL=1 bash lab/decode_any_slabs/run.sh
 # The probes' cost at few vs many slabs instead (a second run, ~5 minutes):  PROBES=1 bash lab/decode_any_slabs/run.sh
 # Everything prints to stdout; raw files go to $OUT (default /tmp/decode_any_slabs). Budget: under 8 minutes.
+# DECODE=0 skips the `bench decode` cells (the records only); SIZES="8 128 32" picks the rows per slab and their order.
 set -u
 OUT=${OUT:-/tmp/decode_any_slabs}
 mkdir -p "$OUT"
@@ -41,11 +42,13 @@ else
   model=(--model synthetic:qwen3-0.6b --dtype bfloat16 --device gpu --sample-hz 100)
   ragged=(--scenario ragged_long --set n=16 --set concurrency=16 --set prompt_min=1024 --set prompt_max=12288
           --set gen_min=128 --set gen_max=128)
-  sizes="8 32 128"
+  sizes=${SIZES:-8 32 128}
   timeout 120 $py -m app warmup --model synthetic:qwen3-0.6b "${ragged[@]}" --json > /dev/null 2>&1
   # (route, rows per slab): the table route at 8 and 32 rows per slab (4x the slabs at 8: 1,024 at B=16, 16k), the
   # per-slab route at 32 (256 slabs; at 8 it would exceed its 512 slab inputs)
-  for cell in "1 8" "1 32" "0 32"; do
+  cells='"1 8" "1 32" "0 32"'; [ "${DECODE:-1}" = 0 ] && cells=""  # DECODE=0: the records only
+  eval "set -- $cells"
+  for cell in "$@"; do
     set -- $cell
     route=$1 rows=$2
     {

@@ -9,16 +9,10 @@ it: the same tables, refreshed once for both). The bytes copied are the same; wh
 count is the number of operations.
 
 A ``GatherKernel`` takes the layer's table, ``meta`` (int32 ``[lo, n, slab_blocks, batch, seq_blocks,
-out_tokens, rows...]``: for each of ``batch`` sequences, tokens ``[lo, lo + n)`` of its ``seq_blocks`` physical
-rows, token 0 being the first of its first row) and the geometry, and returns K and V as ``[batch, n_kv,
-out_tokens, head_dim]`` with each head's first ``n`` tokens written.
-
-A batched prefill chunk reads every sequence's history in that one launch (``gather_batch``), straight into the
-``[B, H, T, D]`` layout attention takes, into a tensor with room for ``out_tokens`` (the longest prompt of the
-batch): every chunk of the batch's prefill, in every layer, then asks MLX for a buffer of one size, which its
-cache hands back. A tensor sized to each chunk's history came in a new size each chunk, none reusable, so they
-piled up in MLX's cache until the engine's trim (app/workloads/cache_trim.py) released them, and a trim waits for
-the device. CUDA: ``table_gather_cuda.CudaTableGather``; the CPU emulation (tests): ``table_gather_emulated``.
+rows...]``: for each of ``batch`` sequences, tokens ``[lo, lo + n)`` of its ``seq_blocks`` physical rows, token 0
+being the first of its first row) and the geometry, and returns K and V as ``[batch, n_kv, n, head_dim]``: a
+batched prefill chunk reads every sequence's history in one launch straight into the layout attention takes
+(``gather_batch``). CUDA: ``table_gather_cuda.CudaTableGather``; the CPU emulation (tests): ``table_gather_emulated``.
 ``SLABSCOPE_TABLE_GATHER=0`` keeps the storage's per-run gather (A/B); the route also needs the table route
 (``SLABSCOPE_SLAB_TABLE``). Imports mlx inside functions only.
 """
@@ -32,7 +26,7 @@ from pool.gather_runs import count_runs
 from pool.kernels.slab_table import slab_tables
 
 GATHER_ENV = "SLABSCOPE_TABLE_GATHER"
-META_HEADER = 6  # lo, n, slab_blocks, batch, seq_blocks, out_tokens
+META_HEADER = 5  # lo, n, slab_blocks, batch, seq_blocks
 
 # backend -> factory of its gather kernel (a class with ``for_process()`` and ``supports(dtype)``). Tests register
 # the CPU emulation for a pretend backend, as they register its table kernel in ``paged_decode.TABLE_KERNELS``.
@@ -46,9 +40,9 @@ class GatherKernel(Protocol):
         """Whether it can launch now (a build it needs may still run: the caller gathers with MLX meanwhile)."""
 
     def __call__(self, table, meta, *, tokens: int, n_kv: int, head_dim: int, block_size: int, dtype,
-                 batch: int = 1, out_tokens: int | None = None):
-        """(K, V), each [batch, n_kv, out_tokens (default tokens), head_dim] of ``dtype``, the first ``tokens`` of
-        each head read through ``table`` from the rows ``meta`` names."""
+                 batch: int = 1):
+        """(K, V), each [batch, n_kv, tokens, head_dim] of ``dtype``, of the rows ``meta`` names, read through
+        ``table``."""
 
 
 def gather_enabled(environ: dict | None = None) -> bool:
@@ -56,13 +50,13 @@ def gather_enabled(environ: dict | None = None) -> bool:
     return env.get(GATHER_ENV, "1").strip() != "0"
 
 
-def gather_meta(rows: Sequence[Sequence[int]], lo: int, hi: int, slab_blocks: int, out_tokens: int) -> list[int]:
-    """The launch's meta: header (first token, token count, rows per slab, sequences, rows per sequence, tokens of
-    room per head), then each sequence's physical rows (``rows``: one list per sequence, all of one length)."""
+def gather_meta(rows: Sequence[Sequence[int]], lo: int, hi: int, slab_blocks: int) -> list[int]:
+    """The launch's meta: header (first token, token count, rows per slab, sequences, rows per sequence), then each
+    sequence's physical rows (``rows``: one list per sequence, all of one length)."""
     seq_blocks = len(rows[0])
     if any(len(seq_rows) != seq_blocks for seq_rows in rows):
         raise ValueError("every sequence of a batched gather reads the same number of rows")
-    return [int(lo), int(hi) - int(lo), int(slab_blocks), len(rows), seq_blocks, int(out_tokens),
+    return [int(lo), int(hi) - int(lo), int(slab_blocks), len(rows), seq_blocks,
             *(row for seq_rows in rows for row in seq_rows)]
 
 
@@ -90,25 +84,22 @@ class TableGatherRoute:
 
     def gather(self, storage, layer: int, rows: list[int], lo: int, hi: int):
         """(K, V, same-slab runs) of tokens [lo, hi) of ``rows``, like ``RowStorage.gather``: [n_kv, hi - lo, D]."""
-        keys, values, runs = self.gather_batch(storage, layer, [rows], lo, hi, hi - lo)
+        keys, values, runs = self.gather_batch(storage, layer, [rows], lo, hi)
         return keys[0], values[0], runs[0]
 
-    def gather_batch(self, storage, layer: int, rows: list[list[int]], lo: int, hi: int, out_tokens: int):
+    def gather_batch(self, storage, layer: int, rows: list[list[int]], lo: int, hi: int):
         """(K, V, same-slab runs per sequence) of tokens [lo, hi) of each sequence's ``rows``, in one launch: K and
-        V as [B, n_kv, out_tokens, D], the first ``hi - lo`` tokens of each head read (``out_tokens >= hi - lo``:
-        room the caller slices off)."""
+        V as [B, n_kv, hi - lo, D]."""
         import mlx.core as mx
 
         from pool.storage_base import DTYPES
 
-        if out_tokens < hi - lo:
-            raise ValueError(f"out_tokens {out_tokens} below the {hi - lo} tokens read")
-        key = (tuple(map(tuple, rows)), lo, hi, storage.slab_blocks, out_tokens)
+        key = (tuple(map(tuple, rows)), lo, hi, storage.slab_blocks)
         found = self._memo.get(key)
         if found is None:
             if len(self._memo) >= self.MEMO_SIZE:
                 self._memo.clear()
-            meta = mx.array(gather_meta(rows, lo, hi, storage.slab_blocks, out_tokens), dtype=mx.int32)
+            meta = mx.array(gather_meta(rows, lo, hi, storage.slab_blocks), dtype=mx.int32)
             found = self._memo[key] = (meta, [count_runs(seq_rows, storage.slab_blocks) for seq_rows in rows])
         meta, runs = found
         geometry = storage.geometry
@@ -118,7 +109,7 @@ class TableGatherRoute:
         self.launches += 1
         keys, values = self.gather_kernel(table, meta, tokens=hi - lo, n_kv=geometry.n_kv_heads,
                                           head_dim=geometry.head_dim, block_size=storage.block_size,
-                                          dtype=DTYPES[geometry.dtype], batch=len(rows), out_tokens=out_tokens)
+                                          dtype=DTYPES[geometry.dtype], batch=len(rows))
         return keys, values, runs
 
 

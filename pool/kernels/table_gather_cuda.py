@@ -3,11 +3,11 @@ or more sequences out of any number of slabs, reading slab addresses from the la
 
 One thread per 16 bytes of output (8 bf16/f16 elements; one element when a head row is not a multiple of 16
 bytes), K and V both: thread ``i`` owns sequence ``b``, head ``h``, token ``t`` and 16-byte chunk ``c`` of the
-outputs ``[batch, N_KV, out_tokens, HEAD_DIM]`` (tokens ``[n, out_tokens)`` of each head are left unwritten: a
-caller that asks for room reads only the first ``n``). Its source token ``lo + t`` sits in block ``(lo + t) /
-BLOCK_SIZE`` of sequence ``b``'s rows (``meta[6 + b * seq_blocks + block]``, a physical row), which lives in slab
+outputs ``[batch, N_KV, n, HEAD_DIM]`` (the layout attention takes: a batched prefill chunk's histories in one
+launch, no copy to a batch layout after it). Its source token ``lo + t`` sits in block ``(lo + t) /
+BLOCK_SIZE`` of sequence ``b``'s rows (``meta[5 + b * seq_blocks + block]``, a physical row), which lives in slab
 ``row / slab_blocks`` at row ``row % slab_blocks``: the pool's own ``_slab_for_row`` mapping. Inputs: ``meta``
-(``[lo, n, slab_blocks, batch, seq_blocks, out_tokens, rows...]``, int32) and the table (uint64, entry ``2 s`` K
+(``[lo, n, slab_blocks, batch, seq_blocks, rows...]``, int32) and the table (uint64, entry ``2 s`` K
 and ``2 s + 1`` V of slab ``s``): two inputs at any slab count. Both builds (NVRTC variant, MLX's ``cuda_kernel``
 JIT) compile this body. Imports mlx inside functions only.
 """
@@ -27,7 +27,6 @@ GATHER_SOURCE = r"""
   const int slab_blocks = meta[2];
   const int batch = meta[3];
   const int seq_blocks = meta[4];
-  const int out_tokens = meta[5];
   if (i >= (long long)batch * N_KV * n * CHUNKS) {
     return;
   }
@@ -38,11 +37,11 @@ GATHER_SOURCE = r"""
   const int h = (int)(rest % N_KV);
   const int b = (int)(rest / N_KV);
   const int token = lo + t;
-  const int row = meta[6 + b * seq_blocks + token / BLOCK_SIZE];
+  const int row = meta[5 + b * seq_blocks + token / BLOCK_SIZE];
   const int slab = row / slab_blocks;
   const int local = row - slab * slab_blocks;
   const long long src = (((long long)local * N_KV + h) * BLOCK_SIZE + token % BLOCK_SIZE) * HEAD_DIM + c * VEC;
-  const long long dst = (((long long)b * N_KV + h) * out_tokens + t) * HEAD_DIM + c * VEC;
+  const long long dst = (((long long)b * N_KV + h) * n + t) * HEAD_DIM + c * VEC;
   const T* k_slab = reinterpret_cast<const T*>(slab_table[2 * slab]);
   const T* v_slab = reinterpret_cast<const T*>(slab_table[2 * slab + 1]);
   if (VEC == 1) {
@@ -85,13 +84,12 @@ class CudaTableGather(TableRouteKernel):
         return dtype in GATHER_DTYPES
 
     def __call__(self, table, meta, *, tokens: int, n_kv: int, head_dim: int, block_size: int, dtype,
-                 batch: int = 1, out_tokens: int | None = None):
-        """K and V ([batch, n_kv, out_tokens, head_dim], the first ``tokens`` of each head written) of the rows
-        ``meta`` names, read through ``table``."""
+                 batch: int = 1):
+        """K and V ([batch, n_kv, tokens, head_dim]) of the rows ``meta`` names, read through ``table``."""
         import mlx.core as mx
 
         grid, threads = gather_grid(n_kv, tokens, head_dim, dtype.size, batch)
-        shapes = [(batch, n_kv, tokens if out_tokens is None else out_tokens, head_dim)] * 2
+        shapes = [(batch, n_kv, tokens, head_dim)] * 2
         if self.builds is None:
             keys, values = self._jit_kernel()(
                 inputs=[meta, table], template=[("T", dtype), ("HEAD_DIM", head_dim), ("N_KV", n_kv),

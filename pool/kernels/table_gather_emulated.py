@@ -3,7 +3,7 @@
 written, so a stale entry reads stale data as a stale device address would; an entry never written reads NaN).
 
 Same index arithmetic as the kernel, vectorised over tokens: token ``lo + t`` of sequence ``b`` -> block ``(lo + t) //
-block_size`` -> physical row ``meta[6 + b * seq_blocks + block]`` -> (slab ``row // slab_blocks``, row ``row % slab_blocks``, position
+block_size`` -> physical row ``meta[5 + b * seq_blocks + block]`` -> (slab ``row // slab_blocks``, row ``row % slab_blocks``, position
 ``(lo + t) % block_size``). Tests register it in ``table_gather.GATHER_KERNELS`` for a pretend backend. Imports
 mlx inside functions only.
 """
@@ -32,17 +32,16 @@ class EmulatedTableGather:
         return True
 
     def __call__(self, table, meta, *, tokens: int, n_kv: int, head_dim: int, block_size: int, dtype,
-                 batch: int = 1, out_tokens: int | None = None):
+                 batch: int = 1):
         import mlx.core as mx
 
         header = np.asarray(meta)
-        lo, n, slab_blocks, count, seq_blocks, room = (int(x) for x in header[:META_HEADER])
-        if n != tokens or count != batch or room != (tokens if out_tokens is None else out_tokens):
-            raise KernelUnsupported(f"meta says {count} x {n} tokens in {room}, the launch {batch} x {tokens} "
-                                    f"in {out_tokens}")
+        lo, n, slab_blocks, count, seq_blocks = (int(x) for x in header[:META_HEADER])
+        if n != tokens or count != batch:
+            raise KernelUnsupported(f"meta says {count} x {n} tokens, the launch {batch} x {tokens}")
         token = lo + np.arange(n)
-        out_k = mx.full((batch, room, n_kv, head_dim), float("nan"), dtype=dtype)  # unwritten room stays NaN
-        out_v = mx.full((batch, room, n_kv, head_dim), float("nan"), dtype=dtype)
+        out_k = mx.full((batch, n, n_kv, head_dim), float("nan"), dtype=dtype)
+        out_v = mx.full((batch, n, n_kv, head_dim), float("nan"), dtype=dtype)
         for b in range(batch):
             rows = header[META_HEADER + b * seq_blocks + token // block_size].astype(np.int64)
             self._read(table, out_k, out_v, b, rows // slab_blocks, rows % slab_blocks, token % block_size)
@@ -50,7 +49,7 @@ class EmulatedTableGather:
 
     @staticmethod
     def _read(table, out_k, out_v, b: int, slab, local, position) -> None:
-        """Sequence ``b``'s tokens t (slab[t], row local[t], position[t]) into out_k/out_v[b, t] ([room, n_kv, D])."""
+        """Sequence ``b``'s tokens t (slab[t], row local[t], position[t]) into out_k/out_v[b, t] ([n, n_kv, D])."""
         import mlx.core as mx
 
         for s in np.unique(slab).tolist():

@@ -14,12 +14,8 @@ Policy: FIFO admission while ``running < concurrency`` and the backend can hold 
 priority over decode (the next chunk of the oldest prefilling sequence per step, nano-vllm style); otherwise all
 decoding sequences advance together in admission order. A prefill step takes along, in admission order, every
 other prefilling sequence whose next chunk has the same start and length, while the step's tokens stay within
-``prefill_batch_tokens`` (0: one sequence per step) and the K/V it attends over, every sequence's history and chunk
-summed, within ``BATCH_READ_FACTOR`` times that: one forward of [B, L] instead of B forwards of [1, L], as mlx-lm's
-BatchGenerator prefills its prompts together. The second bound is memory: a batched step reads its sequences'
-histories as one [B, H, T, D] tensor per layer, and a GPU runs several layers ahead of the host, so that many are
-alive at once (16 sequences at 12k tokens of history held 8 GiB above the K/V on the H200: ragged record, 0.40x
-dense's footprint against 0.27x one sequence a step); a burst of 8 x 4,096 tokens still fits one step. Chunk boundaries sit at the same absolute positions for
+``prefill_batch_tokens`` (0: one sequence per step): one forward of [B, L] instead of B forwards of [1, L], as
+mlx-lm's BatchGenerator prefills its prompts together. Chunk boundaries sit at the same absolute positions for
 every sequence, so sequences admitted together keep meeting at the same starts (ragged prompts part at their last,
 shorter chunk).
 
@@ -36,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 FINISH_REASONS = ("length", "stop", "cancelled")
-BATCH_READ_FACTOR = 4  # a batched prefill step attends over at most this many times its token budget
 
 
 @dataclass
@@ -186,17 +181,14 @@ class Scheduler:
 
     def plan(self) -> PrefillPlan | DecodeBatch | None:
         """The next forward pass: the oldest prefilling sequence's next chunk (with the sequences whose next chunk
-        has the same shape, within ``prefill_batch_tokens`` and, for the K/V it attends over, ``BATCH_READ_FACTOR``
-        times that), else one decode step."""
+        has the same shape, within ``prefill_batch_tokens``), else one decode step."""
         prefilling = [seq for seq in self.running if seq.in_prefill]
         if prefilling:
             first = prefilling[0]
             start, length = first.num_cached, self._chunk_length(first)
             group = [first]
             for seq in prefilling[1:]:
-                more = len(group) + 1
-                if (more * length > self.prefill_batch_tokens
-                        or more * (start + length) > BATCH_READ_FACTOR * self.prefill_batch_tokens):
+                if (len(group) + 1) * length > self.prefill_batch_tokens:
                     break
                 if seq.num_cached == start and self._chunk_length(seq) == length:
                     group.append(seq)

@@ -73,30 +73,6 @@ def test_a_prefill_step_batches_the_chunks_of_the_same_shape_within_its_token_bu
     sched.check_integrity()
 
 
-def test_a_batched_step_attends_over_at_most_four_times_its_token_budget():
-    """The read bound: a step's sequences' histories plus chunks, summed, stay within ``BATCH_READ_FACTOR`` (4) x the
-    token budget (128 here), so late chunks of long prompts batch fewer sequences (the history read is one tensor
-    per layer, several alive at once on a GPU); the oldest sequence always runs."""
-    from app.workloads.scheduler import BATCH_READ_FACTOR
-
-    assert BATCH_READ_FACTOR == 4
-    backend = FakeBackend()
-    sched = Scheduler(prefill_chunk=8, admit_fn=backend.admit, release_fn=backend.release, prefill_batch_tokens=32)
-    sched.set_concurrency(8)
-    sched.submit([Request(i, list(range(49)), 2) for i in range(4)])  # 48 tokens prefilled each
-    sched.admit()
-    assert _prefill_steps(sched) == [
-        ([0, 1, 2, 3], 0, 8), ([0, 1, 2, 3], 8, 8), ([0, 1, 2, 3], 16, 8),
-        ([0, 1, 2, 3], 24, 8),  # 4 x 32 = 128 tokens attended: the bound, met
-        ([0, 1, 2], 32, 8),     # 4 x 40 = 160 > 128: three (120)
-        ([0, 1], 40, 8),        # 3 x 48 = 144 > 128: two (96)
-        ([2], 40, 8),
-        ([3], 32, 8),
-        ([3], 40, 8),
-    ]
-    sched.check_integrity()
-
-
 def test_without_a_token_budget_each_prefill_step_takes_one_sequence():
     sched, _ = _sched(chunk=4)
     sched.set_concurrency(3)

@@ -5,7 +5,8 @@ Warm: the model is loaded once; a warm-up round runs every engine once (it pays 
 reported apart), then ``rounds`` interleaved rounds run every engine once each, the order rotating every round so
 no engine always runs first or last. Fresh: each engine runs ``fresh_rounds`` times in a newly spawned process of its
 own (model loaded there, nothing cached in memory). Figures per run: wall tok/s (prompt + generated tokens over the
-run's wall time), prefill tok/s, median decode step (ms) and first decode step (ms); per engine the median and
+run's wall time), prefill tok/s, median decode step (ms), first decode step (ms) and the footprint (max(active +
+cache) sampled during the run, MiB: no verdict is taken on it); per engine the median and
 range (min-max) over runs. The verdict compares engines pairwise on wall tok/s and median decode step and names
 a winner only when their ranges do not overlap (timing on shared machines varies by up to 30% between runs).
 
@@ -36,6 +37,7 @@ METRICS = {  # name -> (label, higher is better)
     "prefill_tok_s": ("prefill tok/s", True),
     "decode_step_ms": ("decode step ms (median)", False),
     "first_decode_step_ms": ("first decode step ms", False),
+    "footprint_mib": ("max(active+cache) MiB", False),  # sampled in the run (slabscope's probes, mlx-lm's sampler)
 }
 VERDICT_METRICS = ("tok_s", "decode_step_ms")
 MIN_RUNS_FOR_VERDICT = 5  # fewer runs than this per engine: no winner is named whatever the ranges
@@ -84,7 +86,8 @@ def run_engine(engine: str, config: BenchConfig, loaded, requests) -> dict:
 def _figures(tok_s, prefill_tok_s, steps: list[float], first: float | None, footprint: int) -> dict:
     return {"tok_s": tok_s, "prefill_tok_s": prefill_tok_s,
             "decode_step_ms": statistics.median(steps) * 1e3 if steps else None,
-            "first_decode_step_ms": first * 1e3 if first is not None else None, "footprint_bytes": footprint}
+            "first_decode_step_ms": first * 1e3 if first is not None else None, "footprint_bytes": footprint,
+            "footprint_mib": footprint / 2**20 if footprint else None}
 
 
 def _slabscope_run(backend: str, config: BenchConfig, loaded) -> dict:
@@ -273,7 +276,7 @@ def run_bench(config: BenchConfig, progress=None) -> dict:
 def _fmt(value, metric: str) -> str:
     if value is None:
         return "-"
-    return f"{value:,.0f}" if metric.endswith("tok_s") else f"{value:.2f}"
+    return f"{value:,.0f}" if metric.endswith(("tok_s", "_mib")) else f"{value:.2f}"
 
 
 def _line(figures: dict) -> str:

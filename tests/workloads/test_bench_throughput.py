@@ -44,7 +44,8 @@ def _fake_engine_runs(monkeypatch) -> list[str]:
         calls.append(engine)
         tok_s = 100.0 * (list(config.engines).index(engine) + 1) + calls.count(engine)
         return {"tok_s": tok_s, "prefill_tok_s": 2 * tok_s, "decode_step_ms": 1000.0 / tok_s,
-                "first_decode_step_ms": 2000.0 / tok_s, "footprint_bytes": 1}
+                "first_decode_step_ms": 2000.0 / tok_s, "footprint_bytes": int(tok_s) * 2**20,
+                "footprint_mib": float(int(tok_s))}
 
     monkeypatch.setattr(throughput, "run_engine", run_engine)
     monkeypatch.setattr(throughput, "load", lambda config: (None, None))
@@ -68,6 +69,11 @@ def test_warm_rounds_run_every_engine_once_each_in_an_order_that_rotates(monkeyp
     assert by_pair[("dense", "slab", "tok_s")]["winner"] == "slab"  # 102-106 vs 202-206: apart, 5 runs each
     assert by_pair[("dense", "slab", "decode_step_ms")]["winner"] == "slab"
     assert result["verdicts"]["fresh"] == []
+    assert not any(v["metric"] == "footprint_mib" for v in result["verdicts"]["warm"])  # shown, never judged
+    report = throughput.format_report(result)
+    header = next(line for line in report.splitlines() if line.startswith("engine"))
+    slab_row = next(line for line in report.splitlines() if line.startswith("slab "))
+    assert header.rstrip().endswith("max(active+cache) MiB") and slab_row.rstrip().endswith("204 [202-206]")
 
 
 @pytest.mark.slow
@@ -86,7 +92,8 @@ def test_bench_throughput_runs_every_engine_warm_and_fresh_end_to_end():
         assert len(result["rounds"][engine]) == 1 and len(result["fresh"][engine]) == 1
         for run in (result["warmup_round"][engine], result["rounds"][engine][0], result["fresh"][engine][0]):
             assert all(run[metric] > 0 for metric in ("tok_s", "prefill_tok_s", "decode_step_ms",
-                                                      "first_decode_step_ms", "footprint_bytes")), (engine, run)
+                                                      "first_decode_step_ms", "footprint_bytes",
+                                                      "footprint_mib")), (engine, run)
         assert result["warm"][engine]["tok_s"]["n"] == 1 and result["fresh_stats"][engine]["tok_s"]["n"] == 1
         assert result["fresh"][engine][0]["load_s"] > 0  # loaded in its own process
     assert all(v["winner"] is None for v in result["verdicts"]["warm"] + result["verdicts"]["fresh"])  # 1 run each

@@ -253,6 +253,12 @@ class PagedKVPool:
         self.gather_runs_hist[layer][runs] += 1
         return GatherResult(keys, values, runs)
 
+    def table_gather_ready(self) -> bool:
+        """Whether a history read goes through the slab table now (a ``gather_route`` that supports the storage,
+        its kernel built). Once True it stays True for the pool's life: builds only complete. Reads only."""
+        route = self.gather_route
+        return route is not None and self.storage.initialised and route.supports(self.storage)
+
     def gather_batch(self, layer: int, seq_ids: list[int], phase: str = "prefill") -> GatherResult | None:
         """K and V of every sequence of ``seq_ids`` as [B, n_kv_heads, tokens, head_dim] in one read of their rows,
         when every one holds the same number of tokens from token 0 (a prefill chunk); None otherwise (the caller

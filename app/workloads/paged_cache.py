@@ -157,8 +157,7 @@ class PagedStep:
         operations, which would not wait for a write MLX does not see."""
         if self.batched or (self.prefill is not None and self.prefill.paged and self.prefill.pieces):
             return False
-        route, storage = self.pool.gather_route, self.pool.storage
-        return route is not None and storage.initialised and route.supports(storage)
+        return self.pool.table_gather_ready()
 
     def fused_attention(self, layer: int, queries: mx.array, scale: float) -> mx.array:
         """Attention of this step's one query token per sequence ([B, Hq, 1, D]) by the fused kernel, reading

@@ -262,8 +262,9 @@ class PagedKVPool:
     def gather_batch(self, layer: int, seq_ids: list[int], phase: str = "prefill") -> GatherResult | None:
         """K and V of every sequence of ``seq_ids`` as [B, n_kv_heads, tokens, head_dim] in one read of their rows,
         when every one holds the same number of tokens from token 0 (a prefill chunk); None otherwise (the caller
-        gathers each). Through the ``gather_route``: one launch straight into that layout. Without the route: one storage gather of all rows as one token axis (a partial last block whole: < block_size tokens
-        a sequence more), then one copy to the batch layout. Counts a gather and its runs per sequence, as
+        gathers each). Through the ``gather_route``: one launch straight into that layout. Without the route: one
+        storage gather of all rows as one token axis (a partial last block whole: < block_size tokens a sequence
+        more), then one copy to the batch layout. Counts a gather and its runs per sequence, as
         ``gather_visible`` does; ``num_runs`` is their sum."""
         self._check_layer(layer)
         tables = [self.book.table(seq_id) for seq_id in seq_ids]

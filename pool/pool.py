@@ -234,8 +234,7 @@ class PagedKVPool:
         lo, hi = table.logical_start - first * bs, table.length - first * bs
         found = []
 
-        route = self.gather_route
-        gather = route.gather if route is not None and route.supports(self.storage) else None
+        gather = self.gather_route.gather if self.table_gather_ready() else None
 
         def read() -> list:
             if gather is not None:
@@ -247,11 +246,7 @@ class PagedKVPool:
 
         keys, values = self.gather_meter.read(phase, read,
                                               lambda: self.storage.keys[layer] + self.storage.values[layer])
-        runs = found[0]
-        self.gathers += 1
-        self.gather_runs_total += runs
-        self.gather_runs_hist[layer][runs] += 1
-        return GatherResult(keys, values, runs)
+        return GatherResult(keys, values, self._count_gathers(layer, found))
 
     def table_gather_ready(self) -> bool:
         """Whether a history read goes through the slab table now (a ``gather_route`` that supports the storage,
@@ -273,21 +268,20 @@ class PagedKVPool:
             return None
         blocks = blocks_for_tokens(length, bs)
         per_sequence = [list(t.rows[:blocks]) for t in tables]
-        route = self.gather_route
-        if route is not None and route.supports(self.storage):
+        if self.table_gather_ready():
             def read() -> list:
-                keys, values, runs = route.gather_batch(self.storage, layer, per_sequence, 0, length)
+                keys, values, runs = self.gather_route.gather_batch(self.storage, layer, per_sequence, 0, length)
                 found.append(runs)
                 return [keys, values]
         else:
             def read() -> list:
-                found.append(None)
+                found.append(self._runs_of(per_sequence))
                 return list(self._flat_batch_gather(layer, per_sequence, length))
 
         found: list = []
         keys, values = self.gather_meter.read(phase, read,
                                               lambda: self.storage.keys[layer] + self.storage.values[layer])
-        return GatherResult(keys, values, self._count_batch_gather(layer, per_sequence, found[0]))
+        return GatherResult(keys, values, self._count_gathers(layer, found[0]))
 
     def _flat_batch_gather(self, layer: int, per_sequence: list[list[int]], length: int) -> tuple:
         """The storage's gather of every sequence's rows as one token axis, then one copy to [B, H, length, D]."""
@@ -304,14 +298,17 @@ class PagedKVPool:
 
         return batch(keys), batch(values)
 
-    def _count_batch_gather(self, layer: int, per_sequence: list[list[int]], runs: list[int] | None) -> int:
-        """Count a batched read as one gather per sequence (runs: the route's, else counted here); their sum."""
+    def _runs_of(self, per_sequence: list[list[int]]) -> list[int]:
+        """Same-slab runs of each sequence's rows (1 for the monolithic design's one tensor)."""
         from pool.gather_runs import count_runs
 
-        if runs is None:
-            runs = [count_runs(seq_rows, self.config.slab_blocks) if self.config.design == "slab" else 1
-                    for seq_rows in per_sequence]
-        self.gathers += len(per_sequence)
+        return [count_runs(seq_rows, self.config.slab_blocks) if self.config.design == "slab" else 1
+                for seq_rows in per_sequence]
+
+    def _count_gathers(self, layer: int, runs: list[int]) -> int:
+        """Count one gather per sequence read, with its same-slab runs (``runs``, one per sequence) in the layer's
+        histogram; returns their sum. Mutates the gather counters."""
+        self.gathers += len(runs)
         self.gather_runs_total += sum(runs)
         for count in runs:
             self.gather_runs_hist[layer][count] += 1

@@ -53,6 +53,7 @@ class BenchConfig(BenchWorkload):
     seed: int = 0
     cache_limit: int | None = None   # MLX cache limit in bytes, applied to every engine alike
     prefill_trim: float | None = 0.05  # slabscope engines' cache trim between prefill chunks (cache_trim.py)
+    prefill_inflight: int | None = None  # slabscope engines' in-flight bound on a prefill chunk (inflight_bound.py)
     shrink: str = "off"                # pool engines' shrink policy (pool/shrink_types.py)
     shrink_budget: int | None = None   # bytes a shrink point may move (None: the pool's default)
     open_blocks: str = "auto"          # pool engines' open-block rows (RunSpec.open_blocks)
@@ -97,7 +98,8 @@ def _slabscope_run(backend: str, config: BenchConfig, loaded) -> dict:
 
     spec = RunSpec(scenario=config.scenario, backend=backend, model=config.model, dtype=config.dtype,
                    device=config.device, overrides=dict(config.overrides), seed=config.seed,
-                   cache_limit=config.cache_limit, prefill_trim=config.prefill_trim, shrink=config.shrink,
+                   cache_limit=config.cache_limit, prefill_trim=config.prefill_trim,
+                   prefill_inflight=config.prefill_inflight, shrink=config.shrink,
                    shrink_budget=config.shrink_budget, open_blocks=config.open_blocks,
                    prefill_batch_tokens=config.prefill_batch_tokens)
     events: list = []
@@ -308,7 +310,9 @@ def format_report(result: dict) -> str:
     lines = [f"bench throughput: {config['scenario']} {config['overrides']} on {config['model']} "
              f"({result['device']}, MLX {result['mlx']}); {config['rounds']} warm rounds after a warm-up round, "
              f"{config['fresh_rounds']} fresh process(es) per engine"
-             + (f"; MLX cache limit {config['cache_limit']} B" if config.get("cache_limit") is not None else "")]
+             + (f"; MLX cache limit {config['cache_limit']} B" if config.get("cache_limit") is not None else "")
+             + (f"; prefill in flight <= {config['prefill_inflight']} B above weights + K/V (slabscope engines)"
+                if config.get("prefill_inflight") is not None else "")]
     lines.append(prefill_batch_note(config, result["device"]))
     lines.append(rehearsal_note(result))
     for title, stats in (("warm (one process, median [min-max])", result["warm"]),

@@ -113,6 +113,13 @@ def trim_fraction(text: str) -> float | None:
     return value
 
 
+def inflight_allowance(text: str) -> int | None:
+    """A byte size as ``byte_size`` (0 allowed: nothing in flight beyond one operation), or ``off`` (None)."""
+    if text.strip().lower() in ("off", "none", "no"):
+        return None
+    return byte_size(text)
+
+
 def add_mlx_cache_arguments(parser, *, who: str = "every backend alike") -> None:
     """``--cache-limit`` (MLX's buffer-cache limit) and ``--prefill-trim`` (app/workloads/cache_trim.py), the
     run parameters that decide how much freed memory MLX keeps; ``who`` says what they apply to."""
@@ -122,6 +129,10 @@ def add_mlx_cache_arguments(parser, *, who: str = "every backend alike") -> None
     parser.add_argument("--prefill-trim", type=trim_fraction, default=0.05, metavar="FRACTION",
                         help="trim MLX's cache between prefill chunks above FRACTION x (weights + cached K/V), "
                              f"never below 64 MiB; 'off' never (default 0.05); {who}")
+    parser.add_argument("--prefill-inflight", type=inflight_allowance, default=None, metavar="BYTES",
+                        help="bound the memory a prefill chunk holds in flight to BYTES above the weights and K/V "
+                             f"storage (MLX's memory limit while the chunk is encoded): e.g. 1G; 'off' unbounded "
+                             f"(default off); {who}")
 
 
 OPEN_BLOCKS_CHOICES = ("auto", "low", "high")  # app.workloads.spec.OPEN_BLOCKS_CHOICES, import-light for the parsers

@@ -39,6 +39,7 @@ def main(args) -> int:
     try:
         config = BenchConfig(**workload_fields(args), rounds=args.rounds, fresh_rounds=args.fresh_rounds,
                              seed=args.seed, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim,
+                             prefill_inflight=args.prefill_inflight,
                              shrink=args.shrink, shrink_budget=args.shrink_budget, open_blocks=args.open_blocks,
                              prefill_batch_tokens=args.prefill_batch_tokens)
     except ValueError as exc:  # ScenarioError too

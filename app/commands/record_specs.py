@@ -25,6 +25,7 @@ def run_specs(args, backends: list[str]):
                     dtype=args.dtype, device=args.device, seed=args.seed, overrides=overrides,
                     record_path=os.path.join(args.out, f"{stem}-{b}.slabrec"),
                     blas_threads=1 if args.together else None, cache_limit=args.cache_limit,
-                    prefill_trim=args.prefill_trim, shrink=args.shrink, shrink_budget=args.shrink_budget,
+                    prefill_trim=args.prefill_trim,
+                    prefill_inflight=args.prefill_inflight, shrink=args.shrink, shrink_budget=args.shrink_budget,
                     open_blocks=args.open_blocks)
             for b in backends]

@@ -87,6 +87,7 @@ def build_spec(args) -> RunSpec:
                    dtype=args.dtype, device=args.device, overrides=overrides,
                    prefix_cache=args.prefix_cache, max_blocks_per_layer=args.budget,
                    record_path=args.record, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim,
+                   prefill_inflight=args.prefill_inflight,
                    shrink=args.shrink, shrink_budget=args.shrink_budget, open_blocks=args.open_blocks,
                    measure_gathers=args.measure_gathers)
 

@@ -39,6 +39,7 @@ def build_config(args):
                        prefill_batch_tokens=args.prefill_batch_tokens, seed=args.seed,
                        dtype=args.dtype, device=args.device, prefix_cache=args.prefix_cache,
                        max_blocks_per_layer=args.budget, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim,
+                       prefill_inflight=args.prefill_inflight,
                        shrink=args.shrink, shrink_budget=args.shrink_budget, open_blocks=args.open_blocks,
                        sample_hz=args.sample_hz, snapshot_hz=args.snapshot_hz, blas_threads=args.blas_threads)
         block = resolved_pool_params(spec, {})["block_size"]

@@ -188,6 +188,11 @@ class PagedBackend:
     def live_sequences(self) -> list[int]:
         return list(self.pool.sequence_ids())
 
+    def held_bytes(self) -> int:
+        """K/V bytes the pool's storage holds now (its reserved capacity, every layer): what a prefill chunk's
+        in-flight bound counts as held (app/workloads/inflight_bound.py)."""
+        return self.pool.bytes_now().reserved
+
     def close(self) -> None:
         self.conversations.clear()
         if self.prefix_cache is not None:
@@ -315,6 +320,15 @@ class DenseBackend:
 
     def live_sequences(self) -> list[int]:
         return sorted(set(self._prefill) | set(self._batch_ids))
+
+    def held_bytes(self) -> int:
+        """Bytes of the K/V arrays mlx-lm's caches hold now, kept conversation turns included (each array object
+        once; a row view counts its own bytes beside the group it came from: more held, never less, so the
+        in-flight bound never throttles dense below what it holds)."""
+        caches = [c for rows in self._prefill.values() for c in rows.caches] + list(self._batch or [])
+        caches += [c for state in self.conversations.kept_states() for c in state]
+        arrays = {id(a): a.nbytes for cache in caches for a in (cache.keys, cache.values) if a is not None}
+        return sum(arrays.values())
 
     def close(self) -> None:
         self.conversations.clear()

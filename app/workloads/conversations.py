@@ -121,6 +121,10 @@ class DenseConversations(_Conversations):
     def _drop(self, kept: _KeptTurn) -> None:
         kept.state = None  # the arrays go with the last reference
 
+    def kept_states(self) -> list:
+        """The per-layer cache lists of the turns kept now (none dropped)."""
+        return [kept.state for kept in self._kept.values() if kept.state is not None]
+
     def check_integrity(self) -> None:
         for key, kept in self._kept.items():
             if kept.resumed_by is None:

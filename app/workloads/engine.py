@@ -59,9 +59,11 @@ class Engine:
     None: ``sampler``).
     """
 
-    def __init__(self, model, backend, scheduler: Scheduler, *, sampler=None, logits_hook=None, cache_trim=None):
+    def __init__(self, model, backend, scheduler: Scheduler, *, sampler=None, logits_hook=None, cache_trim=None,
+                 inflight_bound=None):
         self.model = model
         self.cache_trim = cache_trim  # CacheTrim: releases MLX's cache before a prefill chunk when over budget
+        self.inflight_bound = inflight_bound  # InflightBound: what a prefill chunk's encoding may hold in flight
         self.backend = backend
         self.scheduler = scheduler
         self.sampler = sampler or make_sampler()
@@ -146,7 +148,7 @@ class Engine:
             trim.trim()
         # Pipelined like decode: start this chunk, then wait for the previous one, so the host builds chunk n+1
         # while the device runs chunk n (at most two chunks in flight; nothing on the host reads their results).
-        mx.async_eval(out, *_cache_state(caches))
+        self._start_chunk(out, caches)
         previous, self._prefill_inflight = self._prefill_inflight, out
         if previous is not None:
             mx.eval(previous)
@@ -158,6 +160,16 @@ class Engine:
             mx.eval(out)
             self._prefill_inflight = None
         return StepResult("prefill", len(plan.seqs), plan.total_tokens, time.perf_counter() - t0, [], events)
+
+    def _start_chunk(self, out: mx.array, caches: list) -> None:
+        """Encode and start a prefill chunk (``mx.async_eval``), under the in-flight bound when the run has one:
+        the encoding waits for older work whenever the chunk's temporaries would pass it."""
+        bound = self.inflight_bound
+        if bound is None:
+            mx.async_eval(out, *_cache_state(caches))
+            return
+        with bound.encoding(self.backend.held_bytes()):
+            mx.async_eval(out, *_cache_state(caches))
 
     def _projected_tokens(self) -> int:
         """K/V tokens the running sequences will hold at their final lengths (the last sampled token is never

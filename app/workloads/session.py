@@ -73,6 +73,8 @@ class WorkloadSession:
         out["conversations"] = self.backend.conversations.counters()
         if self.engine.cache_trim is not None:
             out["cache_trim"] = self.engine.cache_trim.summary()
+        if self.engine.inflight_bound is not None:
+            out["prefill_inflight"] = self.engine.inflight_bound.summary()
         if self.pool is not None:
             out["shrink"] = self.engine.shrink_tally.summary(self.pool.config.shrink.mode)
         return out
@@ -103,7 +105,8 @@ class WorkloadSession:
             "fused_decode": self._fused_meta(),
             "mlx_cache": {"limit_bytes": self.spec.cache_limit, "limit": "MLX default" if self.spec.cache_limit is None
                           else f"{self.spec.cache_limit} bytes (mx.set_cache_limit)",
-                          "prefill_trim_fraction": self.spec.prefill_trim},
+                          "prefill_trim_fraction": self.spec.prefill_trim,
+                          "prefill_inflight_bytes": self.spec.prefill_inflight},
             "rehearsal": self.rehearsal.to_dict() if self.rehearsal is not None else None,
             "mlx_env": mlx_env_meta(),
         }
@@ -217,7 +220,11 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
 
     trim = CacheTrim(weight_bytes=loaded.weight_bytes, bytes_per_token=kv_bytes_per_token(loaded),
                      fraction=spec.prefill_trim)
-    engine = Engine(loaded.model, backend, scheduler, sampler=sampler, logits_hook=logits_hook, cache_trim=trim)
+    from app.workloads.inflight_bound import InflightBound
+
+    bound = InflightBound(weight_bytes=loaded.weight_bytes, allowance=spec.prefill_inflight)
+    engine = Engine(loaded.model, backend, scheduler, sampler=sampler, logits_hook=logits_hook, cache_trim=trim,
+                    inflight_bound=bound)
     session = WorkloadSession(spec, scenario, loaded, backend, scheduler, engine, make_source(loaded, spec.seed),
                               pool_params)
     session.sdpa_module = sdpa_module

@@ -70,6 +70,8 @@ class RunSpec:
     cache_limit: int | None = None  # MLX's buffer-cache limit in bytes (mx.set_cache_limit); None: MLX's default
     prefill_trim: float | None = 0.05  # trim MLX's cache between prefill chunks above this fraction of (weights
                                        # + cached K/V) (app/workloads/cache_trim.py); None: never
+    prefill_inflight: int | None = None  # bytes a prefill chunk's encoding may hold in flight above weights + K/V
+                                         # storage (app/workloads/inflight_bound.py); None: unbounded
     shrink: str = "off"  # pool shrink policy: off | release | compact (pool/shrink_types.py; pool backends only)
     shrink_budget: int | None = None  # bytes a shrink point may move (all layers); None: the pool's default
     open_blocks: str = "auto"  # pool rows of open blocks: low | high (pool/config.py) | auto (``pool_open_blocks``)
@@ -101,6 +103,10 @@ class RunSpec:
         if self.prefill_trim is not None and not (isinstance(self.prefill_trim, (int, float))
                                                   and math.isfinite(self.prefill_trim) and self.prefill_trim >= 0):
             raise ValueError(f"prefill_trim must be a fraction >= 0 or None, got {self.prefill_trim!r}")
+        if self.prefill_inflight is not None and (not isinstance(self.prefill_inflight, int)
+                                                  or isinstance(self.prefill_inflight, bool)
+                                                  or self.prefill_inflight < 0):
+            raise ValueError(f"prefill_inflight must be a byte count >= 0 or None, got {self.prefill_inflight!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)

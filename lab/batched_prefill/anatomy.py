@@ -3,7 +3,8 @@ warm rounds of variants in one process, each round's prefill time (the engine's 
 run) and cache trims, then per chunk start the host build and the device time measured with each chunk evaluated
 alone (``--sync``). Variants take parts out of the slab step to price them (their logits are wrong; only the clocks
 mean something): ``slab-nogather`` (the history read replaced by zeros), ``slab-nowrite`` (no slab writes),
-``slab-notrim`` (no cache trims, as ``dense-notrim``).
+``slab-notrim`` (no cache trims, as ``dense-notrim``). ``slab-bound`` / ``dense-bound`` run under the prefill
+in-flight bound (``--inflight``, app/workloads/inflight_bound.py); every round prints MLX's peak active memory.
 
     PYTHONPATH=. python3 -m lab.batched_prefill.anatomy --rounds 3 --variants dense,slab,slab-notrim,slab-nogather
 """
@@ -15,9 +16,11 @@ import collections
 import statistics
 import time
 
+from app.commands.arg_types import byte_size
 from lab.engine_rounds import add_round_arguments, load_for_rounds, spread
 
-VARIANTS = ("dense", "slab", "monolithic", "slab-notrim", "dense-notrim", "slab-nogather", "slab-nowrite")
+VARIANTS = ("dense", "slab", "monolithic", "slab-notrim", "dense-notrim", "slab-nogather", "slab-nowrite",
+            "slab-bound", "dense-bound")
 
 
 def patch_parts(variant: str):
@@ -103,13 +106,18 @@ def one_round(loaded, args, variant: str) -> dict:
         spec = RunSpec(scenario="distinct_burst", model=loaded.name, dtype=args.dtype, device=args.device,
                        overrides=burst_overrides(args.set), slab_blocks=args.slab_blocks,
                        prefill_chunk=args.prefill_chunk, prefill_batch_tokens=args.prefill_batch_tokens,
-                       backend=backend, prefill_trim=None if variant.endswith("notrim") else 0.05)
+                       backend=backend, prefill_trim=None if variant.endswith("notrim") else 0.05,
+                       prefill_inflight=args.inflight if variant.endswith("bound") else None)
+        from pool.copy_meter import reset_peak_memory
+
+        reset_peak_memory()
         summary = run_workload(spec, emit, loaded=loaded)
     finally:
         undo()
     trims = (summary.get("cache_trim") or {}).get("trims")
     return {"prefill_s": sum(prefill_s), "tokens": tokens[0], "chunks": len(prefill_s), "trims": trims,
-            "cache_mib": cache[0] / 2**20}
+            "cache_mib": cache[0] / 2**20, "peak_active_mib": summary["footprint"]["mlx_peak_bytes"] / 2**20,
+            "footprint_mib": summary["footprint"]["max_footprint_bytes"] / 2**20}
 
 
 def main() -> int:
@@ -117,6 +125,8 @@ def main() -> int:
     add_round_arguments(parser)
     parser.add_argument("--variants", default="dense,slab,slab-notrim,slab-nogather,slab-nowrite")
     parser.add_argument("--sync", action="store_true", help="also a round per variant with each chunk evaluated alone")
+    parser.add_argument("--inflight", type=byte_size, default=2**30, metavar="BYTES",
+                        help="the *-bound variants' prefill in-flight allowance (default 1G)")
     args = parser.parse_args()
     variants = args.variants.split(",")
     unknown = [v for v in variants if v not in VARIANTS]
@@ -128,17 +138,19 @@ def main() -> int:
     from app.workloads.engine import Engine
 
     clock = SyncChunks(Engine, mx)
-    rates = collections.defaultdict(list)
+    rates, peaks = collections.defaultdict(list), collections.defaultdict(list)
     for round_index in range(args.rounds + 1):  # round 0 warms up
         for variant in variants:
             row = one_round(loaded, args, variant)
             print(f"round {round_index} {variant}: {row['tokens'] / row['prefill_s']:.0f} prefill tok/s, "
-                  f"{row['chunks']} chunks, trims {row['trims']}, cache max {row['cache_mib']:.0f} MiB",
-                  flush=True)
+                  f"{row['chunks']} chunks, trims {row['trims']}, cache max {row['cache_mib']:.0f} MiB, peak active "
+                  f"{row['peak_active_mib']:.0f} MiB, footprint {row['footprint_mib']:.0f} MiB", flush=True)
             if round_index:
                 rates[variant].append(row["tokens"] / row["prefill_s"])
+                peaks[variant].append(row["peak_active_mib"])
     for variant in variants:
-        print(f"{variant:>14}: prefill tok/s {spread(rates[variant], '.0f')}")
+        print(f"{variant:>14}: prefill tok/s {spread(rates[variant], '.0f')}; peak active MiB "
+              f"{spread(peaks[variant], '.0f')}")
     if args.sync:
         for variant in variants:
             clock.rows.clear()

@@ -4,12 +4,14 @@
 # GPU (8192 tokens a step) or what BATCH names (BATCH=0: one sequence per prefill step, the schedule before it).
 # From the repository root (python3.12 + mlx CUDA + mlx-lm):  PART=burst|heavy|geometry|ragged6k bash lab/batched_prefill/run.sh
 # CPU dry run (tiny model, tiny sizes, 1 round):  SMALL=1 PART=burst bash lab/batched_prefill/run.sh
+# EXTRA="--prefill-inflight 1G": more `bench throughput` flags.
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 py=${PY:-python3}
 OUT=${OUT:-/tmp/batched_prefill}
 mkdir -p "$OUT"
 batch=(); [ -n "${BATCH:-}" ] && batch=(--prefill-batch-tokens "$BATCH")
+extra=(${EXTRA:-})
 if [ "${SMALL:-0}" = 1 ]; then
   qwen=(--model synthetic:tiny-qwen3 --dtype float32 --device cpu); llama=(--model synthetic:tiny-llama --dtype float32 --device cpu)
   rounds=(--rounds 1 --fresh-rounds 0)
@@ -27,7 +29,7 @@ fi
 bench() {  # $1 label, then bench throughput arguments
   local label=$1; shift
   echo "== $label ${batch[*]:-default prefill batching}"
-  $py -m app bench throughput "${rounds[@]}" "${batch[@]}" "$@" 2> "$OUT/$label.err" | tee "$OUT/$label.txt"
+  $py -m app bench throughput "${rounds[@]}" "${batch[@]}" "${extra[@]}" "$@" 2> "$OUT/$label.err" | tee "$OUT/$label.txt"
   tail -n 3 "$OUT/$label.err"
 }
 case "${PART:-burst}" in

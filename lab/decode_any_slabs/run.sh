@@ -10,6 +10,7 @@
 # The probes' cost at few vs many slabs instead (a second run, ~5 minutes):  PROBES=1 bash lab/decode_any_slabs/run.sh
 # Everything prints to stdout; raw files go to $OUT (default /tmp/decode_any_slabs). Budget: under 8 minutes.
 # DECODE=0 skips the `bench decode` cells (the records only); SIZES="8 128 32" picks the rows per slab and their order.
+# EXTRA="--prefill-inflight 1G": more `record` flags (every record).
 set -u
 OUT=${OUT:-/tmp/decode_any_slabs}
 mkdir -p "$OUT"
@@ -63,7 +64,7 @@ for rows in $sizes; do
   backends=slab
   [ "$rows" = "${sizes%% *}" ] && backends=slab,dense  # dense does not depend on the slab size: once
   echo "== ragged_long record, --slab-blocks $rows, $backends (fresh process)"
-  timeout 150 $py -m app record "${ragged[@]}" "${model[@]}" --backends $backends --slab-blocks "$rows" \
+  timeout 150 $py -m app record "${ragged[@]}" "${model[@]}" ${EXTRA:-} --backends $backends --slab-blocks "$rows" \
     --out "$OUT/ragged_$rows" > "$OUT/ragged_$rows.txt" 2>&1
   echo "record exit $?"
   $py -m lab.record_figures "$OUT/ragged_$rows" 2>&1 | head -n 30

@@ -7,7 +7,9 @@
 #   2. the burst's prefill in warm interleaved rounds: dense, slab and both under the first allowance
 #      (lab/batched_prefill/anatomy.py: prefill tok/s and peak active memory per round, median and range).
 #   bash lab/inflight_bound/run.sh            SMALL=1 bash lab/inflight_bound/run.sh (CPU dry run, tiny sizes)
-# BOUNDS="1G 2G" (allowances), PARTS="ragged burst", OUT (raw files, default /tmp/inflight_bound). Under 9 minutes.
+# BOUNDS="1G 2G" (allowances), PARTS="ragged burst" (also: heavy, geometry: the anatomy on issue 26's other shapes;
+# sizes: slab records at SIZES="8 128" rows per slab under the first allowance), VARIANTS (the anatomy's),
+# OUT (raw files, default /tmp/inflight_bound). Under 9 minutes.
 set -u
 OUT=${OUT:-/tmp/inflight_bound}
 mkdir -p "$OUT"
@@ -27,12 +29,15 @@ else
           --set gen_min=128 --set gen_max=128)
   burst=(--rounds ${ROUNDS:-4})
 fi
-record() {  # label, backends, allowance
-  echo "== ragged_long record, --slab-blocks 32, $2, --prefill-inflight $3 (fresh process)"
-  timeout 200 $py -m app record "${ragged[@]}" "${model[@]}" --backends "$2" --slab-blocks 32 \
+record() {  # label, backends, allowance, rows per slab (default 32)
+  echo "== ragged_long record, --slab-blocks ${4:-32}, $2, --prefill-inflight $3 (fresh process)"
+  timeout 200 $py -m app record "${ragged[@]}" "${model[@]}" --backends "$2" --slab-blocks "${4:-32}" \
     --prefill-inflight "$3" --out "$OUT/$1" > "$OUT/$1.txt" 2>&1
   echo "record exit $?"
   $py -m lab.record_figures "$OUT/$1" 2>&1 | head -n 30
+  for rec in "$OUT/$1"/*.slabrec; do  # where the probes' cost goes (sampler thread, workload side, snapshots)
+    $py -c "import sys; from probes.replay import Session; print(sys.argv[1].rsplit('/', 1)[-1], Session.open(sys.argv[1]).overhead)" "$rec" 2>&1 | tail -n 1
+  done
 }
 for part in ${PARTS:-ragged burst}; do
   case $part in
@@ -40,9 +45,14 @@ for part in ${PARTS:-ragged burst}; do
       record off slab,dense off
       for b in "${bounds[@]}"; do record "slab_$b" slab "$b"; done
       record "dense_${bounds[0]}" dense "${bounds[0]}" ;;
-    burst)
-      echo "== burst prefill, warm interleaved rounds, allowance ${bounds[0]}"
-      timeout 200 $py -m lab.batched_prefill.anatomy "${burst[@]}" --variants dense,slab,slab-bound,dense-bound \
-        --inflight "${bounds[0]}" 2>&1 | tail -n 30 ;;
+    sizes)  # slab at other rows per slab under the first allowance
+      for rows in ${SIZES:-8 128}; do record "slab_${bounds[0]}_rows$rows" slab "${bounds[0]}" "$rows"; done ;;
+    burst|heavy|geometry)
+      shape=(); [ "$part" = heavy ] && shape=(--set n=16 --set prompt_tokens=2048 --set gen_tokens=256)
+      [ "$part" = geometry ] && shape=(--model synthetic:llama-0.8b --set n=16 --set prompt_tokens=2048 --set gen_tokens=128)
+      [ "${SMALL:-0}" = 1 ] && shape=()
+      echo "== $part prefill, warm interleaved rounds, allowance ${bounds[0]}"
+      timeout 200 $py -m lab.batched_prefill.anatomy "${burst[@]}" "${shape[@]}" --variants "${VARIANTS:-dense,slab,slab-bound,dense-bound}" \
+        --inflight "${bounds[0]}" 2>&1 | grep -v "^round " | tail -n 30 ;;
   esac
 done

@@ -29,6 +29,7 @@ from app.bench.engine_memory import is_out_of_memory, out_of_memory_result, rele
 from app.bench.progress import RunClock, as_clock
 from app.bench.stats import spread_by_field
 from app.bench.workload import BenchWorkload, check_engines
+from app.workloads.inflight_bound import DEFAULT_ALLOWANCE as DEFAULT_INFLIGHT
 
 ENGINES = ("dense", "slab", "monolithic", "mlx_lm")
 DEFAULT_ENGINES = ("dense", "slab", "mlx_lm")
@@ -53,7 +54,7 @@ class BenchConfig(BenchWorkload):
     seed: int = 0
     cache_limit: int | None = None   # MLX cache limit in bytes, applied to every engine alike
     prefill_trim: float | None = 0.05  # slabscope engines' cache trim between prefill chunks (cache_trim.py)
-    prefill_inflight: int | None = None  # slabscope engines' in-flight bound on a prefill chunk (inflight_bound.py)
+    prefill_inflight: int | None = DEFAULT_INFLIGHT  # slabscope engines' prefill in-flight bound (inflight_bound.py)
     shrink: str = "off"                # pool engines' shrink policy (pool/shrink_types.py)
     shrink_budget: int | None = None   # bytes a shrink point may move (None: the pool's default)
     open_blocks: str = "auto"          # pool engines' open-block rows (RunSpec.open_blocks)

@@ -129,10 +129,12 @@ def add_mlx_cache_arguments(parser, *, who: str = "every backend alike") -> None
     parser.add_argument("--prefill-trim", type=trim_fraction, default=0.05, metavar="FRACTION",
                         help="trim MLX's cache between prefill chunks above FRACTION x (weights + cached K/V), "
                              f"never below 64 MiB; 'off' never (default 0.05); {who}")
-    parser.add_argument("--prefill-inflight", type=inflight_allowance, default=None, metavar="BYTES",
+    from app.workloads.inflight_bound import DEFAULT_ALLOWANCE
+
+    parser.add_argument("--prefill-inflight", type=inflight_allowance, default=DEFAULT_ALLOWANCE, metavar="BYTES",
                         help="bound the memory a prefill chunk holds in flight to BYTES above the weights and K/V "
-                             f"storage (MLX's memory limit while the chunk is encoded): e.g. 1G; 'off' unbounded "
-                             f"(default off); {who}")
+                             "storage (MLX's memory limit while the chunk is encoded): e.g. 4G; 'off' unbounded "
+                             f"(default {DEFAULT_ALLOWANCE // 2**30}G); {who}")
 
 
 OPEN_BLOCKS_CHOICES = ("auto", "low", "high")  # app.workloads.spec.OPEN_BLOCKS_CHOICES, import-light for the parsers

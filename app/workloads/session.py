@@ -220,11 +220,8 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
 
     trim = CacheTrim(weight_bytes=loaded.weight_bytes, bytes_per_token=kv_bytes_per_token(loaded),
                      fraction=spec.prefill_trim)
-    from app.workloads.inflight_bound import InflightBound
-
-    bound = InflightBound(weight_bytes=loaded.weight_bytes, allowance=spec.prefill_inflight)
     engine = Engine(loaded.model, backend, scheduler, sampler=sampler, logits_hook=logits_hook, cache_trim=trim,
-                    inflight_bound=bound)
+                    inflight_bound=_inflight_bound(spec, loaded))
     session = WorkloadSession(spec, scenario, loaded, backend, scheduler, engine, make_source(loaded, spec.seed),
                               pool_params)
     session.sdpa_module = sdpa_module
@@ -274,5 +271,13 @@ def _rehearse_on_throwaway(spec: RunSpec, loaded, pool_params: dict, sampler, ba
     backend = make_backend(spec, loaded, pool_params, kernel_route=kernel_route, routable=routable)
     scheduler = Scheduler(prefill_chunk=pool_params["prefill_chunk"], admit_fn=backend.admit,
                           release_fn=backend.release, prefill_batch_tokens=pool_params["prefill_batch_tokens"])
-    engine = Engine(loaded.model, backend, scheduler, sampler=sampler)
+    engine = Engine(loaded.model, backend, scheduler, sampler=sampler, inflight_bound=_inflight_bound(spec, loaded))
     return rehearse(engine, batches, kv_heads=loaded.n_kv_heads, head_dim=loaded.head_dim, dtype=loaded.dtype)
+
+
+def _inflight_bound(spec: RunSpec, loaded):
+    """The run's prefill in-flight bound (app/workloads/inflight_bound.py): the run's and its rehearsal's alike, so
+    the rehearsal's peak is bounded like the run's."""
+    from app.workloads.inflight_bound import InflightBound
+
+    return InflightBound(weight_bytes=loaded.weight_bytes, allowance=spec.prefill_inflight)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from app.workloads.inflight_bound import DEFAULT_ALLOWANCE as DEFAULT_INFLIGHT
 from app.workloads.limits import check_rate
 from pool.config import DEFAULT_BLOCK_SIZE, DEFAULT_SLAB_BLOCKS, OPEN_BLOCKS, PoolConfig
 from pool.shrink_types import DEFAULT_SHRINK_BUDGET, SHRINK_MODES, ShrinkPolicy
@@ -70,8 +71,8 @@ class RunSpec:
     cache_limit: int | None = None  # MLX's buffer-cache limit in bytes (mx.set_cache_limit); None: MLX's default
     prefill_trim: float | None = 0.05  # trim MLX's cache between prefill chunks above this fraction of (weights
                                        # + cached K/V) (app/workloads/cache_trim.py); None: never
-    prefill_inflight: int | None = None  # bytes a prefill chunk's encoding may hold in flight above weights + K/V
-                                         # storage (app/workloads/inflight_bound.py); None: unbounded
+    prefill_inflight: int | None = DEFAULT_INFLIGHT  # bytes a prefill chunk's encoding may hold in flight above
+                                                     # weights + K/V storage (inflight_bound.py); None: unbounded
     shrink: str = "off"  # pool shrink policy: off | release | compact (pool/shrink_types.py; pool backends only)
     shrink_budget: int | None = None  # bytes a shrink point may move (all layers); None: the pool's default
     open_blocks: str = "auto"  # pool rows of open blocks: low | high (pool/config.py) | auto (``pool_open_blocks``)

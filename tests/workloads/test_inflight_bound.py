@@ -86,7 +86,7 @@ def test_each_prefill_chunk_is_encoded_under_the_bound_and_no_logit_changes(tiny
     monkeypatch.setattr(engine_module.mx, "async_eval", async_eval)
     bounded, events, logits = run_backend(tiny_llama, scenario, backend, prefill_inflight=0, **pool)
     monkeypatch.undo()
-    plain, _, plain_logits = run_backend(tiny_llama, scenario, backend, **pool)
+    plain, _, plain_logits = run_backend(tiny_llama, scenario, backend, prefill_inflight=None, **pool)
     assert mx.get_memory_limit() == default
     assert_same_logits(logits, plain_logits, f"{backend}: bound at 0 bytes vs off")
 
@@ -132,6 +132,29 @@ def test_held_bytes_is_what_each_backend_stores(tiny_llama, tmp_path, monkeypatc
     assert dense.held_bytes() == expected > 0
 
 
+def test_the_default_bound_is_on_for_every_run_and_its_rehearsal(monkeypatch, tiny_llama, tmp_path):
+    """2 GiB unless a run says otherwise (RunSpec, the flags, bench throughput), and the load-time rehearsal's
+    engine gets the run's bound (its peak counts for the process as much as the run's)."""
+    from app.bench.throughput import BenchConfig
+    from app.workloads import rehearsal
+    from app.workloads.engine import Engine
+    from app.workloads.spec import RunSpec
+
+    assert RunSpec().prefill_inflight == 2 * 2**30 and BenchConfig().prefill_inflight == 2 * 2**30
+    bounds = []
+    real_init = Engine.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        bounds.append(self.inflight_bound)
+
+    monkeypatch.setattr(Engine, "__init__", init)
+    monkeypatch.setattr(rehearsal, "wants_rehearsal", lambda device: True)  # a CPU run rehearses only when asked
+    run_backend(tiny_llama, write_scenario(tmp_path, BURST), "slab", prefill_inflight=3 << 20, **POOL)
+    assert len(bounds) == 2 and all(b is not None and b.allowance == 3 << 20 for b in bounds)
+    assert bounds[0].bounded_chunks > 0  # the rehearsal's chunks ran under it
+
+
 def test_the_flag_reaches_every_backend_and_bad_values_are_usage_errors(tmp_path, capsys):
     from app.commands import record
     from app.commands.record_specs import run_specs
@@ -143,7 +166,7 @@ def test_the_flag_reaches_every_backend_and_bad_values_are_usage_errors(tmp_path
     assert {s.prefill_inflight for s in run_specs(args, ["slab", "dense", "monolithic"])} == {2**30}
     off = parser.parse_args(["record", "--out", str(tmp_path), "--prefill-inflight", "off"])
     assert off.prefill_inflight is None
-    assert parser.parse_args(["record", "--out", str(tmp_path)]).prefill_inflight is None
+    assert parser.parse_args(["record", "--out", str(tmp_path)]).prefill_inflight == 2 * 2**30  # the default
     with pytest.raises(SystemExit):
         parser.parse_args(["record", "--out", str(tmp_path), "--prefill-inflight", "lots"])
     err = capsys.readouterr().err.strip().splitlines()

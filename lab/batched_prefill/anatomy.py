@@ -4,7 +4,8 @@ run) and cache trims, then per chunk start the host build and the device time me
 alone (``--sync``). Variants take parts out of the slab step to price them (their logits are wrong; only the clocks
 mean something): ``slab-nogather`` (the history read replaced by zeros), ``slab-nowrite`` (no slab writes),
 ``slab-notrim`` (no cache trims, as ``dense-notrim``). ``slab-bound`` / ``dense-bound`` run under the prefill
-in-flight bound (``--inflight``, app/workloads/inflight_bound.py); every round prints MLX's peak active memory.
+in-flight bound (``--inflight``, app/workloads/inflight_bound.py), ``*-bound-notrim`` with no trims besides; the
+other variants run unbounded. Every round prints MLX's peak active memory and the footprint.
 
     PYTHONPATH=. python3 -m lab.batched_prefill.anatomy --rounds 3 --variants dense,slab,slab-notrim,slab-nogather
 """
@@ -20,7 +21,7 @@ from app.commands.arg_types import byte_size
 from lab.engine_rounds import add_round_arguments, load_for_rounds, spread
 
 VARIANTS = ("dense", "slab", "monolithic", "slab-notrim", "dense-notrim", "slab-nogather", "slab-nowrite",
-            "slab-bound", "dense-bound")
+            "slab-bound", "dense-bound", "slab-bound-notrim", "dense-bound-notrim")
 
 
 def patch_parts(variant: str):
@@ -106,8 +107,8 @@ def one_round(loaded, args, variant: str) -> dict:
         spec = RunSpec(scenario="distinct_burst", model=loaded.name, dtype=args.dtype, device=args.device,
                        overrides=burst_overrides(args.set), slab_blocks=args.slab_blocks,
                        prefill_chunk=args.prefill_chunk, prefill_batch_tokens=args.prefill_batch_tokens,
-                       backend=backend, prefill_trim=None if variant.endswith("notrim") else 0.05,
-                       prefill_inflight=args.inflight if variant.endswith("bound") else None)
+                       backend=backend, prefill_trim=None if "notrim" in variant.split("-") else 0.05,
+                       prefill_inflight=args.inflight if "bound" in variant.split("-") else None)
         from pool.copy_meter import reset_peak_memory
 
         reset_peak_memory()
@@ -138,7 +139,7 @@ def main() -> int:
     from app.workloads.engine import Engine
 
     clock = SyncChunks(Engine, mx)
-    rates, peaks = collections.defaultdict(list), collections.defaultdict(list)
+    rates, peaks, footprints = (collections.defaultdict(list) for _ in range(3))
     for round_index in range(args.rounds + 1):  # round 0 warms up
         for variant in variants:
             row = one_round(loaded, args, variant)
@@ -148,9 +149,10 @@ def main() -> int:
             if round_index:
                 rates[variant].append(row["tokens"] / row["prefill_s"])
                 peaks[variant].append(row["peak_active_mib"])
+                footprints[variant].append(row["footprint_mib"])
     for variant in variants:
         print(f"{variant:>14}: prefill tok/s {spread(rates[variant], '.0f')}; peak active MiB "
-              f"{spread(peaks[variant], '.0f')}")
+              f"{spread(peaks[variant], '.0f')}; footprint MiB {spread(footprints[variant], '.0f')}")
     if args.sync:
         for variant in variants:
             clock.rows.clear()

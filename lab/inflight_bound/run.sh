@@ -9,7 +9,7 @@
 #   bash lab/inflight_bound/run.sh            SMALL=1 bash lab/inflight_bound/run.sh (CPU dry run, tiny sizes)
 # BOUNDS="1G 2G" (allowances), PARTS="ragged burst" (also: heavy, geometry: the anatomy on issue 26's other shapes;
 # sizes: slab records at SIZES="8 128" rows per slab under the first allowance), VARIANTS (the anatomy's),
-# OUT (raw files, default /tmp/inflight_bound). Under 9 minutes.
+# EXTRA (more `record` flags, e.g. "--prefill-trim off"), OUT (raw files, default /tmp/inflight_bound). Under 9 minutes.
 set -u
 OUT=${OUT:-/tmp/inflight_bound}
 mkdir -p "$OUT"
@@ -32,7 +32,7 @@ fi
 record() {  # label, backends, allowance, rows per slab (default 32)
   echo "== ragged_long record, --slab-blocks ${4:-32}, $2, --prefill-inflight $3 (fresh process)"
   timeout 200 $py -m app record "${ragged[@]}" "${model[@]}" --backends "$2" --slab-blocks "${4:-32}" \
-    --prefill-inflight "$3" --out "$OUT/$1" > "$OUT/$1.txt" 2>&1
+    --prefill-inflight "$3" ${EXTRA:-} --out "$OUT/$1" > "$OUT/$1.txt" 2>&1
   echo "record exit $?"
   $py -m lab.record_figures "$OUT/$1" 2>&1 | head -n 30
   for rec in "$OUT/$1"/*.slabrec; do  # where the probes' cost goes (sampler thread, workload side, snapshots)

@@ -53,7 +53,7 @@ class BenchConfig(BenchWorkload):
     fresh_rounds: int = 1
     seed: int = 0
     cache_limit: int | None = None   # MLX cache limit in bytes, applied to every engine alike
-    prefill_trim: float | None = 0.05  # slabscope engines' cache trim between prefill chunks (cache_trim.py)
+    prefill_trim: float | str | None = "auto"  # slabscope engines' prefill cache trim (RunSpec.trim_fraction)
     prefill_inflight: int | None = DEFAULT_INFLIGHT  # slabscope engines' prefill in-flight bound (inflight_bound.py)
     shrink: str = "off"                # pool engines' shrink policy (pool/shrink_types.py)
     shrink_budget: int | None = None   # bytes a shrink point may move (None: the pool's default)

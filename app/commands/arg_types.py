@@ -100,16 +100,18 @@ def positive_byte_size(text: str) -> int:
     return value
 
 
-def trim_fraction(text: str) -> float | None:
-    """A fraction >= 0, or ``off`` (None)."""
+def trim_fraction(text: str) -> float | str | None:
+    """A fraction >= 0, ``off`` (None) or ``auto`` (RunSpec.trim_fraction)."""
     if text.strip().lower() in ("off", "none", "no"):
         return None
+    if text.strip().lower() == "auto":
+        return "auto"
     try:
         value = float(text)
     except ValueError:
         value = -1.0
     if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction >= 0 (e.g. 0.05) or 'off'")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction >= 0 (e.g. 0.05), 'auto' or 'off'")
     return value
 
 
@@ -126,9 +128,10 @@ def add_mlx_cache_arguments(parser, *, who: str = "every backend alike") -> None
     parser.add_argument("--cache-limit", type=byte_size, default=None, metavar="BYTES",
                         help=f"MLX's buffer-cache limit (mx.set_cache_limit) for {who}: e.g. 0, 512M, 2G "
                              "(default: MLX's)")
-    parser.add_argument("--prefill-trim", type=trim_fraction, default=0.05, metavar="FRACTION",
+    parser.add_argument("--prefill-trim", type=trim_fraction, default="auto", metavar="FRACTION",
                         help="trim MLX's cache between prefill chunks above FRACTION x (weights + cached K/V), "
-                             f"never below 64 MiB; 'off' never (default 0.05); {who}")
+                             "never below 64 MiB; 'off' never; 'auto' (default): 0.05 when --prefill-inflight is "
+                             f"off, else never (the bound keeps the cache in check); {who}")
     from app.workloads.inflight_bound import DEFAULT_ALLOWANCE
 
     parser.add_argument("--prefill-inflight", type=inflight_allowance, default=DEFAULT_ALLOWANCE, metavar="BYTES",

@@ -14,7 +14,10 @@ idle while the host builds the next one). The budget keeps the buffers every chu
 temporaries of one chunk are far below it) and drops the ladder before it grows past the budget. A trim waits for
 the device (freeing device memory synchronises), so it is rare by design; ``trims`` counts them and the run summary
 reports the count. The same policy runs on every backend (the engine owns it), so backends stay
-comparable; ``fraction=None`` turns it off. mlx is imported lazily.
+comparable; ``fraction=None`` turns it off. By default (``--prefill-trim auto``) a run trims only when the prefill
+in-flight bound is off (app/workloads/inflight_bound.py): under the bound MLX's allocator gives cached buffers back
+while a chunk is encoded, and on the H200 trims then bought no footprint and cost prefill time (docs/prefill.md).
+mlx is imported lazily.
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ class WorkloadSession:
             "fused_decode": self._fused_meta(),
             "mlx_cache": {"limit_bytes": self.spec.cache_limit, "limit": "MLX default" if self.spec.cache_limit is None
                           else f"{self.spec.cache_limit} bytes (mx.set_cache_limit)",
-                          "prefill_trim_fraction": self.spec.prefill_trim,
+                          "prefill_trim_fraction": self.spec.trim_fraction(), "prefill_trim": self.spec.prefill_trim,
                           "prefill_inflight_bytes": self.spec.prefill_inflight},
             "rehearsal": self.rehearsal.to_dict() if self.rehearsal is not None else None,
             "mlx_env": mlx_env_meta(),
@@ -219,7 +219,7 @@ def build_session(spec: RunSpec, scenario: Scenario, *, loaded=None, logits_hook
     from app.workloads.cache_trim import CacheTrim, kv_bytes_per_token
 
     trim = CacheTrim(weight_bytes=loaded.weight_bytes, bytes_per_token=kv_bytes_per_token(loaded),
-                     fraction=spec.prefill_trim)
+                     fraction=spec.trim_fraction())
     engine = Engine(loaded.model, backend, scheduler, sampler=sampler, logits_hook=logits_hook, cache_trim=trim,
                     inflight_bound=_inflight_bound(spec, loaded))
     session = WorkloadSession(spec, scenario, loaded, backend, scheduler, engine, make_source(loaded, spec.seed),

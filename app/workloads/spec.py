@@ -69,8 +69,9 @@ class RunSpec:
     max_blocks_per_layer: int | None = None
     blas_threads: int | None = None  # OPENBLAS_NUM_THREADS in a worker process (1 when two run side by side)
     cache_limit: int | None = None  # MLX's buffer-cache limit in bytes (mx.set_cache_limit); None: MLX's default
-    prefill_trim: float | None = 0.05  # trim MLX's cache between prefill chunks above this fraction of (weights
-                                       # + cached K/V) (app/workloads/cache_trim.py); None: never
+    prefill_trim: float | str | None = "auto"  # trim MLX's cache between prefill chunks above this fraction of
+                                               # (weights + cached K/V) (app/workloads/cache_trim.py); None: never;
+                                               # "auto": only when prefill_inflight is off (``trim_fraction``)
     prefill_inflight: int | None = DEFAULT_INFLIGHT  # bytes a prefill chunk's encoding may hold in flight above
                                                      # weights + K/V storage (inflight_bound.py); None: unbounded
     shrink: str = "off"  # pool shrink policy: off | release | compact (pool/shrink_types.py; pool backends only)
@@ -101,9 +102,11 @@ class RunSpec:
         if self.open_blocks not in OPEN_BLOCKS_CHOICES:
             raise ValueError(f"unknown open_blocks {self.open_blocks!r} "
                              f"(choose one of {', '.join(OPEN_BLOCKS_CHOICES)})")
-        if self.prefill_trim is not None and not (isinstance(self.prefill_trim, (int, float))
-                                                  and math.isfinite(self.prefill_trim) and self.prefill_trim >= 0):
-            raise ValueError(f"prefill_trim must be a fraction >= 0 or None, got {self.prefill_trim!r}")
+        if self.prefill_trim not in (None, "auto") and not (isinstance(self.prefill_trim, (int, float))
+                                                            and not isinstance(self.prefill_trim, bool)
+                                                            and math.isfinite(self.prefill_trim)
+                                                            and self.prefill_trim >= 0):
+            raise ValueError(f"prefill_trim must be a fraction >= 0, 'auto' or None, got {self.prefill_trim!r}")
         if self.prefill_inflight is not None and (not isinstance(self.prefill_inflight, int)
                                                   or isinstance(self.prefill_inflight, bool)
                                                   or self.prefill_inflight < 0):
@@ -111,6 +114,17 @@ class RunSpec:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def trim_fraction(self) -> float | None:
+        """The cache trim's fraction this run uses: ``prefill_trim`` as given, and for "auto" none under the prefill
+        in-flight bound (whose memory limit makes MLX's allocator give cached buffers back while a chunk is encoded,
+        so a trim, which drains the device, buys no footprint: docs/prefill.md "In-flight bound"), else the trim's
+        default fraction."""
+        if self.prefill_trim != "auto":
+            return self.prefill_trim
+        from app.workloads.cache_trim import DEFAULT_FRACTION
+
+        return None if self.prefill_inflight is not None else DEFAULT_FRACTION
 
     def shrink_policy(self) -> ShrinkPolicy:
         """The pool's shrink policy this run asks for."""

@@ -171,3 +171,31 @@ def test_the_flag_reaches_every_backend_and_bad_values_are_usage_errors(tmp_path
         parser.parse_args(["record", "--out", str(tmp_path), "--prefill-inflight", "lots"])
     err = capsys.readouterr().err.strip().splitlines()
     assert "error: argument --prefill-inflight" in err[-1]
+
+
+def test_the_trim_runs_by_default_only_without_the_bound():
+    """``prefill_trim="auto"`` (the default): no trim under the in-flight bound, the trim's 0.05 without it; a
+    fraction or None given explicitly is used as given; anything else is refused."""
+    from app.workloads.cache_trim import DEFAULT_FRACTION
+    from app.workloads.spec import RunSpec
+
+    assert RunSpec().prefill_trim == "auto" and RunSpec().trim_fraction() is None
+    assert RunSpec(prefill_inflight=None).trim_fraction() == DEFAULT_FRACTION == 0.05
+    assert RunSpec(prefill_trim=0.2).trim_fraction() == 0.2
+    assert RunSpec(prefill_trim=None, prefill_inflight=None).trim_fraction() is None
+    for bad in ("sometimes", -1.0, float("nan"), True):
+        with pytest.raises(ValueError, match="prefill_trim"):
+            RunSpec(prefill_trim=bad)
+
+
+def test_a_run_under_the_bound_does_not_trim_and_says_so(tiny_llama, tmp_path, monkeypatch):
+    import app.workloads.cache_trim as cache_trim
+
+    monkeypatch.setattr(cache_trim, "MIN_TRIM_BYTES", 0)  # a tiny run's cache is small: trim it when asked
+    scenario = write_scenario(tmp_path, BURST)
+    bounded, events, _ = run_backend(tiny_llama, scenario, "slab", **POOL)
+    unbounded, _, _ = run_backend(tiny_llama, scenario, "slab", prefill_inflight=None, prefill_trim=0.0, **POOL)
+    assert bounded["cache_trim"] == {"fraction": None, "trims": 0, "trimmed_bytes": 0}
+    assert unbounded["cache_trim"]["trims"] >= 1  # the same run trims when the bound is off and the trim asked
+    meta = next(e.meta for e in events if isinstance(e, MetaUpdate))["mlx_cache"]
+    assert meta["prefill_trim"] == "auto" and meta["prefill_trim_fraction"] is None

@@ -8,9 +8,10 @@ footprint peaked there, not at its largest K/V. MLX's own throttle is its memory
 ``mx.set_memory_limit``, evaluation waits for the oldest work in flight to finish before encoding more (and its
 allocator gives cached buffers back first). This bound sets that limit around a prefill chunk's encoding only, to what
 the run holds (weights + the backend's K/V storage, ``held_bytes()``) plus ``allowance`` bytes, and restores the
-previous limit right after: decode steps and everything else run under MLX's default. The device stays busy while
-the allowance holds more work than the host needs to encode the next piece; a smaller allowance trades speed for
-footprint (docs/prefill.md has the measured trade). The load-time rehearsal runs under the same bound.
+previous limit right after: decode steps and everything else run under the limit in force (MLX's default unless
+something else set one). The device stays busy while the allowance holds more work than the host needs to encode
+the next piece; a smaller allowance trades speed for footprint (docs/prefill.md has the measured trade). The
+load-time rehearsal runs under the same bound.
 
 The same bound runs on every backend of the engine (each says what it holds), so the backends stay comparable;
 ``allowance=None`` turns it off. mlx is imported lazily.

@@ -312,7 +312,8 @@ def format_report(result: dict) -> str:
              f"({result['device']}, MLX {result['mlx']}); {config['rounds']} warm rounds after a warm-up round, "
              f"{config['fresh_rounds']} fresh process(es) per engine"
              + (f"; MLX cache limit {config['cache_limit']} B" if config.get("cache_limit") is not None else "")
-             + (f"; prefill in flight <= {config['prefill_inflight']} B above weights + K/V (slabscope engines)"
+             + (f"; prefill in flight <= {config['prefill_inflight'] / 2**20:,.0f} MiB above weights + K/V "
+                "(slabscope engines)"
                 if config.get("prefill_inflight") is not None else "")]
     lines.append(prefill_batch_note(config, result["device"]))
     lines.append(rehearsal_note(result))

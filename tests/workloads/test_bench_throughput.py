@@ -74,6 +74,9 @@ def test_warm_rounds_run_every_engine_once_each_in_an_order_that_rotates(monkeyp
     header = next(line for line in report.splitlines() if line.startswith("engine"))
     slab_row = next(line for line in report.splitlines() if line.startswith("slab "))
     assert header.rstrip().endswith("max(active+cache) MiB") and slab_row.rstrip().endswith("204 [202-206]")
+    assert "prefill in flight <= 2,048 MiB above weights + K/V" in report.splitlines()[0]  # the default bound
+    result["config"]["prefill_inflight"] = None
+    assert "in flight" not in throughput.format_report(result).splitlines()[0]
 
 
 @pytest.mark.slow

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import math
 
+from app.workloads.inflight_bound import DEFAULT_ALLOWANCE  # import-light: mlx is imported inside its functions
+
 BACKENDS = ("slab", "dense", "monolithic")  # app.workloads.spec.BACKENDS, kept import-light for the parsers
 
 
@@ -100,9 +102,12 @@ def positive_byte_size(text: str) -> int:
     return value
 
 
+OFF_WORDS = ("off", "none", "no")  # what turns an optional run parameter off (None)
+
+
 def trim_fraction(text: str) -> float | str | None:
     """A fraction >= 0, ``off`` (None) or ``auto`` (RunSpec.trim_fraction)."""
-    if text.strip().lower() in ("off", "none", "no"):
+    if text.strip().lower() in OFF_WORDS:
         return None
     if text.strip().lower() == "auto":
         return "auto"
@@ -117,7 +122,7 @@ def trim_fraction(text: str) -> float | str | None:
 
 def inflight_allowance(text: str) -> int | None:
     """A byte size as ``byte_size`` (0 allowed: nothing in flight beyond one operation), or ``off`` (None)."""
-    if text.strip().lower() in ("off", "none", "no"):
+    if text.strip().lower() in OFF_WORDS:
         return None
     return byte_size(text)
 
@@ -132,8 +137,6 @@ def add_mlx_cache_arguments(parser, *, who: str = "every backend alike") -> None
                         help="trim MLX's cache between prefill chunks above FRACTION x (weights + cached K/V), "
                              "never below 64 MiB; 'off' never; 'auto' (default): 0.05 when --prefill-inflight is "
                              f"off, else never (the bound keeps the cache in check); {who}")
-    from app.workloads.inflight_bound import DEFAULT_ALLOWANCE
-
     parser.add_argument("--prefill-inflight", type=inflight_allowance, default=DEFAULT_ALLOWANCE, metavar="BYTES",
                         help="bound the memory a prefill chunk holds in flight to BYTES above the weights and K/V "
                              "storage (MLX's memory limit while the chunk is encoded): e.g. 4G; 'off' unbounded "

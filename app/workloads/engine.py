@@ -165,7 +165,7 @@ class Engine:
         """Encode and start a prefill chunk (``mx.async_eval``), under the in-flight bound when the run has one:
         the encoding waits for older work whenever the chunk's temporaries would pass it."""
         bound = self.inflight_bound
-        if bound is None:
+        if bound is None or not bound.active:  # (no held-bytes count for a bound that is off)
             mx.async_eval(out, *_cache_state(caches))
             return
         with bound.encoding(self.backend.held_bytes()):

@@ -38,6 +38,11 @@ class InflightBound:
         self.bounded_chunks = 0
         self.max_limit = 0
 
+    @property
+    def active(self) -> bool:
+        """Whether the bound is on (an allowance set)."""
+        return self.allowance is not None
+
     def limit(self, held_bytes: int) -> int:
         """The memory limit for a chunk whose backend holds ``held_bytes`` of K/V storage."""
         return self.weight_bytes + int(held_bytes) + int(self.allowance or 0)

@@ -149,7 +149,6 @@ class PagedStep:
             return mx.stack([k for k, _ in gathered]), mx.stack([v for _, v in gathered])
         return _padded_batch([k for k, _ in gathered], self.width), _padded_batch([v for _, v in gathered], self.width)
 
-
     def _chunk_reads_through_table(self) -> bool:
         """Whether every read of the slabs in this prefill chunk goes through the slab table (the table gather, now
         ready: readiness never goes back), or there is none (a first chunk): then its writes may go in place through

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from app.workloads.cache_trim import DEFAULT_FRACTION as DEFAULT_TRIM_FRACTION
 from app.workloads.inflight_bound import DEFAULT_ALLOWANCE as DEFAULT_INFLIGHT
 from app.workloads.limits import check_rate
 from pool.config import DEFAULT_BLOCK_SIZE, DEFAULT_SLAB_BLOCKS, OPEN_BLOCKS, PoolConfig
@@ -122,9 +123,7 @@ class RunSpec:
         default fraction."""
         if self.prefill_trim != "auto":
             return self.prefill_trim
-        from app.workloads.cache_trim import DEFAULT_FRACTION
-
-        return None if self.prefill_inflight is not None else DEFAULT_FRACTION
+        return None if self.prefill_inflight is not None else DEFAULT_TRIM_FRACTION
 
     def shrink_policy(self) -> ShrinkPolicy:
         """The pool's shrink policy this run asks for."""

@@ -4,8 +4,8 @@ written, so a stale entry reads stale data as a stale device address would; an e
 
 Same index arithmetic as the kernel, vectorised over tokens: token ``lo + t`` of sequence ``b`` -> block
 ``(lo + t) // block_size`` -> physical row ``meta[5 + b * seq_blocks + block]`` -> (slab ``row // slab_blocks``, row
-``row % slab_blocks``, position ``(lo + t) % block_size``). Tests register it in ``table_gather.GATHER_KERNELS`` for a pretend backend. Imports
-mlx inside functions only.
+``row % slab_blocks``, position ``(lo + t) % block_size``). Tests register it in ``table_gather.GATHER_KERNELS``
+for a pretend backend. Imports mlx inside functions only.
 """
 
 from __future__ import annotations

@@ -70,9 +70,9 @@ def write_meta(slot_rows, starts, tokens: int, block_size: int, slab_blocks: int
 
 
 class TableWriteRoute:
-    """What ``PagedKVPool.write(..., through_table=True)`` calls. Mutates the storage's table
-    state (the layer's table becomes the write's output) and, when MLX runs the launch, the slabs' contents; the
-    step's ``WriteSlots.layout`` keeps the meta array for the other layers."""
+    """What ``PagedKVPool.write(..., through_table=True)`` calls. Mutates the storage's table state (the layer's
+    table becomes the write's output) and, when MLX runs the launch, the slabs' contents; the step's
+    ``WriteSlots.layout`` keeps the meta array for the other layers."""
 
     def __init__(self, table_kernel, write_kernel: WriteKernel):
         self.table_kernel = table_kernel

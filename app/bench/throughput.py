@@ -64,6 +64,11 @@ class BenchConfig(BenchWorkload):
         check_engines(self.engines, ENGINES)
         if self.rounds < 1 or self.fresh_rounds < 0:
             raise ValueError("rounds must be >= 1 and fresh_rounds >= 0")
+        from app.workloads.spec import RunSpec
+
+        # the slabscope engines' run parameters, refused before any engine runs (RunSpec's own checks)
+        RunSpec(cache_limit=self.cache_limit, prefill_trim=self.prefill_trim, prefill_inflight=self.prefill_inflight,
+                shrink=self.shrink, shrink_budget=self.shrink_budget, open_blocks=self.open_blocks)
 
 
 def run_engine(engine: str, config: BenchConfig, loaded, requests) -> dict:

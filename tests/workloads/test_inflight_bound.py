@@ -199,3 +199,15 @@ def test_a_run_under_the_bound_does_not_trim_and_says_so(tiny_llama, tmp_path, m
     assert unbounded["cache_trim"]["trims"] >= 1  # the same run trims when the bound is off and the trim asked
     meta = next(e.meta for e in events if isinstance(e, MetaUpdate))["mlx_cache"]
     assert meta["prefill_trim"] == "auto" and meta["prefill_trim_fraction"] is None
+
+
+@pytest.mark.parametrize("field, value", [("prefill_inflight", -1), ("prefill_trim", "sometimes"),
+                                          ("cache_limit", -5)])
+def test_bench_throughput_refuses_a_bad_run_parameter_before_any_engine_runs(field, value, monkeypatch):
+    from app.bench import throughput
+
+    ran = []
+    monkeypatch.setattr(throughput, "run_engine", lambda *args, **kwargs: ran.append(args))
+    with pytest.raises(ValueError, match=field):
+        throughput.BenchConfig(**{field: value})
+    assert ran == []

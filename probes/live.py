@@ -1,9 +1,17 @@
 """``WorkerProbes``: the probes inside a workload worker (docs/contracts.md section 2b).
 
 Threads: the *workload thread* calls ``emit``, ``tick`` and ``stop`` and runs the pool's op listener; one *probe
-thread* takes memory samples at ``sample_hz`` and every ``flush_s`` (75 ms) moves the pending events, in
-emission order, to the recording file (probes.recording) and to the parent (probes.transport). The workload
-thread only appends to a list under a short lock: it never waits for the disk or the reader. Pool snapshots are
+thread* every ``flush_s`` (75 ms) moves the pending events, in emission order, to the recording file
+(probes.recording) and to the parent (probes.transport). The workload thread only appends to a list under a short
+lock: it never waits for the disk or the reader.
+
+Memory samples come at most ``sample_hz`` times a second, each period's from whichever thread gets there: the
+workload thread takes one in ``tick`` when one is due (a step boundary: ~12 us of its time, no thread switch), and
+the probe thread, at its flush wake-ups, takes one when the workload has not for ``STALL_PERIODS`` periods (a long
+step, a wait, the end of the run), then one every period while the stall lasts: a stall's first sample can come up
+to ``flush_s`` late. A probe thread waking ``sample_hz`` times a second paid a
+timed wait, a GIL hand-over and a scheduler round trip per sample, ~70 us a wake-up on a VM beside a busy Python
+thread (lab/probe_cost/wake_floor.py): at 100 Hz that alone was 0.5-0.9% of wall, more than the samples. Pool snapshots are
 taken only in the workload thread (in ``tick``), so they never race pool mutations.
 
 Cost is measured, not assumed: the probe thread's own CPU time (``time.thread_time``), the time the workload
@@ -34,6 +42,7 @@ from probes.recording import SessionRecorder, new_session_id
 from probes.transport import BatchSender
 
 FLUSH_S = 0.075       # transport batches to the parent
+STALL_PERIODS = 2     # the probe thread samples once the workload thread has not for this many sample periods
 FILE_FLUSH_S = 0.5    # recording writes: fewer, larger records keep long sessions fast to open; a SIGKILL loses
                       # at most the last half second (everything written before it stays readable)
 
@@ -74,6 +83,10 @@ class WorkerProbes:
         self._num_snapshots = 0
         self._snapshot_s = 0.0
         self._thread_cpu_s = 0.0
+        self._period = 1.0 / self.sample_hz if self.sample_hz > 0 else float("inf")
+        self._sample_lock = threading.Lock()  # the sampler's maxima are updated by one thread at a time
+        self._last_sample_t = 0.0  # monotonic time of the newest sample, by either thread
+        self._thread_sampled = False  # the newest sample was the probe thread's (a stall: sample every period)
         self._num_ops = 0
         self._keyframe_ops = 0
         self._keyframe_t: float | None = None
@@ -111,7 +124,7 @@ class WorkerProbes:
         if self._pool is not None:
             sampler.attach_pool(self._pool)  # every sample reads the pool's byte counters, not the last snapshot
             self._take_snapshot()
-        self._push(self.sampler.sample(self.step, self.tokens))
+        self._take_sample(by_thread=False)
         self._thread = threading.Thread(target=self._run, name="slabscope-probes", daemon=True)
         self._thread.start()
 
@@ -189,12 +202,28 @@ class WorkerProbes:
         self._workload_side_s += time.perf_counter() - start
 
     def tick(self, step: int, tokens: int) -> None:
-        """Step boundary (workload thread): update counters; take a pool snapshot if one is due."""
+        """Step boundary (workload thread): update counters; take a memory sample and a pool snapshot if due."""
         start = time.perf_counter()
         self.step, self.tokens = int(step), int(tokens)
-        if self._pool is not None and time.monotonic() >= self._next_snapshot:
+        now = time.monotonic()
+        if self.sampler is not None and now - self._last_sample_t >= self._period:
+            self._take_sample(by_thread=False)
+        if self._pool is not None and now >= self._next_snapshot:
             self._take_snapshot()
         self._workload_side_s += time.perf_counter() - start
+
+    def _take_sample(self, by_thread: bool) -> None:
+        """One memory sample, queued (either thread; one at a time, queued in the order taken: the sampler's maxima
+        are not thread-safe and a recording's samples run forward in time)."""
+        with self._sample_lock:
+            sample = self.sampler.sample(self.step, self.tokens)
+            self._last_sample_t, self._thread_sampled = sample.t, by_thread
+            self._push(sample)
+
+    def _stalled(self, now: float) -> bool:
+        """Whether the probe thread samples now: a period after its own sample (a stall goes on), or
+        ``STALL_PERIODS`` after the workload thread's (a step longer than that: it has stopped ticking)."""
+        return now - self._last_sample_t >= self._period * (1 if self._thread_sampled else STALL_PERIODS)
 
     def _take_snapshot(self) -> None:
         """Snapshot the pool (workload thread). A keyframe (with the bookkeeping state, ``book_state``) is
@@ -228,7 +257,7 @@ class WorkerProbes:
         if self._thread is not None:
             self._thread.join()
         if self.sampler is not None:
-            self._push(self.sampler.sample(self.step, self.tokens))
+            self._take_sample(by_thread=False)
         summary = dict(summary or {}, probe_overhead=msgspec.to_builtins(self.overhead()))
         self._flush(final=True)
         return self._finish(summary, time.monotonic())
@@ -279,19 +308,19 @@ class WorkerProbes:
 
     # ---- probe thread ----------------------------------------------------------------------------------------
     def _run(self) -> None:
-        period = 1.0 / self.sample_hz if self.sample_hz > 0 else float("inf")
+        """The probe thread: wakes for the next flush or ProbeStats, and every sample period while it samples a
+        stall. A stall (the workload has not sampled for ``STALL_PERIODS`` periods) is looked for at the flush
+        wake-ups only: a wake-up timed for it would come every few periods while the workload ticks, for nothing
+        (each costs a timed wait and a GIL hand-over). So a stall's first sample can come up to ``flush_s`` late."""
         now = time.monotonic()
-        next_sample, next_flush, next_stats = now + period, now + self.flush_s, now + self.stats_every_s
-        # Sampling at least as often as flushing: flush at the first sample wake-up after it is due, so the thread
-        # wakes once per sample, not also in between (each wake-up costs scheduler time and a GIL hand-over).
-        flush_on_sample = period <= self.flush_s
+        next_flush, next_stats = now + self.flush_s, now + self.stats_every_s
         cpu0 = time.thread_time()
-        while not self._stop.wait(max(0.0, (next_sample if flush_on_sample else min(next_sample, next_flush))
-                                      - time.monotonic())):
+        while True:
+            if self._stop.wait(max(0.0, self._next_wake(next_flush, next_stats) - time.monotonic())):
+                break
             now = time.monotonic()
-            if now >= next_sample:
-                self._push(self.sampler.sample(self.step, self.tokens))
-                next_sample = max(next_sample + period, now)
+            if self._stalled(now):
+                self._take_sample(by_thread=True)
             if now >= next_stats:
                 self._push(ProbeStats(t=now, step=self.step, tokens=self.tokens, overhead=self.overhead()))
                 next_stats = now + self.stats_every_s
@@ -300,6 +329,12 @@ class WorkerProbes:
                 next_flush = now + self.flush_s
             self._thread_cpu_s = time.thread_time() - cpu0
         self._thread_cpu_s = time.thread_time() - cpu0
+
+    def _next_wake(self, next_flush: float, next_stats: float) -> float:
+        """When the probe thread wakes next: the next flush or ProbeStats, or a period after its own sample while it
+        samples a stall; never for a sample the workload thread may take first."""
+        wake = min(next_flush, next_stats)
+        return min(wake, self._last_sample_t + self._period) if self._thread_sampled else wake
 
     def _flush(self, final: bool = False) -> None:
         """Move pending events to the parent now and to the recording every ``file_flush_s`` (or when final);

@@ -52,6 +52,7 @@ def _run_once(spec, loaded, probes_on: bool, record_dir: str, rep: int, queue=No
     holder: dict = {}
 
     def attach(meta, session):
+        begin = time.perf_counter()
         probes = WorkerProbes(queue, sample_hz=spec.sample_hz, snapshot_hz=spec.snapshot_hz,
                               record_path=os.path.join(record_dir, f"bench-{rep}.slabrec"), meta=meta,
                               weight_bytes=session.loaded.weight_bytes)
@@ -59,6 +60,7 @@ def _run_once(spec, loaded, probes_on: bool, record_dir: str, rep: int, queue=No
             probes.attach_pool(session.pool)
         probes.start()
         holder["probes"] = probes
+        holder["setup_s"] = time.perf_counter() - begin
 
     def emit(event):
         if "probes" in holder:
@@ -71,14 +73,16 @@ def _run_once(spec, loaded, probes_on: bool, record_dir: str, rep: int, queue=No
     usage0, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     if probes_on:
         summary = run_workload(spec, emit, tick, loaded=loaded, attach=attach)
+        begin = time.perf_counter()
         overhead = holder["probes"].stop(summary)["probe_overhead"]
+        overhead = dict(overhead, setup_ms=1e3 * (holder["setup_s"] + time.perf_counter() - begin))
     else:
         summary = run_workload(spec, lambda e: None, None, loaded=loaded)
         overhead = None
     wall, usage1 = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
     cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
     tokens = summary["prefill_tokens"] + summary["decode_tokens"]
-    return {"tok_s": tokens / wall, "tok_per_cpu_s": tokens / cpu, "overhead": overhead}
+    return {"tok_s": tokens / wall, "tok_per_cpu_s": tokens / cpu, "overhead": overhead, "wall_s": wall}
 
 
 def _start_reader():
@@ -121,12 +125,14 @@ def bench_overhead(args) -> int:
             print(f"pair {rep}: off {runs[False]['tok_s']:7.1f} tok/s ({runs[False]['tok_per_cpu_s']:7.1f} tok/cpu-s)"
                   f" | on {runs[True]['tok_s']:7.1f} tok/s ({runs[True]['tok_per_cpu_s']:7.1f} tok/cpu-s) | probes: "
                   f"{100 * o['cost_fraction']:.2f}% of wall, {o['samples']} samples at {o['sample_cost_us_mean']} us, "
-                  f"{o['snapshots']} snapshots at {o['snapshot_cost_ms_mean']} ms", flush=True)
+                  f"{o['snapshots']} snapshots at {o['snapshot_cost_ms_mean']} ms, start + stop "
+                  f"{o['setup_ms']:.1f} ms (in the timed run)", flush=True)
     queue.put(None)
     reader.join(5)
     wall = [_pct(p[False]["tok_s"], p[True]["tok_s"]) for p in pairs]
     cpu = [_pct(p[False]["tok_per_cpu_s"], p[True]["tok_per_cpu_s"]) for p in pairs]
     own = [p[True]["overhead"]["cost_fraction"] * 100 for p in pairs]
+    setup = [100 * p[True]["overhead"]["setup_ms"] / 1e3 / p[True]["wall_s"] for p in pairs]
     slabs = f", --slab-blocks {args.slab_blocks}" if args.slab_blocks else ""
     print(f"scenario {args.scenario} {overrides}{slabs}, backend {args.backend}, model {args.model}, "
           f"sample {args.sample_hz} Hz, snapshots {args.snapshot_hz} Hz, {args.reps} off/on pairs")
@@ -136,6 +142,9 @@ def bench_overhead(args) -> int:
           f"[pairs {min(cpu):+.1f}% .. {max(cpu):+.1f}%]")
     print(f"probes' own measured cost (probe thread CPU + workload-thread time in probes) / wall: "
           f"{statistics.median(own):.2f}%")
+    print(f"the probes' start (meta, recording file, first snapshot) and stop (final flush, END record), inside the "
+          f"probes-on run's wall time: {statistics.median(setup):.2f}% [{min(setup):.2f}-{max(setup):.2f}] (a short "
+          "run pays them once: part of the throughput overhead above, not of the own cost)")
     print("note: on a machine shared with other jobs the pair spread shows the noise; the own-cost figure is "
           "measured inline and does not depend on it")
     return 0

@@ -6,13 +6,13 @@ thread* every ``flush_s`` (75 ms) moves the pending events, in emission order, t
 lock: it never waits for the disk or the reader.
 
 Memory samples come at most ``sample_hz`` times a second, each period's from whichever thread gets there: the
-workload thread takes one in ``tick`` when one is due (a step boundary: ~12 us of its time, no thread switch), and
-the probe thread, at its flush wake-ups, takes one when the workload has not for ``STALL_PERIODS`` periods (a long
-step, a wait, the end of the run), then one every period while the stall lasts: a stall's first sample can come up
-to ``flush_s`` late. A probe thread waking ``sample_hz`` times a second paid a
+workload thread takes one in ``tick`` when one is due (a step boundary: 26-51 us a sample in the H200 records, no
+thread switch), and the probe thread, at its flush wake-ups, takes one when the workload has not for
+``STALL_PERIODS`` periods (a long step, a wait, the end of the run), then one every period while the stall lasts: a
+stall's first sample can come up to ``flush_s`` late. A probe thread waking ``sample_hz`` times a second paid a
 timed wait, a GIL hand-over and a scheduler round trip per sample, ~70 us a wake-up on a VM beside a busy Python
-thread (lab/probe_cost/wake_floor.py): at 100 Hz that alone was 0.5-0.9% of wall, more than the samples. Pool snapshots are
-taken only in the workload thread (in ``tick``), so they never race pool mutations.
+thread (lab/probe_cost/wake_floor.py): at 100 Hz that alone was 0.5-0.9% of wall, more than the samples. Pool
+snapshots are taken only in the workload thread (in ``tick``), so they never race pool mutations.
 
 Cost is measured, not assumed: the probe thread's own CPU time (``time.thread_time``), the time the workload
 thread spends inside the probes (listener, emit, tick/snapshots), and per-sample cost. Not included: the

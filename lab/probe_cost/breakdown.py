@@ -95,7 +95,8 @@ def main() -> int:
     reader.join(2)
     loss = [100 * (1 - p / b) for p, b in zip(probed, bare)]
     print(f"{args.hz:g} Hz, steps of {args.step_ms:g} ms, {args.seconds:g} s, {args.rounds} interleaved rounds")
-    print(f"  workload's Python work lost to the probes: {statistics.median(loss):.2f}% [{min(loss):.2f}-{max(loss):.2f}]")
+    print(f"  workload's Python work lost to the probes: {statistics.median(loss):.2f}% "
+          f"[{min(loss):.2f}-{max(loss):.2f}]")
     print(f"  probe-thread wake-ups per second: {statistics.median([t['wait#'] for t in parts]) / args.seconds:.1f}")
     for key in ("thread", "workload", "_flush", "send", "_write_recording"):
         shares = [100 * t[key] / t["wall"] for t in parts if key in t]

@@ -84,8 +84,8 @@ def test_a_stall_is_a_number_of_periods_without_a_workload_sample():
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="no /proc/self/statm (not Linux)")
 def test_rss_is_read_with_the_gil_held():
-    """Linux: ``os.pread`` releases the GIL, and taking it back beside the workload's busy host thread cost ~46 us a read
-    instead of ~3: the read goes through libc with the GIL held (a ctypes.PyDLL function)."""
+    """Linux: ``os.pread`` releases the GIL, and taking it back beside the workload's busy host thread cost ~46 us
+    a read instead of ~3: the read goes through libc with the GIL held (a ctypes.PyDLL function)."""
     from probes.sampler import MemorySampler
 
     rss = MemorySampler(0)._rss

@@ -28,8 +28,7 @@ is not resident):
 
 Cost (what one sample reads; ``slabscope bench probes`` measures the effect on throughput): three MLX counter
 reads (no device synchronisation: they read the allocator's counters), RSS from ``/proc/self/statm`` through a
-descriptor kept open (one ``pread`` with the GIL held, ~3 us; ``os.pread`` releases the GIL and cost ~46 us beside
-a busy thread; psutil's ``memory_info`` ~20 us), and the system's available
+descriptor kept open (one ``pread``, ~2 us; psutil's ``memory_info`` costs ~20 us), and the system's available
 memory at most once per ``SYS_AVAILABLE_PERIOD_S`` (psutil parses /proc/meminfo, ~50 us; between reads a sample
 carries the last value). At 100 Hz that is ~10 us per sample instead of ~75 us, in the probe thread, which holds
 the GIL against the workload's host-bound decode loop for exactly that long.
@@ -47,50 +46,21 @@ SAMPLE_FIELDS = Sample.__struct_fields__
 SYS_AVAILABLE_PERIOD_S = 1.0  # system-wide available memory changes slowly; reading it costs ~50 us
 
 
-def _gil_holding_pread():
-    """libc's ``pread`` called with the GIL held (``ctypes.PyDLL``), or None where there is none. ``os.pread``
-    releases the GIL around the syscall: beside a busy Python thread, taking it back cost ~46 us a read instead of
-    ~3 (measured on a 2-core VM), and the probe's samples run beside the workload's busy host thread. /proc reads do
-    not block, so holding the GIL through one is safe."""
-    import ctypes
-
-    try:
-        pread = ctypes.PyDLL(None).pread
-    except (OSError, AttributeError):
-        return None
-    pread.restype = ctypes.c_ssize_t
-    pread.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long]
-    return pread
-
-
 class _Rss:
-    """This process's resident set size: one pread of /proc/self/statm (Linux; through libc with the GIL held
-    where ctypes finds it, else ``os.pread``), else psutil's memory_info."""
+    """This process's resident set size: one pread of /proc/self/statm (Linux), else psutil's memory_info."""
 
     def __init__(self, process) -> None:
-        import ctypes
-
         self._process = process
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-        self._pread = _gil_holding_pread()
-        self._buffer = ctypes.create_string_buffer(128)
         try:
             self._fd: int | None = os.open("/proc/self/statm", os.O_RDONLY)
         except OSError:
             self._fd = None
 
-    def _statm(self) -> bytes:
-        if self._pread is None:
-            return os.pread(self._fd, 128, 0)
-        count = self._pread(self._fd, self._buffer, 128, 0)
-        if count < 0:
-            raise OSError("pread of /proc/self/statm failed")
-        return self._buffer.raw[:count]
-
     def __call__(self) -> int:
         if self._fd is not None:
             try:
-                return int(self._statm().split()[1]) * self._page
+                return int(os.pread(self._fd, 128, 0).split()[1]) * self._page
             except (OSError, ValueError, IndexError):
                 self._fd = None
         return self._process.memory_info().rss

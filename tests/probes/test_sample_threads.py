@@ -4,8 +4,6 @@ A probe thread waking ``sample_hz`` times a second paid a wake-up and a GIL hand
 
 from __future__ import annotations
 
-import ctypes
-import os
 import threading
 
 import pytest
@@ -80,16 +78,3 @@ def test_a_stall_is_a_number_of_periods_without_a_workload_sample():
     assert probes._stalled(1000.0 + 0.01 * STALL_PERIODS + 1e-4)
     probes._thread_sampled = True
     assert probes._stalled(1000.0101) and not probes._stalled(1000.0099)
-
-
-@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="no /proc/self/statm (not Linux)")
-def test_rss_is_read_with_the_gil_held():
-    """Linux: ``os.pread`` releases the GIL, and taking it back beside the workload's busy host thread cost ~46 us
-    a read instead of ~3: the read goes through libc with the GIL held (a ctypes.PyDLL function)."""
-    from probes.sampler import MemorySampler
-
-    rss = MemorySampler(0)._rss
-    assert rss._pread is not None and rss._pread._flags_ & ctypes._FUNCFLAG_PYTHONAPI
-    with open("/proc/self/statm") as statm:
-        before = int(statm.read().split()[1]) * rss._page
-    assert abs(rss() - before) < 64 * 2**20

@@ -22,7 +22,9 @@ class KernelTuning:
     target_blocks: int = 8192     # thread blocks wanted per launch: several waves on a 132-SM H200 (a last
     #                               partial wave idles SMs); the plan splits contexts until batch x heads x splits
     #                               reaches it
-    min_chunk_tokens: int = 256   # never split a sequence finer than this: the merge pass costs more than it saves
+    min_chunk_tokens: int = 1024  # never split a sequence finer than this: a thread block's fixed work (queries,
+    #                               the warps' merge, its partials) is paid per chunk, and at 256 tokens it cost
+    #                               ~8% at 8k-16k contexts (docs/gpu.md, "Tuning")
 
     def __post_init__(self) -> None:
         if self.unroll not in UNROLLS:

@@ -33,17 +33,19 @@ def test_plan_meta_layout_is_exact():
 def test_choose_splits_fills_gpu_and_respects_min_chunk(monkeypatch):
     from pool.kernels.tuning import DEFAULT_TUNING, KernelTuning
 
-    assert (DEFAULT_TUNING.target_blocks, DEFAULT_TUNING.min_chunk_tokens) == (8192, 256)
-    assert choose_splits(16384, 1, 8, 32) == (64, 256)       # 1024 splits wanted, chunks >= 256 tokens
-    assert choose_splits(16384, 16, 8, 32) == (64, 256)
-    assert choose_splits(16384, 32, 8, 32) == (32, 512)      # 8192 / (32 * 8) splits
+    assert (DEFAULT_TUNING.target_blocks, DEFAULT_TUNING.min_chunk_tokens) == (8192, 1024)
+    assert choose_splits(16384, 1, 8, 32) == (16, 1024)      # 1024 splits wanted, chunks >= 1024 tokens
+    assert choose_splits(16384, 16, 8, 32) == (16, 1024)
+    assert choose_splits(16384, 64, 8, 32) == (16, 1024)     # 8192 / (64 * 8) splits: the target binds
+    assert choose_splits(16384, 128, 8, 32) == (8, 2048)
     assert choose_splits(100, 1, 8, 32) == (1, 128)          # shorter than one min chunk: one split
     assert choose_splits(4096, 64, 8, 32, KernelTuning(target_blocks=2048)) == (4, 1024)
     assert choose_splits(16384, 16, 8, 32, KernelTuning(target_blocks=2048)) == (16, 1024)
-    assert choose_splits(16384, 1, 8, 32, KernelTuning(min_chunk_tokens=1024)) == (16, 1024)
+    assert choose_splits(16384, 1, 8, 32, KernelTuning(min_chunk_tokens=256)) == (64, 256)
+    assert choose_splits(16384, 32, 8, 32, KernelTuning(min_chunk_tokens=256)) == (32, 512)
     # the environment variable that used to set the target is read no more (knobs are arguments)
     monkeypatch.setenv("SLABSCOPE_DECODE_TARGET_BLOCKS", "2048")
-    assert choose_splits(16384, 16, 8, 32) == (64, 256)
+    assert choose_splits(16384, 128, 8, 32) == (8, 2048)
     splits, chunk = choose_splits(1000, 2, 8, 32)
     assert chunk % 32 == 0 and splits * chunk >= 1000 and (splits - 1) * chunk < 1000
 
@@ -286,7 +288,7 @@ def test_bench_decode_flags_are_the_kernel_tuning_and_bad_ones_fail_first(capsys
     assert bench_decode.kernel_tuning(parser.parse_args([])) == DEFAULT_TUNING
     assert bench_decode.kernel_tuning(parser.parse_args(["--unroll", "4", "--target-blocks", "2048"])) == \
         KernelTuning(unroll=4, target_blocks=2048, min_chunk_tokens=DEFAULT_TUNING.min_chunk_tokens)
-    assert KernelTuning(unroll=4).as_dict() == {"unroll": 4, "target_blocks": 8192, "min_chunk_tokens": 256}
+    assert KernelTuning(unroll=4).as_dict() == {"unroll": 4, "target_blocks": 8192, "min_chunk_tokens": 1024}
     for argv, said in ((["--unroll", "3"], "unroll 3 is not one of"), (["--min-chunk-tokens", "0"],
                                                                          "min_chunk_tokens must be at least 1")):
         assert main(["bench", "decode", *argv]) == 2

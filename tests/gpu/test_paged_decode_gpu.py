@@ -58,7 +58,7 @@ def _report(record: dict, tuning=None) -> None:
 
 
 def _check(lengths, *, layout, dtype="bfloat16", n_q=16, n_kv=8, head_dim=128, slab_blocks=32, case="",
-           design="slab", poison=False, unroll=None):
+           design="slab", poison=False, unroll=None, num_splits=None):
     from pool.kernels.paged_decode import fused_decode, gather_decode, plan_for_pool
     from pool.kernels.plan import KernelUnsupported
     from pool.kernels.tuning import DEFAULT_TUNING, KernelTuning
@@ -74,7 +74,7 @@ def _check(lengths, *, layout, dtype="bfloat16", n_q=16, n_kv=8, head_dim=128, s
     scale = head_dim ** -0.5
     num_slabs = len(pool.storage.keys[0])
     try:
-        plan = plan_for_pool(pool, seq_ids, scale=scale, tuning=tuning)
+        plan = plan_for_pool(pool, seq_ids, scale=scale, tuning=tuning, num_splits=num_splits)
         fused = fused_decode(pool, 0, seq_ids, queries, scale=scale, backend=BACKEND, plan=plan)
     except KernelUnsupported as exc:  # e.g. Metal's 12-slab limit: the decision rule falls back to gather
         _report({"case": case, "backend": BACKEND, "layout": layout, "slabs": num_slabs, "skipped": str(exc)},
@@ -115,6 +115,33 @@ def test_fused_ragged_lengths_small_slabs(dtype, unroll):
     """Unequal lengths, partial last blocks, many small slabs (8 blocks each); every invisible position is NaN."""
     _check([1, 31, 33, 1000, 5000, 129], layout="fragmented", dtype=dtype, slab_blocks=8, case="ragged",
            poison=True, unroll=unroll)
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_fused_long_chunks(num_splits):
+    """Few splits over long contexts (what a larger ``min_chunk_tokens`` gives): each warp reads up to 128 blocks of
+    its chunk, and a chunk ends mid-block or one block past a warp's share (4,161 tokens: 131 blocks over 4 warps);
+    every invisible position is NaN."""
+    _check([16384, 4161, 129, 8000], layout="fragmented", slab_blocks=8, case="long-chunks", poison=True,
+           num_splits=num_splits)
+
+
+def test_many_split_launches_in_one_graph_each_merge_their_own_splits():
+    """On CUDA's table route a split launch merges its own splits through arrival counts that one prepared launch
+    shares across calls (each call sets them back to zero and runs after the previous one): 30 calls built
+    before anything is evaluated, each on other queries, each equal to its own gather + SDPA reference."""
+    from pool.kernels.paged_decode import fused_decode, gather_decode, plan_for_pool
+    from pool.kernels.workbench import fill_pool, random_queries
+
+    pool, seq_ids = fill_pool([3000, 700, 4096], n_kv_heads=8, head_dim=128, dtype="bfloat16", layout="multi")
+    plan, launches = plan_for_pool(pool, seq_ids, scale=128 ** -0.5, num_splits=5), {}
+    queries = [random_queries(3, 16, 128, "bfloat16", seed=s) for s in range(30)]
+    fused = [fused_decode(pool, 0, seq_ids, q, scale=128 ** -0.5, backend=BACKEND, plan=plan, launches=launches)
+             for q in queries]
+    refs = [gather_decode(pool, 0, seq_ids, q, scale=128 ** -0.5, upcast=True) for q in queries]
+    mx.eval(fused, refs)
+    errors = [_errors(f, r) for f, r in zip(fused, refs)]
+    assert max(errors) <= TOLERANCE["bfloat16"], errors
 
 
 def test_fused_reads_the_monolithic_design_too():

@@ -26,7 +26,7 @@ from pool.kernels.slab_table_cuda import update_params, update_source
 from pool.kernels.table_gather_cuda import GATHER_SOURCE, gather_params
 from pool.kernels.table_write_cuda import WRITE_SOURCE, write_params
 
-PASSES = ("direct", "split", "merge", "merged", "table", "gather", "write")
+PASSES = ("direct", "split", "merge", "table", "gather", "write")
 DTYPES = {"bfloat16": "ssp_bf16", "float16": "ssp_f16"}
 
 # 16-bit storage types and their conversions, without cuda_fp16.h / cuda_bf16.h (see the module docstring).
@@ -114,17 +114,11 @@ class KernelGeometry:
         return [CudaVariant("direct", **common), CudaVariant("split", **common),
                 CudaVariant("merge", self.dtype, self.head_dim)]
 
-    def merged_variant(self) -> CudaVariant:
-        """The table route's split pass that merges its own splits (paged_decode_cuda.MERGED_TAIL)."""
-        return CudaVariant("merged", dtype=self.dtype, head_dim=self.head_dim, group=self.group, n_kv=self.n_kv,
-                           block_size=self.block_size, unroll=self.unroll, num_slabs=0)
-
     def table_variants(self) -> list[CudaVariant]:
-        """Every kernel of the table route, whatever the slab count: the first passes reading the slab table (direct,
-        and the split pass that merges its splits), the table update for each count of refreshed slabs, the table
-        gather (prefill's history) and the table write (decode's tokens)."""
-        return ([self.variants(0)[0], self.merged_variant()]
-                + [CudaVariant("table", self.dtype, 0, num_slabs=w) for w in WRITE_BUCKETS]
+        """Every kernel of the table route, whatever the slab count: both first passes reading the slab table, the
+        merge, the table update for each count of refreshed slabs, the table gather (prefill's history) and the table
+        write (decode's tokens)."""
+        return (self.variants(0) + [CudaVariant("table", self.dtype, 0, num_slabs=w) for w in WRITE_BUCKETS]
                 + [CudaVariant(kind, self.dtype, self.head_dim, n_kv=self.n_kv, block_size=self.block_size)
                    for kind in ("gather", "write")])
 
@@ -144,7 +138,7 @@ def _body(variant: CudaVariant) -> str:
         return update_source(variant.num_slabs, precompiled=True)
     if variant.kind == "merge":
         return MERGE_SOURCE.replace("{num_splits}", "num_splits_arg")
-    return pass1_source(variant.num_slabs, variant.kind == "direct", merged=variant.kind == "merged")
+    return pass1_source(variant.num_slabs, variant.kind == "direct")
 
 
 def _params(variant: CudaVariant) -> list[str]:
@@ -164,9 +158,6 @@ def _params(variant: CudaVariant) -> list[str]:
         params.append("const unsigned long long* slab_table")
     if variant.kind == "direct":
         return params + [f"{t}* out"]
-    if variant.kind == "merged":  # ``after``: the previous launch's output, an input only to order this launch
-        return params + ["const unsigned int* arrivals", f"const {t}* after", "float* part_acc", "float* part_ml",
-                         f"{t}* out"]
     return params + ["float* part_acc", "float* part_ml"]
 
 

@@ -269,7 +269,6 @@ PASS1_SOURCE = r"""
     const long long head = (long long)b * HQ + kvh * GROUP + g;
 {epilogue}
   }
-{tail}
 """
 
 DIRECT_EPILOGUE = r"""
@@ -282,48 +281,6 @@ SPLIT_EPILOGUE = r"""
       part_ml[2 * slot] = m_all;
       part_ml[2 * slot + 1] = l_all;
     }"""
-
-# The table route's split pass merges its own splits (no second launch): each block writes its partials, and the
-# last of a (sequence, KV head)'s num_splits blocks to finish, told by an arrival count, merges them in the merge
-# pass's order (the same bits). ``arrivals`` [B * N_KV] is zero at launch; the merging block sets its count back to
-# zero, so the next launch (ordered after this one: it takes this launch's output, slab_table_cuda.CudaTableLaunch)
-# finds it zero. Partials are read through volatile pointers: other blocks wrote them, and the fences order those
-# writes before their arrivals.
-MERGED_TAIL = r"""
-  __shared__ bool sm_last;
-  __threadfence();
-  __syncthreads();
-  unsigned int* arrival = const_cast<unsigned int*>(reinterpret_cast<const unsigned int*>(arrivals)) + b * N_KV + kvh;
-  if (threadIdx.x == 0) {
-    sm_last = atomicAdd(arrival, 1u) == (unsigned int)(num_splits - 1);
-  }
-  __syncthreads();
-  if (sm_last) {
-    __threadfence();
-    const volatile float* all_ml = part_ml;
-    const volatile float* all_acc = part_acc;
-    for (int idx = threadIdx.x; idx < GROUP * HEAD_DIM; idx += blockDim.x) {
-      const int g = idx / HEAD_DIM;
-      const int d = idx % HEAD_DIM;
-      const long long head = (long long)b * HQ + kvh * GROUP + g;
-      const long long first = head * num_splits;
-      float m_all = SSP_NEG_BIG;
-      for (int s = 0; s < num_splits; ++s) {
-        m_all = fmaxf(m_all, all_ml[2 * (first + s)]);
-      }
-      float l_all = 0.0f;
-      float a_all = 0.0f;
-      for (int s = 0; s < num_splits; ++s) {
-        const float f = exp2f(all_ml[2 * (first + s)] - m_all);
-        l_all += all_ml[2 * (first + s) + 1] * f;
-        a_all += all_acc[(first + s) * HEAD_DIM + d] * f;
-      }
-      ssp_store(out + head * HEAD_DIM + d, l_all > 0.0f ? a_all / l_all : 0.0f);
-    }
-    if (threadIdx.x == 0) {
-      *arrival = 0u;
-    }
-  }"""
 
 # Pass 2: merge the splits of one (sequence, query head); one thread per element. Template: T, HEAD_DIM.
 MERGE_SOURCE = r"""
@@ -367,13 +324,9 @@ TABLE_K_BASE = "reinterpret_cast<const T*>(slab_table[2 * slab])"
 TABLE_V_BASE = "reinterpret_cast<const T*>(slab_table[2 * slab + 1])"
 
 
-def pass1_source(num_slabs: int, direct: bool, merged: bool = False) -> str:
+def pass1_source(num_slabs: int, direct: bool) -> str:
     """The first pass's body: ``num_slabs`` slab inputs ``k0..``/``v0..`` copied to shared pointer tables, or with
-    ``num_slabs == 0`` the table route (one ``slab_table`` input, no slab-count constant). ``merged`` (a split pass):
-    the last block of each (sequence, KV head) merges the splits (MERGED_TAIL; inputs ``arrivals`` and ``after``,
-    outputs ``part_acc``, ``part_ml``, ``out``)."""
-    if merged and direct:
-        raise ValueError("a direct pass has no splits to merge")
+    ``num_slabs == 0`` the table route (one ``slab_table`` input, no slab-count constant)."""
     if num_slabs:
         parts = {"{slab_decl}": PER_SLAB_DECL, "{slab_setup}": slab_setup_source(num_slabs),
                  "{k_base}": "k_ptrs[slab]", "{v_base}": "v_ptrs[slab]"}
@@ -382,7 +335,6 @@ def pass1_source(num_slabs: int, direct: bool, merged: bool = False) -> str:
     source = PASS1_SOURCE
     for placeholder, text in parts.items():
         source = source.replace(placeholder, text)
-    source = source.replace("{tail}", MERGED_TAIL if merged else "")
     return source.replace("{epilogue}", DIRECT_EPILOGUE if direct else SPLIT_EPILOGUE)
 
 
@@ -394,21 +346,6 @@ merge_kernel = _KERNELS.merge
 def table_pass1_kernel(direct: bool):
     """MLX's cuda_kernel build of the table route's first pass (inputs: queries, meta, slab_table)."""
     return _KERNELS.pass1(0, direct)
-
-
-@functools.lru_cache(maxsize=1)
-def table_merged_kernel():
-    """MLX's cuda_kernel build of the table route's split pass that merges its own splits (``pass1_source(0, False,
-    merged=True)``; inputs: queries, meta, slab_table, arrivals, after; outputs: part_acc, part_ml, out)."""
-    import mlx.core as mx
-
-    from pool.kernels.kernel_build import source_tag
-
-    source = pass1_source(0, False, merged=True)
-    return mx.fast.cuda_kernel(name=f"ssp_paged_decode_merged_s0_{source_tag(HEADER, source)}",
-                               input_names=["queries", "meta", "slab_table", "arrivals", "after"],
-                               output_names=["part_acc", "part_ml", "out"], source=source, header=HEADER,
-                               ensure_row_contiguous=True)
 
 
 def output_layout(plan: DecodePlan, queries, n_q: int, head_dim: int) -> tuple[bool, list, list]:
@@ -560,17 +497,14 @@ class CudaLaunch:
 
 @functools.lru_cache(maxsize=64)
 def launch_binaries(builds, dtype: str, head_dim: int, n_q: int, n_kv: int, block_size: int, bucket: int,
-                    direct: bool, unroll: int, merged: bool = False) -> tuple[tuple[str, bytes], tuple[str, bytes] | None]:
-    """((name, binary) of the first pass, (name, binary) of the merge pass or None when ``direct`` or ``merged``) of
-    a launch through ``builds`` (``KernelBuilds``); ``merged``: the table route's split pass that merges its own
-    splits (``bucket`` 0). Memoised: a decode step prepares one ``CudaLaunch`` per plan and callers
+                    direct: bool, unroll: int) -> tuple[tuple[str, bytes], tuple[str, bytes] | None]:
+    """((name, binary) of the first pass, (name, binary) of the merge pass or None when ``direct``) of a launch
+    through ``builds`` (``KernelBuilds``). Memoised: a decode step prepares one ``CudaLaunch`` per plan and callers
     of ``paged_decode_cuda`` (benchmarks, tests) one per call, all with the same arguments, and deriving the
     variants and looking up their binaries cost ~10 us of host time each. ``unroll`` (already fitted to the block,
     ``unroll_for``) is part of the key, so a tuning run never gets another unroll's binary. A binary never changes
     once built; a build error is not cached."""
     geometry = kernel_geometry(dtype, head_dim, n_q, n_kv, block_size, unroll)
-    if merged and not direct:
-        return builds.binary(geometry.merged_variant()), None
     direct_variant, split_variant, merge_variant = geometry.variants(bucket)
     first = builds.binary(direct_variant if direct else split_variant)
     return first, None if direct else builds.binary(merge_variant)

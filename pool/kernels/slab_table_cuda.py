@@ -119,12 +119,7 @@ class CudaTableLaunch:
     """One plan's decode launch on the table route, prepared at a step's first layer and reused by every layer it
     fits (like ``paged_decode_cuda.CudaLaunch``: checks, binaries, grid and output shapes once per step). A launch
     passes ``queries``, ``meta`` and the layer's slab table: its inputs do not depend on the slab count. Reads the
-    slabs only for its checks (O(1): the first and last).
-
-    Several splits run as one launch that merges its own splits (``paged_decode_cuda.MERGED_TAIL``): this object owns
-    the arrival counts that kernel needs zero at launch (made once, set back to zero by every launch) and passes
-    its previous output as the input ``after``, so MLX runs its launches one after another (MLX orders kernels by
-    their inputs; two launches sharing the counts must never overlap). Mutates only that state."""
+    slabs only for its checks (O(1): the first and last); mutates nothing."""
 
     def __init__(self, queries, k_slabs: Sequence, v_slabs: Sequence, plan, *, meta=None, builds=None):
         import mlx.core as mx
@@ -138,19 +133,16 @@ class CudaTableLaunch:
         self.grid = (THREADS * plan.num_splits, n_kv, plan.batch)
         self.threads = THREADS
         self.direct, self.out_shapes, self.out_dtypes = output_layout(plan, queries, n_q, head_dim)
+        self.merge_grid, self.head_dim = (head_dim, n_q, plan.batch), head_dim
         unroll = unroll_for(block_size, head_dim, plan.tuning.unroll)
         self.builds = builds
         self.template = [("T", queries.dtype), ("HEAD_DIM", head_dim), ("GROUP", n_q // n_kv), ("N_KV", n_kv),
                          ("BLOCK_SIZE", block_size), ("UNROLL", unroll)]
-        self.out_shapes = self.out_shapes + ([] if self.direct else [self.query_shape])
-        self.out_dtypes = self.out_dtypes + ([] if self.direct else [queries.dtype])
-        self.arrivals = None if self.direct else mx.zeros((plan.batch * n_kv,), dtype=mx.uint32)
-        self.after = queries  # the previous launch's output once there is one (see the class docstring)
         if builds is not None:
             from pool.kernels.paged_decode_cuda import launch_binaries
 
-            self.first, _ = launch_binaries(builds, _dtype_name(queries.dtype), head_dim, n_q, n_kv, block_size, 0,
-                                            self.direct, unroll, merged=True)
+            self.first, self.merge = launch_binaries(builds, _dtype_name(queries.dtype), head_dim, n_q, n_kv,
+                                                     block_size, 0, self.direct, unroll)
 
     def fits(self, queries, k_slabs: Sequence, v_slabs: Sequence) -> bool:
         """The plan's slab count, the same slab shape and dtype, the same query shape (O(1))."""
@@ -165,20 +157,33 @@ class CudaTableLaunch:
         """Launch on one layer's refreshed table; returns the attention output shaped like ``queries``."""
         import mlx.core as mx
 
-        from pool.kernels.paged_decode_cuda import table_merged_kernel, table_pass1_kernel
+        from pool.kernels.paged_decode_cuda import merge_kernel, table_pass1_kernel
 
-        inputs = [queries, self.meta, table] if self.direct else [queries, self.meta, table, self.arrivals, self.after]
+        inputs = [queries, self.meta, table]
+        merge_out = [self.query_shape]
         if self.builds is None:
-            kernel = table_pass1_kernel(True) if self.direct else table_merged_kernel()
-            outs = kernel(inputs=inputs, template=self.template, grid=self.grid, threadgroup=(self.threads, 1, 1),
-                          output_shapes=self.out_shapes, output_dtypes=self.out_dtypes)
-        else:
-            outs = mx.fast.precompiled_cuda_kernel(name=self.first[0], compiled_source=self.first[1], inputs=inputs,
-                                                   output_shapes=self.out_shapes, output_dtypes=self.out_dtypes,
-                                                   scalars=[], grid=self.grid, threadgroup=(self.threads, 1, 1),
-                                                   ensure_row_contiguous=True)
-        self.after = outs[-1]
-        return outs[-1]
+            outs = table_pass1_kernel(self.direct)(inputs=inputs, template=self.template, grid=self.grid,
+                                                   threadgroup=(self.threads, 1, 1), output_shapes=self.out_shapes,
+                                                   output_dtypes=self.out_dtypes)
+            if self.direct:
+                return outs[0]
+            (out,) = merge_kernel()(
+                inputs=list(outs), template=[("T", queries.dtype), ("HEAD_DIM", self.head_dim)],
+                grid=self.merge_grid, threadgroup=(self.head_dim, 1, 1), output_shapes=merge_out,
+                output_dtypes=[queries.dtype])
+            return out
+        outs = mx.fast.precompiled_cuda_kernel(name=self.first[0], compiled_source=self.first[1], inputs=inputs,
+                                               output_shapes=self.out_shapes, output_dtypes=self.out_dtypes,
+                                               scalars=[], grid=self.grid, threadgroup=(self.threads, 1, 1),
+                                               ensure_row_contiguous=True)
+        if self.direct:
+            return outs[0]
+        (out,) = mx.fast.precompiled_cuda_kernel(name=self.merge[0], compiled_source=self.merge[1],
+                                                 inputs=list(outs), output_shapes=merge_out,
+                                                 output_dtypes=[queries.dtype], scalars=[self.plan.num_splits],
+                                                 grid=self.merge_grid, threadgroup=(self.head_dim, 1, 1),
+                                                 ensure_row_contiguous=True)
+        return out
 
 
 class CudaTableKernel:

@@ -255,32 +255,3 @@ def test_table_route_launch_takes_three_inputs_and_orders_after_the_writes(tmp_p
     assert decode["inputs"][2] is outputs[0][0] and len(decode["inputs"]) == 3
     assert update["inputs"][0] is layer0_table  # copy the previous table, overwrite the written entries
     assert update["scalars"] == [2 * table_capacity(count)] * 2
-
-
-def test_table_route_splits_are_one_launch_that_merges_and_runs_after_the_previous_one(tmp_path, monkeypatch):
-    """Several splits on the table route: one launch per layer (no merge pass), the merged variant, inputs queries,
-    meta, table, the launch's arrival counts (one array for every layer of the plan, [B * n_kv] uint32) and the
-    previous launch's output (what orders the launches that share the counts), outputs the partials and the
-    attention output, which is what the call returns."""
-    import mlx.core as mx
-
-    from pool.kernels import paged_decode_cuda as cu
-    from pool.kernels.paged_decode import fused_decode, plan_for_pool
-
-    calls, outputs = _table_route_recorder(tmp_path, monkeypatch)
-    cu.launch_binaries.cache_clear()
-    pool = _bf16_pool([300, 700], 4)
-    queries = mx.zeros((2, 4, 1, 64), dtype=mx.bfloat16)
-    plan, launches = plan_for_pool(pool, [0, 1], scale=0.125, num_splits=3), {}
-    returned = [fused_decode(pool, layer, [0, 1], queries, scale=0.125, backend="cuda", plan=plan,
-                             launches=launches) for layer in (0, 1)]
-    decodes = [(c, o) for c, o in zip(calls, outputs) if not c["name"].startswith("ssp_pd_table_w")]
-    assert [c["name"].split("_")[2] for c, _ in decodes] == ["merged", "merged"]  # no merge pass
-    (first, first_out), (second, second_out) = decodes
-    assert first["output_shapes"] == [(2, 4, 3, 64), (2, 4, 3, 2), (2, 4, 1, 64)]
-    assert first["output_dtypes"] == [mx.float32, mx.float32, mx.bfloat16] and first["grid"] == (cu.THREADS * 3, 2, 2)
-    arrivals = first["inputs"][3]
-    assert len(first["inputs"]) == 5 and arrivals.dtype == mx.uint32 and tuple(arrivals.shape) == (2 * 2,)
-    assert not mx.any(arrivals).item() and second["inputs"][3] is arrivals
-    assert first["inputs"][4] is queries and second["inputs"][4] is first_out[2]
-    assert returned[0] is first_out[2] and returned[1] is second_out[2]

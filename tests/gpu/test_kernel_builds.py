@@ -32,11 +32,11 @@ def _nvrtc():
 
 @pytest.mark.parametrize("dtype, head_dim, group, unroll", [("bfloat16", 128, 2, 8), ("float16", 64, 4, 4),
                                                              ("bfloat16", 64, 8, 2)])
-@pytest.mark.parametrize("kind", ["direct", "split", "merge", "merged"])
+@pytest.mark.parametrize("kind", ["direct", "split", "merge"])
 def test_standalone_variants_compile_without_headers_or_spills(dtype, head_dim, group, unroll, kind):
     nvrtc = _nvrtc()
     variant = CudaVariant(kind, dtype, head_dim, group, n_kv=2, block_size=32, unroll=unroll,
-                          num_slabs=0 if kind in ("merge", "merged") else 12)
+                          num_slabs=0 if kind == "merge" else 12)
     name, text = source(variant)
     assert "#include" not in text and f'extern "C" __global__ void {name}(' in text
     text += f"\n// {uuid.uuid4().hex}\n"  # a source new to the process (no cache of any kind can answer)
@@ -208,8 +208,7 @@ def test_warmup_builds_the_table_route_once_for_any_slab_count(tmp_path):
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["route"] == "slab table" and report["buckets"] == []
-    # direct and merged first passes, 7 update widths, gather, write
-    assert report["variants"] == report["compiled"] == 2 + 7 + 2 and report["failed"] == 0
+    assert report["variants"] == report["compiled"] == 3 + 7 + 2 and report["failed"] == 0  # 7 update widths, gather, write
 
 
 def test_prefetch_builds_larger_buckets_first_and_drops_the_ones_the_pool_passed(tmp_path, monkeypatch):
@@ -241,9 +240,9 @@ def test_prefetch_builds_larger_buckets_first_and_drops_the_ones_the_pool_passed
 
 
 def test_table_route_needs_one_set_of_variants_at_every_slab_count(tmp_path, monkeypatch):
-    """The table route (default): readiness asks for the same kernels at 1, 33 and 4,000 slabs (the direct pass and
-    the split pass that merges its own splits, without a slab-count constant, one table update per write bucket,
-    the table gather and write), all of them compile."""
+    """The table route (default): readiness asks for the same kernels at 1, 33 and 4,000 slabs (both first passes
+    without a slab-count constant, the merge, one table update per write bucket, the table gather and write), all of
+    them compile."""
     monkeypatch.delenv("SLABSCOPE_SLAB_TABLE", raising=False)
     builds = KernelBuilds(90, cache=KernelCache(str(tmp_path)), nvrtc=_nvrtc())
     assert builds.pending_reason(GEOMETRY, 33) in (None, "kernel for 33 slabs compiling")
@@ -253,20 +252,18 @@ def test_table_route_needs_one_set_of_variants_at_every_slab_count(tmp_path, mon
     for count in (1, 33, 4000):
         assert builds.pending_reason(GEOMETRY, count) is None
     assert GEOMETRY.launch_variants(1, True) == GEOMETRY.launch_variants(4000, True) == variants
-    assert {v.kind for v in variants} == {"direct", "merged", "table", "gather", "write"}
-    assert all(v.num_slabs == 0 for v in variants if v.kind in ("direct", "merged"))
-    merged = source(GEOMETRY.merged_variant())[1]
-    assert "const unsigned int* arrivals" in merged and "atomicAdd(arrival, 1u)" in merged
+    assert {v.kind for v in variants} == {"direct", "split", "merge", "table", "gather", "write"}
+    assert all(v.num_slabs == 0 for v in variants if v.kind in ("direct", "split"))
     direct = source(variants[0])[1]
     assert "NUM_SLABS" not in direct and "const unsigned long long* slab_table" in direct and " k0" not in direct
     assert builds.stats()["variants_ready"] == len(variants)
 
 
-@pytest.mark.parametrize("kind", ["direct", "split", "merge", "merged"])
+@pytest.mark.parametrize("kind", ["direct", "split", "merge"])
 def test_rendered_sources_have_no_placeholder_left(kind):
     import re
 
-    text = source(CudaVariant(kind, "float16", 64, 4, 2, 16, 4, 0 if kind in ("merge", "merged") else 20))[1]
-    assert not re.search(r"\{(num_splits|slab_setup|epilogue|tail)\}", text)
+    text = source(CudaVariant(kind, "float16", 64, 4, 2, 16, 4, 0 if kind == "merge" else 20))[1]
+    assert not re.search(r"\{(num_splits|slab_setup|epilogue)\}", text)
     if kind == "merge":
         assert "const int num_splits = num_splits_arg;" in text

@@ -126,10 +126,10 @@ def test_fused_long_chunks(num_splits):
            num_splits=num_splits)
 
 
-def test_many_split_launches_in_one_graph_each_merge_their_own_splits():
-    """On CUDA's table route a split launch merges its own splits through arrival counts that one prepared launch
-    shares across calls (each call sets them back to zero and runs after the previous one): 30 calls built
-    before anything is evaluated, each on other queries, each equal to its own gather + SDPA reference."""
+def test_many_split_launches_in_one_graph():
+    """One prepared launch (``launches``) serving 30 calls that are all built before anything is evaluated, each on
+    other queries and with several splits: each equals its own gather + SDPA reference (a launch's partials and
+    output are its own; 6446b7a's one-launch design shared arrival counts across such calls)."""
     from pool.kernels.paged_decode import fused_decode, gather_decode, plan_for_pool
     from pool.kernels.workbench import fill_pool, random_queries
 

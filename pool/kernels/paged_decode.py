@@ -68,48 +68,23 @@ def table_kernel(backend: str):
     return kernel
 
 
-# ``launches`` entries besides the prepared launches (keyed by kernel name or backend): what a step's first layer
-# looked up for the others (a decode step calls ``fused_decode`` once per layer, ~28 times, on one dict)
-_ROUTE_KEY = "table route of"     # (key, backend) -> the backend's table kernel, or None (the per-slab route)
-_TABLES_KEY = "slab tables of"    # (key, kernel name) -> (storage, its SlabTables)
-
-
 def table_decode(kernel, pool, layer: int, queries, plan: DecodePlan, meta=None, launches: dict | None = None):
     """The table route: refresh the layer's slab table (``slab_table.SlabTables``, kept in the pool's storage),
-    then launch with the step's prepared launch (made at the first layer, kept in ``launches`` with the storage's
-    tables). Mutates the table state and ``launches``; reads the pool."""
+    then launch with the step's prepared launch (made at the first layer, kept in ``launches``). Mutates the
+    table state and ``launches``; reads the pool."""
+    from pool.kernels.slab_table import slab_tables
+
     keys, values = pool.slabs(layer)
     launches = {} if launches is None else launches
     launch = launches.get(kernel.name)
     if launch is None or launch.plan is not plan or not launch.fits(queries, keys, values):
         launch = launches[kernel.name] = kernel.prepare(queries, keys, values, plan, meta)
     storage = pool.storage
-    found = launches.get((_TABLES_KEY, kernel.name))
-    if found is None or found[0] is not storage:
-        found = launches[(_TABLES_KEY, kernel.name)] = (storage, _storage_tables(kernel, storage, keys))
-    return launch(queries, found[1].table(storage, layer))
-
-
-def _storage_tables(kernel, storage, keys):
-    """The storage's ``SlabTables`` for ``kernel`` (made on first use, with the writer for the slabs' dtype)."""
-    from pool.kernels.slab_table import slab_tables
-
     tables = storage.kernel_state.get(kernel.name)
     if tables is None:
         dtype = str(keys[0].dtype).rsplit(".", 1)[-1]
         tables = slab_tables(storage, kernel.name, lambda: kernel.writer(dtype))
-    return tables
-
-
-def _step_table_kernel(backend: str, launches: dict | None):
-    """``table_kernel(backend)``, asked once per ``launches`` dict (one decode step): the route (the environment
-    switch, the registry) is the one its first layer found."""
-    if launches is None:
-        return table_kernel(backend)
-    key = (_ROUTE_KEY, backend)
-    if key not in launches:
-        launches[key] = table_kernel(backend)
-    return launches[key]
+    return launch(queries, tables.table(storage, layer))
 
 
 def fused_decode(pool, layer: int, seq_ids: Sequence[int], queries, *, scale: float, backend: str,
@@ -120,9 +95,8 @@ def fused_decode(pool, layer: int, seq_ids: Sequence[int], queries, *, scale: fl
     ``launches``: the caller's dict for that plan (kept for one step); on CUDA it holds the launch prepared at the
     plan's first layer (``CudaTableLaunch``, or ``CudaLaunch`` on the per-slab route), reused by each later layer
     (slab count, shapes, dtype: checked). CUDA reads the slabs through the layer's slab table
-    (pool/kernels/slab_table.py) unless SLABSCOPE_SLAB_TABLE=0 (read at a step's first layer: ``launches`` keeps
-    the route it found for the others)."""
-    kernel = _step_table_kernel(backend, launches)
+    (pool/kernels/slab_table.py) unless SLABSCOPE_SLAB_TABLE=0."""
+    kernel = table_kernel(backend)
     if kernel is not None:
         plan = plan_for_pool(pool, seq_ids, scale=scale) if plan is None else plan
         return table_decode(kernel, pool, layer, queries, plan, meta, launches)

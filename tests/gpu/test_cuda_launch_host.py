@@ -255,37 +255,3 @@ def test_table_route_launch_takes_three_inputs_and_orders_after_the_writes(tmp_p
     assert decode["inputs"][2] is outputs[0][0] and len(decode["inputs"]) == 3
     assert update["inputs"][0] is layer0_table  # copy the previous table, overwrite the written entries
     assert update["scalars"] == [2 * table_capacity(count)] * 2
-
-
-def test_a_step_looks_its_route_up_once_and_never_reads_another_storages_tables(tmp_path, monkeypatch):
-    """``fused_decode``'s ``launches`` dict (one decode step) keeps what its first layer looked up: the route
-    (SLABSCOPE_SLAB_TABLE switched off mid-step changes nothing until a new step) and the storage's slab tables,
-    which a call on another pool's storage never gets (its decode reads the table made from its own slabs)."""
-    import mlx.core as mx
-
-    from pool.kernels.paged_decode import fused_decode, plan_for_pool
-
-    calls, outputs = _table_route_recorder(tmp_path, monkeypatch)
-    queries = mx.zeros((2, 4, 1, 64), dtype=mx.bfloat16)
-    first, second = _bf16_pool([40, 70], 4), _bf16_pool([40, 70], 4)
-    launches = {}
-
-    def decode(pool, layer):
-        plan = plans.setdefault(id(pool), plan_for_pool(pool, [0, 1], scale=0.125))
-        fused_decode(pool, layer, [0, 1], queries, scale=0.125, backend="cuda", plan=plan, launches=launches)
-        return calls[-1], outputs[-2][0] if calls[-2]["name"].startswith("ssp_pd_table_w") else None
-
-    plans = {}
-    decode(first, 0)
-    monkeypatch.setenv("SLABSCOPE_SLAB_TABLE", "0")
-    call, _ = decode(first, 1)
-    assert call["name"].startswith("ssp_pd_direct_s0_") and len(call["inputs"]) == 3  # still the table route
-    call, made = decode(second, 0)
-    keys, _ = second.slabs(0)
-    update = calls[-2]
-    assert update["name"].startswith("ssp_pd_table_w") and [id(a) for a in update["inputs"][2:2 + len(keys)]] == \
-        [id(k) for k in keys]
-    assert call["inputs"][2] is made  # the second pool's own table
-    launches, plans = {}, {}
-    call, _ = decode(first, 0)
-    assert not call["name"].startswith("ssp_pd_direct_s0_")  # a new step reads the switch again: per-slab inputs

@@ -59,6 +59,7 @@ class BenchConfig(BenchWorkload):
     shrink_budget: int | None = None   # bytes a shrink point may move (None: the pool's default)
     open_blocks: str = "auto"          # pool engines' open-block rows (RunSpec.open_blocks)
     prefill_batch_tokens: int | None = None  # slabscope engines' prefill step budget (None: the device's default)
+    slab_blocks: int | None = None     # rows per slab (None: the scenario's, else the pool's default)
 
     def __post_init__(self) -> None:
         check_engines(self.engines, ENGINES)
@@ -68,7 +69,8 @@ class BenchConfig(BenchWorkload):
 
         # the slabscope engines' run parameters, refused before any engine runs (RunSpec's own checks)
         RunSpec(cache_limit=self.cache_limit, prefill_trim=self.prefill_trim, prefill_inflight=self.prefill_inflight,
-                shrink=self.shrink, shrink_budget=self.shrink_budget, open_blocks=self.open_blocks)
+                shrink=self.shrink, shrink_budget=self.shrink_budget, open_blocks=self.open_blocks,
+                slab_blocks=self.slab_blocks)
 
 
 def run_engine(engine: str, config: BenchConfig, loaded, requests) -> dict:
@@ -107,7 +109,7 @@ def _slabscope_run(backend: str, config: BenchConfig, loaded) -> dict:
                    cache_limit=config.cache_limit, prefill_trim=config.prefill_trim,
                    prefill_inflight=config.prefill_inflight, shrink=config.shrink,
                    shrink_budget=config.shrink_budget, open_blocks=config.open_blocks,
-                   prefill_batch_tokens=config.prefill_batch_tokens)
+                   prefill_batch_tokens=config.prefill_batch_tokens, slab_blocks=config.slab_blocks)
     events: list = []
     summary = run_workload(spec, events.append, loaded=loaded)
     decode = [e.wall_s for e in events if isinstance(e, Step) and e.type == "decode"]
@@ -319,7 +321,8 @@ def format_report(result: dict) -> str:
              + (f"; MLX cache limit {config['cache_limit']} B" if config.get("cache_limit") is not None else "")
              + (f"; prefill in flight <= {config['prefill_inflight'] / 2**20:,.0f} MiB above weights + K/V "
                 "(slabscope engines)"
-                if config.get("prefill_inflight") is not None else "")]
+                if config.get("prefill_inflight") is not None else "")
+             + (f"; {config['slab_blocks']} rows per slab" if config.get("slab_blocks") is not None else "")]
     lines.append(prefill_batch_note(config, result["device"]))
     lines.append(rehearsal_note(result))
     for title, stats in (("warm (one process, median [min-max])", result["warm"]),

@@ -29,6 +29,9 @@ def add_arguments(p) -> None:
     p.add_argument("--prefill-batch-tokens", type=non_negative_int, default=None,
                    help="slabscope engines: tokens a prefill step may batch over sequences at the same chunk "
                         "(default: 8192 on a GPU, 0 on a CPU: one sequence per step)")
+    p.add_argument("--slab-blocks", type=positive_int, default=None,
+                   help="rows per slab of the pool engines (default: the scenario's, else 32); every slabscope "
+                        "engine's prefill chunk is at least one slab's tokens, so it may change dense's chunk too")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object (progress still on stderr)")
 
@@ -41,7 +44,7 @@ def main(args) -> int:
                              seed=args.seed, cache_limit=args.cache_limit, prefill_trim=args.prefill_trim,
                              prefill_inflight=args.prefill_inflight,
                              shrink=args.shrink, shrink_budget=args.shrink_budget, open_blocks=args.open_blocks,
-                             prefill_batch_tokens=args.prefill_batch_tokens)
+                             prefill_batch_tokens=args.prefill_batch_tokens, slab_blocks=args.slab_blocks)
     except ValueError as exc:  # ScenarioError too
         print(f"slabscope bench throughput: {exc}", file=sys.stderr)
         return 2

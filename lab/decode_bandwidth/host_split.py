@@ -10,6 +10,10 @@ decode`'s loop (async_eval per call, one eval per ``--inner`` calls), for
 Rounds interleave the methods; printed: median [range] over rounds of each round's median.
 
     PYTHONPATH=. python3 -m lab.decode_bandwidth.host_split [--batch 1] [--context 16384] [--rounds 5]
+
+``--emulate-cuda`` runs it on a CPU (app/bench/host_emulation.py: float32, MLX's kernel call replaced by zero-filled
+outputs): only the build column means anything there, and only for our Python (the ``fused`` - ``launch``
+difference); ``sdpa`` and the walls are the CPU's. An emulation, and said so in its output.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ def methods(args, mx):
     from pool.kernels.paged_decode import fused_decode, plan_for_pool, table_kernel
     from pool.kernels.slab_table import slab_tables
 
-    cell_args = SimpleNamespace(n_kv_heads=8, head_dim=128, dtype="bfloat16", layout="multi", block_size=32,
+    dtype = "float32" if args.emulate_cuda else "bfloat16"
+    cell_args = SimpleNamespace(n_kv_heads=8, head_dim=128, dtype=dtype, layout="multi", block_size=32,
                                 slab_blocks=32, n_q_heads=16)
     pool, ids, q, k, v = _cell_inputs(cell_args, mx, args.batch, args.context, 1)[0]
     scale = 128 ** -0.5
@@ -42,8 +47,9 @@ def methods(args, mx):
     direct = kernel.prepare(q, keys, values, one, mx.array(one.meta))
     launches: dict = {}
     mx.eval(fused_decode(pool, 0, ids, q, scale=scale, backend="cuda", plan=plan, meta=meta, launches=launches))
-    table = slab_tables(pool.storage, kernel.name, lambda: kernel.writer("bfloat16")).table(pool.storage, 0)
-    print(f"B={args.batch} context={args.context}: {plan.num_splits} splits, {pool.num_slabs()} slabs")
+    table = slab_tables(pool.storage, kernel.name, lambda: kernel.writer(dtype)).table(pool.storage, 0)
+    print(f"B={args.batch} context={args.context}: {plan.num_splits} splits, {pool.num_slabs()} slabs"
+          + (" (CPU emulation of the CUDA route: build column only)" if args.emulate_cuda else ""))
     return {
         "fused": lambda: fused_decode(pool, 0, ids, q, scale=scale, backend="cuda", plan=plan, meta=meta,
                                       launches=launches),
@@ -82,7 +88,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--inner", type=int, default=10)
+    parser.add_argument("--emulate-cuda", action="store_true", help="the CUDA route's host side on a CPU")
     args = parser.parse_args()
+    if args.emulate_cuda:
+        from app.bench.host_emulation import install
+        from app.models.blas import enable_openblas
+
+        enable_openblas()
+        install("float32", 128)
     import mlx.core as mx
 
     fns = methods(args, mx)

@@ -124,3 +124,33 @@ def test_the_rehearsal_note_reads_the_warm_rounds_when_no_fresh_process_ran():
               "fresh": {}}
     note = rehearsal_note(result)
     assert "warm rounds: median 0.35 s, 0.20-0.50 s" in note and "fresh processes" not in note
+
+
+def test_slab_blocks_reach_the_pool_engines_run_and_the_report(monkeypatch, capsys):
+    """``--slab-blocks`` is the slabscope engines' rows per slab (their RunSpec), said in the report's first line;
+    a value that is not a positive int is refused in one line before anything runs."""
+    import app.workloads.runner as runner
+    from app.cli import main
+
+    specs = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(spec, sink, loaded=None):
+        specs.append(spec)
+        raise Stop
+
+    monkeypatch.setattr(runner, "run_workload", capture)
+    config = throughput.BenchConfig(engines=("slab",), rounds=1, fresh_rounds=0, slab_blocks=128)
+    with pytest.raises(Stop):
+        throughput._slabscope_run("slab", config, loaded=None)
+    assert specs[0].slab_blocks == 128 and specs[0].backend == "slab"
+    result = {"config": {**config.__dict__, "engines": list(config.engines)}, "device": "Device(cpu, 0)",
+              "mlx": "0", "warm": {}, "fresh_stats": {}, "verdicts": {}, "rounds": {}, "warmup_round": {},
+              "fresh": {}}
+    monkeypatch.setattr(throughput, "rehearsal_note", lambda result: "")
+    assert "; 128 rows per slab" in throughput.format_report(result).splitlines()[0]
+    assert main(["bench", "throughput", "--slab-blocks", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--slab-blocks" in err and len(err.strip().splitlines()) == 1 and not specs[1:]

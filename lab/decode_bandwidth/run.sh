@@ -7,7 +7,7 @@
 # BASE: a copy of the older tree's pool/ app/ probes/ (e.g. `git archive 945fea6 pool app probes | tar -x -C DIR`).
 # PART=tests: the kernel's GPU tests; bench: ROUNDS rounds (default 5) of (base, base with --min-chunk-tokens 1024,
 # this tree), order rotating, then the summary table (summarize.py); host: where a B=1 and a B=8 call's time goes
-# (host_split.py). Raw JSON in $OUT (default /tmp/decode_bandwidth).
+# (host_split.py) and what each launch costs (launch_cost.py). Raw JSON in $OUT (default /tmp/decode_bandwidth).
 set -u
 OUT=${OUT:-/tmp/decode_bandwidth}
 mkdir -p "$OUT"
@@ -38,5 +38,6 @@ case "${PART:-bench}" in
   host)
     for batch in 1 8; do
       PYTHONPATH=. timeout 200 python3 -m lab.decode_bandwidth.host_split --batch "$batch" --rounds 5
+      PYTHONPATH=. timeout 200 python3 -m lab.decode_bandwidth.launch_cost --batch "$batch" --rounds 5
     done ;;
 esac

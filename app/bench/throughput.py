@@ -33,6 +33,29 @@ from app.workloads.inflight_bound import DEFAULT_ALLOWANCE as DEFAULT_INFLIGHT
 
 ENGINES = ("dense", "slab", "monolithic", "mlx_lm")
 DEFAULT_ENGINES = ("dense", "slab", "mlx_lm")
+POOL_ENGINES = ("slab", "monolithic")  # may carry their own rows per slab: "slab:128" (``engine_parts``)
+
+
+def engine_parts(engine: str) -> tuple[str, int | None]:
+    """(backend, rows per slab or None) of an engine name: ``slab``, ``slab:128`` (a pool engine at its own rows
+    per slab, so two sizes run interleaved in one bench), ``dense``, ``mlx_lm``. ValueError (one line) otherwise."""
+    backend, sep, rows = engine.partition(":")
+    if not sep:
+        return engine, None
+    if backend not in POOL_ENGINES or not rows.isdigit() or int(rows) < 1 or rows != str(int(rows)):
+        raise ValueError(f"engine {engine!r}: only {' and '.join(POOL_ENGINES)} take rows per slab, as NAME:ROWS "
+                         "with ROWS a positive int (e.g. slab:128)")
+    return backend, int(rows)
+
+
+def check_bench_engines(engines: tuple) -> None:
+    """ValueError (one line) unless every engine is known (``engine_parts``) and none is named twice."""
+    for engine in engines:
+        engine_parts(engine)
+    check_engines(tuple(engine_parts(e)[0] for e in engines), ENGINES)
+    repeated = sorted({e for e in engines if engines.count(e) > 1})
+    if repeated:
+        raise ValueError(f"engine(s) named twice: {', '.join(repeated)}")
 METRICS = {  # name -> (label, higher is better)
     "tok_s": ("wall tok/s", True),
     "prefill_tok_s": ("prefill tok/s", True),
@@ -62,7 +85,7 @@ class BenchConfig(BenchWorkload):
     slab_blocks: int | None = None     # rows per slab (None: the scenario's, else the pool's default)
 
     def __post_init__(self) -> None:
-        check_engines(self.engines, ENGINES)
+        check_bench_engines(self.engines)
         if self.rounds < 1 or self.fresh_rounds < 0:
             raise ValueError("rounds must be >= 1 and fresh_rounds >= 0")
         from app.workloads.spec import RunSpec
@@ -99,17 +122,19 @@ def _figures(tok_s, prefill_tok_s, steps: list[float], first: float | None, foot
             "footprint_mib": footprint / 2**20 if footprint else None}
 
 
-def _slabscope_run(backend: str, config: BenchConfig, loaded) -> dict:
+def _slabscope_run(engine: str, config: BenchConfig, loaded) -> dict:
     from app.workloads.runner import run_workload
     from app.workloads.spec import RunSpec
     from probes.events import Step
 
+    backend, rows = engine_parts(engine)
     spec = RunSpec(scenario=config.scenario, backend=backend, model=config.model, dtype=config.dtype,
                    device=config.device, overrides=dict(config.overrides), seed=config.seed,
                    cache_limit=config.cache_limit, prefill_trim=config.prefill_trim,
                    prefill_inflight=config.prefill_inflight, shrink=config.shrink,
                    shrink_budget=config.shrink_budget, open_blocks=config.open_blocks,
-                   prefill_batch_tokens=config.prefill_batch_tokens, slab_blocks=config.slab_blocks)
+                   prefill_batch_tokens=config.prefill_batch_tokens,
+                   slab_blocks=rows if rows is not None else config.slab_blocks)
     events: list = []
     summary = run_workload(spec, events.append, loaded=loaded)
     decode = [e.wall_s for e in events if isinstance(e, Step) and e.type == "decode"]

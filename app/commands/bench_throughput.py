@@ -30,8 +30,9 @@ def add_arguments(p) -> None:
                    help="slabscope engines: tokens a prefill step may batch over sequences at the same chunk "
                         "(default: 8192 on a GPU, 0 on a CPU: one sequence per step)")
     p.add_argument("--slab-blocks", type=positive_int, default=None,
-                   help="rows per slab of the pool engines (default: the scenario's, else 32); the prefill chunk "
-                        "follows it only under SLABSCOPE_PREFILL_CHUNK_POLICY=slab, for every engine alike")
+                   help="rows per slab of the pool engines (default: the scenario's, else 32; an engine named "
+                        "slab:ROWS runs at its own, e.g. --engines slab,slab:128,dense); the prefill chunk follows "
+                        "it only under SLABSCOPE_PREFILL_CHUNK_POLICY=slab, for every engine alike")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object (progress still on stderr)")
 

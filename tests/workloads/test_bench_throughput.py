@@ -154,3 +154,35 @@ def test_slab_blocks_reach_the_pool_engines_run_and_the_report(monkeypatch, caps
     assert main(["bench", "throughput", "--slab-blocks", "0"]) == 2
     err = capsys.readouterr().err
     assert "--slab-blocks" in err and len(err.strip().splitlines()) == 1 and not specs[1:]
+
+
+def test_an_engine_named_slab_rows_runs_the_pool_at_its_own_rows_per_slab(monkeypatch):
+    """``--engines slab,slab:128,dense``: two slab sizes interleaved in one bench, each its own engine (rounds,
+    stats, verdicts by name); ``slab:128`` runs the slab pool at 128 rows whatever ``--slab-blocks`` says, plain
+    ``slab`` at ``--slab-blocks``. Sizes only on pool engines, positive ints, no engine named twice: one line."""
+    import app.workloads.runner as runner
+
+    specs = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(spec, sink, loaded=None):
+        specs.append(spec)
+        raise Stop
+
+    monkeypatch.setattr(runner, "run_workload", capture)
+    config = throughput.BenchConfig(engines=("slab", "slab:128", "monolithic:8", "dense"), rounds=1, fresh_rounds=0,
+                                    slab_blocks=16)
+    for engine in ("slab", "slab:128", "monolithic:8"):
+        with pytest.raises(Stop):
+            throughput._slabscope_run(engine, config, loaded=None)
+    assert [(s.backend, s.slab_blocks) for s in specs] == [("slab", 16), ("slab", 128), ("monolithic", 8)]
+    assert throughput.engine_parts("mlx_lm") == ("mlx_lm", None)
+    for engines, said in ((("dense:4",), "only slab and monolithic take rows per slab"),
+                          (("slab:0",), "ROWS a positive int"), (("slab:08",), "ROWS a positive int"),
+                          (("slab:x",), "ROWS a positive int"), (("slab", "slab"), "named twice: slab"),
+                          (("slab:128", "slab:128"), "named twice: slab:128"), (("vllm",), "unknown engine")):
+        with pytest.raises(ValueError, match=said) as caught:
+            throughput.BenchConfig(engines=engines, rounds=1, fresh_rounds=0)
+        assert "\n" not in str(caught.value)

@@ -122,7 +122,12 @@ def test_ctrl_c_stops_between_two_files_with_one_line(tmp_path, command):
     root = tmp_path / "big"
     make_folder(root, 600)
     extra = ["--out", str(tmp_path / "report")] if command == "report" else []
-    proc = subprocess.Popen([sys.executable, "-m", "app", command, str(root), *extra], cwd=ROOT,
+    # Ctrl-C as a terminal delivers it: the command starts with Python's own SIGINT handler whatever this test
+    # process inherited (a runner that ignores SIGINT passes SIG_IGN to its children, and Python then installs none)
+    argv = ["app", command, str(root), *extra]
+    launcher = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                f"sys.argv = {argv!r}; runpy.run_module('app', run_name='__main__', alter_sys=True)")
+    proc = subprocess.Popen([sys.executable, "-c", launcher], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     first = threading.Event()

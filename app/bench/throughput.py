@@ -56,6 +56,8 @@ def check_bench_engines(engines: tuple) -> None:
     repeated = sorted({e for e in engines if engines.count(e) > 1})
     if repeated:
         raise ValueError(f"engine(s) named twice: {', '.join(repeated)}")
+
+
 METRICS = {  # name -> (label, higher is better)
     "tok_s": ("wall tok/s", True),
     "prefill_tok_s": ("prefill tok/s", True),

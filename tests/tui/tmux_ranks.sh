@@ -32,12 +32,14 @@ tmux resize-window -t "$SESSION" -x 130 -y 40 2>/dev/null  # a tmux server start
 wait_for "Memory  Slabs" 30
 wait_for "slab r1 ●" 150
 tmux send-keys -t "$SESSION" 8
-wait_for "slab: 2 ranks via mlx.launch (ring)  clock bound" 10
-wait_for "r1 ● " 10
-wait_for "max/min" 10
+# bounds only end a hang (wait_for polls): 30 s, as a loaded 2-core runner redrawing two growing ranks has taken
+# more than 10 s to answer a key
+wait_for "slab: 2 ranks via mlx.launch (ring)  clock bound" 30
+wait_for "r1 ● " 30
+wait_for "max/min" 30
 tmux send-keys -t "$SESSION" 2
 tmux send-keys -t "$SESSION" w
-wait_for "slab r1 (slab) @" 10
+wait_for "slab r1 (slab) @" 30
 tmux send-keys -t "$SESSION" q
 wait_gone 20
 if ! wait_no_process "$WORK/ranks-" 60; then  # polls until none is left; the bound only ends a hang

@@ -193,7 +193,9 @@ def test_killing_one_rank_leaves_every_file_readable_and_stops_the_other(tmp_pat
 def test_a_hung_rank_is_detected_by_the_watchdog_not_waited_on(tmp_path):
     """SIGSTOP keeps the peer's socket open, so no collective errors out: only the watchdog can end rank 0, and
     the parent ends the launcher, which would otherwise wait on the stopped rank forever."""
-    proc = _start_long_record(tmp_path, "--peer-timeout", "2")
+    # 10 s, not less: the watchdog counts from the rank's start, and on a loaded 2-core runner a healthy rank has
+    # gone 2 s without a step before its first (rank 0 then stopped before the test could stop rank 1)
+    proc = _start_long_record(tmp_path, "--peer-timeout", "10")
     pid = _pid_once_running(tmp_path / "churn-slab-rank1.slabrec", proc)
     try:
         os.kill(pid, signal.SIGSTOP)
@@ -206,5 +208,5 @@ def test_a_hung_rank_is_detected_by_the_watchdog_not_waited_on(tmp_path):
     assert proc.returncode == 1, text
     r0 = Session.open(tmp_path / "churn-slab-rank0.slabrec")
     assert r0.complete and "no progress for" in r0.summary.summary["error"]
-    assert "peer timeout 2 s" in text and "ranks still running" in text
+    assert "peer timeout 10 s" in text and "ranks still running" in text
     Session.open(tmp_path / "churn-slab-rank1.slabrec")  # readable

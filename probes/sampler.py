@@ -28,10 +28,11 @@ is not resident):
 
 Cost (what one sample reads; ``slabscope bench probes`` measures the effect on throughput): three MLX counter
 reads (no device synchronisation: they read the allocator's counters), RSS from ``/proc/self/statm`` through a
-descriptor kept open (one ``pread``, ~2 us; psutil's ``memory_info`` costs ~20 us), and the system's available
-memory at most once per ``SYS_AVAILABLE_PERIOD_S`` (psutil parses /proc/meminfo, ~50 us; between reads a sample
-carries the last value). At 100 Hz that is ~10 us per sample instead of ~75 us, in the probe thread, which holds
-the GIL against the workload's host-bound decode loop for exactly that long.
+descriptor kept open (one ``pread``, ~3 us of CPU: lab/probe_cost/rss_read.py; psutil's ``memory_info`` costs ~20
+us), and the system's available memory at most once per ``SYS_AVAILABLE_PERIOD_S`` (psutil parses /proc/meminfo,
+~50 us; between reads a sample carries the last value). At 100 Hz that is ~10 us per sample instead of ~75 us,
+taken on the workload thread at a step boundary (the probe thread samples only a stalled workload: probes/live.py),
+so a sample holds the workload's host-bound decode loop for exactly that long.
 """
 
 from __future__ import annotations

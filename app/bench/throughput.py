@@ -50,8 +50,6 @@ def engine_parts(engine: str) -> tuple[str, int | None]:
 
 def check_bench_engines(engines: tuple) -> None:
     """ValueError (one line) unless every engine is known (``engine_parts``) and none is named twice."""
-    for engine in engines:
-        engine_parts(engine)
     check_engines(tuple(engine_parts(e)[0] for e in engines), ENGINES)
     repeated = sorted({e for e in engines if engines.count(e) > 1})
     if repeated:

@@ -28,34 +28,46 @@ def _span(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} [{min(values):.1f}-{max(values):.1f}]"
 
 
-def methods(args, mx):
+def table_cell(batch: int, context: int, dtype: str, mx) -> SimpleNamespace:
+    """One `bench decode` cell on the table route (16 query heads on 8 KV heads, head_dim 128, blocks of 32 tokens,
+    32 blocks a slab), its default plan, prepared launch and layer 0's slab table, after one fused call: pool, ids,
+    q, k, v (contiguous K/V for SDPA), scale, plan, meta, kernel, launch, launches, table. Shared with launch_cost.py."""
     from app.commands.bench_decode import _cell_inputs
     from pool.kernels.paged_decode import fused_decode, plan_for_pool, table_kernel
     from pool.kernels.slab_table import slab_tables
 
-    dtype = "float32" if args.emulate_cuda else "bfloat16"
     cell_args = SimpleNamespace(n_kv_heads=8, head_dim=128, dtype=dtype, layout="multi", block_size=32,
                                 slab_blocks=32, n_q_heads=16)
-    pool, ids, q, k, v = _cell_inputs(cell_args, mx, args.batch, args.context, 1)[0]
+    pool, ids, q, k, v = _cell_inputs(cell_args, mx, batch, context, 1)[0]
     scale = 128 ** -0.5
     plan = plan_for_pool(pool, ids, scale=scale)
     meta = mx.array(plan.meta)
-    one = plan_for_pool(pool, ids, scale=scale, num_splits=1)
     kernel = table_kernel("cuda")
     keys, values = pool.slabs(0)
     launch = kernel.prepare(q, keys, values, plan, meta)
-    direct = kernel.prepare(q, keys, values, one, mx.array(one.meta))
     launches: dict = {}
     mx.eval(fused_decode(pool, 0, ids, q, scale=scale, backend="cuda", plan=plan, meta=meta, launches=launches))
     table = slab_tables(pool.storage, kernel.name, lambda: kernel.writer(dtype)).table(pool.storage, 0)
-    print(f"B={args.batch} context={args.context}: {plan.num_splits} splits, {pool.num_slabs()} slabs"
+    return SimpleNamespace(pool=pool, ids=ids, q=q, k=k, v=v, scale=scale, plan=plan, meta=meta, kernel=kernel,
+                           launch=launch, launches=launches, table=table)
+
+
+def methods(args, mx):
+    from pool.kernels.paged_decode import fused_decode, plan_for_pool
+
+    cell = table_cell(args.batch, args.context, "float32" if args.emulate_cuda else "bfloat16", mx)
+    pool, ids, q, scale = cell.pool, cell.ids, cell.q, cell.scale
+    one = plan_for_pool(pool, ids, scale=scale, num_splits=1)
+    keys, values = pool.slabs(0)
+    direct = cell.kernel.prepare(q, keys, values, one, mx.array(one.meta))
+    print(f"B={args.batch} context={args.context}: {cell.plan.num_splits} splits, {pool.num_slabs()} slabs"
           + (" (CPU emulation of the CUDA route: build column only)" if args.emulate_cuda else ""))
     return {
-        "fused": lambda: fused_decode(pool, 0, ids, q, scale=scale, backend="cuda", plan=plan, meta=meta,
-                                      launches=launches),
-        "launch": lambda: launch(q, table),
-        "direct": lambda: direct(q, table),
-        "sdpa": lambda: mx.fast.scaled_dot_product_attention(q, k, v, scale=scale),
+        "fused": lambda: fused_decode(pool, 0, ids, q, scale=scale, backend="cuda", plan=cell.plan, meta=cell.meta,
+                                      launches=cell.launches),
+        "launch": lambda: cell.launch(q, cell.table),
+        "direct": lambda: direct(q, cell.table),
+        "sdpa": lambda: mx.fast.scaled_dot_product_attention(q, cell.k, cell.v, scale=scale),
     }
 
 
@@ -81,6 +93,23 @@ def wall_us(fn, mx, inner: int) -> float:
     return (time.perf_counter() - start) / inner * 1e6
 
 
+def time_calls(fns: dict, mx, *, rounds: int, calls: int = 50, inner: int = 10, title: str = "method") -> None:
+    """Warm each call up, then ``rounds`` interleaved rounds of (build_us over ``calls``, the median of 9 wall_us
+    over ``inner``) per call; prints the markdown table of median [range] over rounds. Shared with launch_cost.py."""
+    for fn in fns.values():  # warm-up: kernels loaded, buffers cached
+        for _ in range(3):
+            mx.eval(fn())
+    builds: dict = {name: [] for name in fns}
+    walls: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            builds[name].append(build_us(fn, mx, calls))
+            walls[name].append(statistics.median(wall_us(fn, mx, inner) for _ in range(9)))
+    print(f"| {title} | build us (host, no eval) | wall us per call |\n|---|---:|---:|")
+    for name in fns:
+        print(f"| {name} | {_span(builds[name])} | {_span(walls[name])} |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=1)
@@ -98,19 +127,7 @@ def main() -> int:
         install("float32", 128)
     import mlx.core as mx
 
-    fns = methods(args, mx)
-    for fn in fns.values():  # warm-up: kernels loaded, buffers cached
-        for _ in range(3):
-            mx.eval(fn())
-    builds: dict = {name: [] for name in fns}
-    walls: dict = {name: [] for name in fns}
-    for _ in range(args.rounds):
-        for name, fn in fns.items():
-            builds[name].append(build_us(fn, mx, args.calls))
-            walls[name].append(statistics.median(wall_us(fn, mx, args.inner) for _ in range(9)))
-    print("| method | build us (host, no eval) | wall us per call |\n|---|---:|---:|")
-    for name in fns:
-        print(f"| {name} | {_span(builds[name])} | {_span(walls[name])} |")
+    time_calls(methods(args, mx), mx, rounds=args.rounds, calls=args.calls, inner=args.inner)
     return 0
 
 

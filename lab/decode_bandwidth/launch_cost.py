@@ -13,32 +13,14 @@ launches instead (docs/gpu.md, "The fixed cost of a B=1 call").
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from types import SimpleNamespace
 
-
-def _span(values: list[float]) -> str:
-    return f"{statistics.median(values):.1f} [{min(values):.1f}-{max(values):.1f}]"
+from lab.decode_bandwidth.host_split import table_cell, time_calls
 
 
 def calls(args, mx):
     """{name: zero-argument call} for the launches above, on one cell's pool (bf16, qwen3-0.6b's attention)."""
-    from app.commands.bench_decode import _cell_inputs
-    from pool.kernels.paged_decode import fused_decode, plan_for_pool, table_kernel
-    from pool.kernels.slab_table import slab_tables
-
-    cell_args = SimpleNamespace(n_kv_heads=8, head_dim=128, dtype="bfloat16", layout="multi", block_size=32,
-                                slab_blocks=32, n_q_heads=16)
-    pool, ids, q, k, v = _cell_inputs(cell_args, mx, args.batch, args.context, 1)[0]
-    scale = 128 ** -0.5
-    plan = plan_for_pool(pool, ids, scale=scale)
-    meta = mx.array(plan.meta)
-    kernel = table_kernel("cuda")
-    keys, values = pool.slabs(0)
-    launch = kernel.prepare(q, keys, values, plan, meta)
-    mx.eval(fused_decode(pool, 0, ids, q, scale=scale, backend="cuda", plan=plan, meta=meta))
-    table = slab_tables(pool.storage, kernel.name, None).table(pool.storage, 0)
+    cell = table_cell(args.batch, args.context, "bfloat16", mx)
+    launch, plan, q, meta, table = cell.launch, cell.plan, cell.q, cell.meta, cell.table
     if launch.direct:
         raise SystemExit(f"B={args.batch} x {args.context} plans one split: no merge pass to time")
     first, merge = launch.first, launch.merge
@@ -62,29 +44,7 @@ def calls(args, mx):
           f"bytes, merge {len(merge[1]):,} bytes")
     return {"split": split, "merge": merge_only, "split+merge": lambda: launch(q, table),
             "split init0": lambda: split(0.0),
-            "sdpa": lambda: mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)}
-
-
-def build_us(fn, mx, n: int) -> float:
-    """Median host microseconds to build one call (evaluated afterwards, outside the timing)."""
-    times, outs = [], []
-    for _ in range(n):
-        start = time.perf_counter()
-        outs.append(fn())
-        times.append((time.perf_counter() - start) * 1e6)
-    mx.eval(outs)
-    return statistics.median(times)
-
-
-def wall_us(fn, mx, inner: int = 10) -> float:
-    """Wall microseconds per call, `bench decode`'s loop."""
-    start = time.perf_counter()
-    out = None
-    for _ in range(inner):
-        out = fn()
-        mx.async_eval(out)
-    mx.eval(out)
-    return (time.perf_counter() - start) / inner * 1e6
+            "sdpa": lambda: mx.fast.scaled_dot_product_attention(q, cell.k, cell.v, scale=cell.scale)}
 
 
 def main() -> int:
@@ -95,18 +55,7 @@ def main() -> int:
     args = parser.parse_args()
     import mlx.core as mx
 
-    fns = calls(args, mx)
-    for fn in fns.values():
-        mx.eval(fn())
-    builds: dict = {name: [] for name in fns}
-    walls: dict = {name: [] for name in fns}
-    for _ in range(args.rounds):
-        for name, fn in fns.items():
-            builds[name].append(build_us(fn, mx, 50))
-            walls[name].append(statistics.median(wall_us(fn, mx) for _ in range(9)))
-    print("| call | build us (host, no eval) | wall us per call |\n|---|---:|---:|")
-    for name in fns:
-        print(f"| {name} | {_span(builds[name])} | {_span(walls[name])} |")
+    time_calls(calls(args, mx), mx, rounds=args.rounds, title="call")
     return 0
 
 

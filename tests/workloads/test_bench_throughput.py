@@ -126,24 +126,32 @@ def test_the_rehearsal_note_reads_the_warm_rounds_when_no_fresh_process_ran():
     assert "warm rounds: median 0.35 s, 0.20-0.50 s" in note and "fresh processes" not in note
 
 
-def test_slab_blocks_reach_the_pool_engines_run_and_the_report(monkeypatch, capsys):
-    """``--slab-blocks`` is the slabscope engines' rows per slab (their RunSpec), said in the report's first line;
-    a value that is not a positive int is refused in one line before anything runs."""
+class _Stop(Exception):
+    pass
+
+
+def _specs_run(monkeypatch) -> list:
+    """The RunSpecs the slabscope engines' runs are given, from now on (each run stops there with ``_Stop``)."""
     import app.workloads.runner as runner
-    from app.cli import main
 
-    specs = []
-
-    class Stop(Exception):
-        pass
+    specs: list = []
 
     def capture(spec, sink, loaded=None):
         specs.append(spec)
-        raise Stop
+        raise _Stop
 
     monkeypatch.setattr(runner, "run_workload", capture)
+    return specs
+
+
+def test_slab_blocks_reach_the_pool_engines_run_and_the_report(monkeypatch, capsys):
+    """``--slab-blocks`` is the slabscope engines' rows per slab (their RunSpec), said in the report's first line;
+    a value that is not a positive int is refused in one line before anything runs."""
+    from app.cli import main
+
+    specs = _specs_run(monkeypatch)
     config = throughput.BenchConfig(engines=("slab",), rounds=1, fresh_rounds=0, slab_blocks=128)
-    with pytest.raises(Stop):
+    with pytest.raises(_Stop):
         throughput._slabscope_run("slab", config, loaded=None)
     assert specs[0].slab_blocks == 128 and specs[0].backend == "slab"
     result = {"config": {**config.__dict__, "engines": list(config.engines)}, "device": "Device(cpu, 0)",
@@ -160,22 +168,11 @@ def test_an_engine_named_slab_rows_runs_the_pool_at_its_own_rows_per_slab(monkey
     """``--engines slab,slab:128,dense``: two slab sizes interleaved in one bench, each its own engine (rounds,
     stats, verdicts by name); ``slab:128`` runs the slab pool at 128 rows whatever ``--slab-blocks`` says, plain
     ``slab`` at ``--slab-blocks``. Sizes only on pool engines, positive ints, no engine named twice: one line."""
-    import app.workloads.runner as runner
-
-    specs = []
-
-    class Stop(Exception):
-        pass
-
-    def capture(spec, sink, loaded=None):
-        specs.append(spec)
-        raise Stop
-
-    monkeypatch.setattr(runner, "run_workload", capture)
+    specs = _specs_run(monkeypatch)
     config = throughput.BenchConfig(engines=("slab", "slab:128", "monolithic:8", "dense"), rounds=1, fresh_rounds=0,
                                     slab_blocks=16)
     for engine in ("slab", "slab:128", "monolithic:8"):
-        with pytest.raises(Stop):
+        with pytest.raises(_Stop):
             throughput._slabscope_run(engine, config, loaded=None)
     assert [(s.backend, s.slab_blocks) for s in specs] == [("slab", 16), ("slab", 128), ("monolithic", 8)]
     assert throughput.engine_parts("mlx_lm") == ("mlx_lm", None)

@@ -24,6 +24,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from app.bench.engine_memory import is_out_of_memory, out_of_memory_result, release
 from app.bench.progress import RunClock, as_clock
@@ -34,23 +35,52 @@ from app.workloads.inflight_bound import DEFAULT_ALLOWANCE as DEFAULT_INFLIGHT
 ENGINES = ("dense", "slab", "monolithic", "mlx_lm")
 DEFAULT_ENGINES = ("dense", "slab", "mlx_lm")
 POOL_ENGINES = ("slab", "monolithic")  # may carry their own rows per slab: "slab:128" (``engine_parts``)
+SLABSCOPE_ENGINES = ("dense", "slab", "monolithic")  # may carry their own in-flight allowance: "slab@8G"
+OFF_WORDS = ("off", "none", "no")
 
 
-def engine_parts(engine: str) -> tuple[str, int | None]:
-    """(backend, rows per slab or None) of an engine name: ``slab``, ``slab:128`` (a pool engine at its own rows
-    per slab, so two sizes run interleaved in one bench), ``dense``, ``mlx_lm``. ValueError (one line) otherwise."""
-    backend, sep, rows = engine.partition(":")
-    if not sep:
-        return engine, None
-    if backend not in POOL_ENGINES or not rows.isdigit() or int(rows) < 1 or rows != str(int(rows)):
+class EngineName(NamedTuple):
+    """An engine name's parts: ``BACKEND[:ROWS][@INFLIGHT]``."""
+
+    backend: str
+    rows: int | None           # rows per slab (pool engines); None: the bench's --slab-blocks
+    inflight: int | None       # prefill in-flight allowance in bytes (None: off), when ``own_inflight``
+    own_inflight: bool = False  # False: the bench's --prefill-inflight
+
+
+def engine_parts(engine: str) -> EngineName:
+    """The parts of an engine name: ``slab``, ``slab:128`` (a pool engine at its own rows per slab), ``slab@8G`` /
+    ``dense@off`` (a slabscope engine under its own prefill in-flight allowance), ``slab:128@8G``, ``mlx_lm``: so
+    sizes and allowances run interleaved in one bench, each its own engine. ValueError (one line) otherwise."""
+    name, at, allowance = engine.partition("@")
+    backend, colon, rows = name.partition(":")
+    if colon and (backend not in POOL_ENGINES or not rows.isdigit() or int(rows) < 1 or rows != str(int(rows))):
         raise ValueError(f"engine {engine!r}: only {' and '.join(POOL_ENGINES)} take rows per slab, as NAME:ROWS "
                          "with ROWS a positive int (e.g. slab:128)")
-    return backend, int(rows)
+    if not at:
+        return EngineName(backend, int(rows) if colon else None, None)
+    if backend not in SLABSCOPE_ENGINES:
+        raise ValueError(f"engine {engine!r}: only {', '.join(SLABSCOPE_ENGINES)} take a prefill in-flight "
+                         "allowance, as NAME@BYTES or NAME@off (e.g. slab@8G)")
+    return EngineName(backend, int(rows) if colon else None, _allowance(engine, allowance), True)
+
+
+def _allowance(engine: str, text: str) -> int | None:
+    """The bytes of an engine's ``@`` suffix (``off``: None); ValueError naming the engine otherwise."""
+    from pool.units import parse_size
+
+    if text.strip().lower() in OFF_WORDS:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise ValueError(f"engine {engine!r}: the in-flight allowance after @ must be a byte size (e.g. 8G) or off: "
+                         f"{exc}") from None
 
 
 def check_bench_engines(engines: tuple) -> None:
     """ValueError (one line) unless every engine is known (``engine_parts``) and none is named twice."""
-    check_engines(tuple(engine_parts(e)[0] for e in engines), ENGINES)
+    check_engines(tuple(engine_parts(e).backend for e in engines), ENGINES)
     repeated = sorted({e for e in engines if engines.count(e) > 1})
     if repeated:
         raise ValueError(f"engine(s) named twice: {', '.join(repeated)}")
@@ -127,14 +157,14 @@ def _slabscope_run(engine: str, config: BenchConfig, loaded) -> dict:
     from app.workloads.spec import RunSpec
     from probes.events import Step
 
-    backend, rows = engine_parts(engine)
-    spec = RunSpec(scenario=config.scenario, backend=backend, model=config.model, dtype=config.dtype,
+    parts = engine_parts(engine)
+    spec = RunSpec(scenario=config.scenario, backend=parts.backend, model=config.model, dtype=config.dtype,
                    device=config.device, overrides=dict(config.overrides), seed=config.seed,
                    cache_limit=config.cache_limit, prefill_trim=config.prefill_trim,
-                   prefill_inflight=config.prefill_inflight, shrink=config.shrink,
-                   shrink_budget=config.shrink_budget, open_blocks=config.open_blocks,
+                   prefill_inflight=parts.inflight if parts.own_inflight else config.prefill_inflight,
+                   shrink=config.shrink, shrink_budget=config.shrink_budget, open_blocks=config.open_blocks,
                    prefill_batch_tokens=config.prefill_batch_tokens,
-                   slab_blocks=rows if rows is not None else config.slab_blocks)
+                   slab_blocks=parts.rows if parts.rows is not None else config.slab_blocks)
     events: list = []
     summary = run_workload(spec, events.append, loaded=loaded)
     decode = [e.wall_s for e in events if isinstance(e, Step) and e.type == "decode"]
@@ -337,6 +367,16 @@ def prefill_batch_note(config: dict, device: str) -> str:
     return f"slabscope's prefill steps: up to {tokens:,} tokens over the sequences at the same chunk ({how})"
 
 
+def _inflight_note(config: dict) -> str:
+    """The report's words on the prefill in-flight bound: the bench's allowance, and whether an engine named
+    ``NAME@BYTES`` runs under its own."""
+    own = any(engine_parts(engine).own_inflight for engine in config["engines"])
+    but = ", but an engine named NAME@BYTES: its own" if own else ""
+    if config.get("prefill_inflight") is None:
+        return f"; prefill in flight unbounded (slabscope engines{but})" if own else ""
+    return f"; prefill in flight <= {config['prefill_inflight'] / 2**20:,.0f} MiB above weights + K/V (slabscope engines{but})"
+
+
 def format_report(result: dict) -> str:
     """The human-readable tables (warm, fresh) and the verdicts."""
     config = result["config"]
@@ -344,9 +384,7 @@ def format_report(result: dict) -> str:
              f"({result['device']}, MLX {result['mlx']}); {config['rounds']} warm rounds after a warm-up round, "
              f"{config['fresh_rounds']} fresh process(es) per engine"
              + (f"; MLX cache limit {config['cache_limit']} B" if config.get("cache_limit") is not None else "")
-             + (f"; prefill in flight <= {config['prefill_inflight'] / 2**20:,.0f} MiB above weights + K/V "
-                "(slabscope engines)"
-                if config.get("prefill_inflight") is not None else "")
+             + _inflight_note(config)
              + (f"; {config['slab_blocks']} rows per slab" if config.get("slab_blocks") is not None else "")]
     lines.append(prefill_batch_note(config, result["device"]))
     lines.append(rehearsal_note(result))
@@ -354,14 +392,15 @@ def format_report(result: dict) -> str:
                          ("fresh process (median [min-max])", result["fresh_stats"])):
         if not stats:
             continue
-        lines += ["", title, f"{'engine':<10} " + " ".join(f"{METRICS[m][0]:>28}" for m in METRICS)]
+        width = max(10, *(len(engine) for engine in stats))
+        lines += ["", title, f"{'engine':<{width}} " + " ".join(f"{METRICS[m][0]:>28}" for m in METRICS)]
         for engine, per_metric in stats.items():
             cells = []
             for metric in METRICS:
                 s = per_metric.get(metric)
                 cells.append(f"{'-':>28}" if s is None else
                              f"{_fmt(s['median'], metric) + ' [' + _fmt(s['min'], metric) + '-' + _fmt(s['max'], metric) + ']':>28}")
-            lines.append(f"{engine:<10} " + " ".join(cells) + _oom_cell(per_metric))
+            lines.append(f"{engine:<{width}} " + " ".join(cells) + _oom_cell(per_metric))
     for kind in ("warm", "fresh"):
         if result["verdicts"].get(kind):
             lines += ["", f"verdicts ({kind}):"] + [f"  {v['text']}" for v in result["verdicts"][kind]]

@@ -5,6 +5,10 @@ engine, and a verdict that names no winner when ranges overlap (``app/bench/thro
     slabscope bench throughput --set n=8 --set prompt_tokens=4096 --set gen_tokens=32 \\
         --model synthetic:qwen3-0.6b --dtype bfloat16 --device gpu          # the H200 footprint workload
     slabscope bench throughput --model smollm2-135m --set n=2 --set prompt_tokens=64 --set gen_tokens=8   # CPU
+
+An engine name may carry its own run parameters, so variants run interleaved as engines of one bench:
+``slab:128`` (a pool engine at 128 rows per slab), ``slab@8G`` or ``dense@off`` (a slabscope engine under its own
+prefill in-flight allowance), ``slab:128@8G`` (both): ``--engines slab,slab@8G,dense,dense@8G``.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ def add_arguments(p) -> None:
                         "(default: 8192 on a GPU, 0 on a CPU: one sequence per step)")
     p.add_argument("--slab-blocks", type=positive_int, default=None,
                    help="rows per slab of the pool engines (default: the scenario's, else 32; an engine named "
-                        "slab:ROWS runs at its own, e.g. --engines slab,slab:128,dense); the prefill chunk follows "
+                        "slab:ROWS runs at its own, e.g. --engines slab,slab:128,dense; NAME@BYTES its own "
+                        "--prefill-inflight, e.g. slab@8G); the prefill chunk follows "
                         "it only under SLABSCOPE_PREFILL_CHUNK_POLICY=slab, for every engine alike")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object (progress still on stderr)")

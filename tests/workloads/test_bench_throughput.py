@@ -175,11 +175,41 @@ def test_an_engine_named_slab_rows_runs_the_pool_at_its_own_rows_per_slab(monkey
         with pytest.raises(_Stop):
             throughput._slabscope_run(engine, config, loaded=None)
     assert [(s.backend, s.slab_blocks) for s in specs] == [("slab", 16), ("slab", 128), ("monolithic", 8)]
-    assert throughput.engine_parts("mlx_lm") == ("mlx_lm", None)
+    assert throughput.engine_parts("mlx_lm") == ("mlx_lm", None, None, False)
     for engines, said in ((("dense:4",), "only slab and monolithic take rows per slab"),
                           (("slab:0",), "ROWS a positive int"), (("slab:08",), "ROWS a positive int"),
                           (("slab:x",), "ROWS a positive int"), (("slab", "slab"), "named twice: slab"),
                           (("slab:128", "slab:128"), "named twice: slab:128"), (("vllm",), "unknown engine")):
+        with pytest.raises(ValueError, match=said) as caught:
+            throughput.BenchConfig(engines=engines, rounds=1, fresh_rounds=0)
+        assert "\n" not in str(caught.value)
+
+
+def test_an_engine_named_with_an_allowance_runs_under_its_own_inflight_bound(monkeypatch):
+    """``--engines slab,slab@8G,dense@off,slab:128@512M``: a slabscope engine named ``NAME@BYTES`` (or ``@off``) runs
+    under its own prefill in-flight allowance, the others under the bench's; the report's first line says so and
+    its tables fit the longest name. Allowances only on slabscope engines, byte sizes or off: one line."""
+    specs = _specs_run(monkeypatch)
+    engines = ("slab", "slab@8G", "dense@off", "slab:128@512M")
+    config = throughput.BenchConfig(engines=engines, rounds=1, fresh_rounds=0, prefill_inflight=1 << 30)
+    for engine in engines:
+        with pytest.raises(_Stop):
+            throughput._slabscope_run(engine, config, loaded=None)
+    assert [(s.backend, s.slab_blocks, s.prefill_inflight) for s in specs] == [
+        ("slab", None, 1 << 30), ("slab", None, 8 << 30), ("dense", None, None), ("slab", 128, 512 << 20)]
+    assert specs[2].trim_fraction() is not None  # an unbounded engine trims as --prefill-inflight off would
+    stats = {engine: {"tok_s": {"median": 1.0, "min": 1.0, "max": 1.0}} for engine in engines}
+    result = {"config": {**config.__dict__, "engines": list(engines)}, "device": "Device(cpu, 0)", "mlx": "0",
+              "warm": stats, "fresh_stats": {}, "verdicts": {}, "rounds": {}, "warmup_round": {}, "fresh": {}}
+    monkeypatch.setattr(throughput, "rehearsal_note", lambda result: "")
+    report = throughput.format_report(result).splitlines()
+    assert "<= 1,024 MiB above weights + K/V (slabscope engines, but an engine named NAME@BYTES: its own)" in report[0]
+    rows = [line for line in report if line.split(" ")[0] in engines]
+    assert len(rows) == 4 and len({line.index(" 1") for line in rows}) == 1  # one column start for every name
+    for engines, said in ((("mlx_lm@8G",), "only dense, slab, monolithic take a prefill in-flight allowance"),
+                          (("slab@8Q",), "after @ must be a byte size"), (("slab@",), "after @ must be a byte size"),
+                          (("dense:4@8G",), "only slab and monolithic take rows per slab"),
+                          (("slab@8G", "slab@8G"), "named twice: slab@8G")):
         with pytest.raises(ValueError, match=said) as caught:
             throughput.BenchConfig(engines=engines, rounds=1, fresh_rounds=0)
         assert "\n" not in str(caught.value)

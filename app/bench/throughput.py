@@ -35,7 +35,7 @@ from app.workloads.inflight_bound import DEFAULT_ALLOWANCE as DEFAULT_INFLIGHT
 ENGINES = ("dense", "slab", "monolithic", "mlx_lm")
 DEFAULT_ENGINES = ("dense", "slab", "mlx_lm")
 POOL_ENGINES = ("slab", "monolithic")  # may carry their own rows per slab: "slab:128" (``engine_parts``)
-SLABSCOPE_ENGINES = ("dense", "slab", "monolithic")  # may carry their own in-flight allowance: "slab@8G"
+INFLIGHT_ENGINES = ("dense", "slab", "monolithic")  # may carry their own in-flight allowance: "slab@8G"
 OFF_WORDS = ("off", "none", "no")
 
 
@@ -59,8 +59,8 @@ def engine_parts(engine: str) -> EngineName:
                          "with ROWS a positive int (e.g. slab:128)")
     if not at:
         return EngineName(backend, int(rows) if colon else None, None)
-    if backend not in SLABSCOPE_ENGINES:
-        raise ValueError(f"engine {engine!r}: only {', '.join(SLABSCOPE_ENGINES)} take a prefill in-flight "
+    if backend not in INFLIGHT_ENGINES:
+        raise ValueError(f"engine {engine!r}: only {', '.join(INFLIGHT_ENGINES)} take a prefill in-flight "
                          "allowance, as NAME@BYTES or NAME@off (e.g. slab@8G)")
     return EngineName(backend, int(rows) if colon else None, _allowance(engine, allowance), True)
 

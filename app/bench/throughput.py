@@ -36,7 +36,6 @@ ENGINES = ("dense", "slab", "monolithic", "mlx_lm")
 DEFAULT_ENGINES = ("dense", "slab", "mlx_lm")
 POOL_ENGINES = ("slab", "monolithic")  # may carry their own rows per slab: "slab:128" (``engine_parts``)
 INFLIGHT_ENGINES = ("dense", "slab", "monolithic")  # may carry their own in-flight allowance: "slab@8G"
-OFF_WORDS = ("off", "none", "no")
 
 
 class EngineName(NamedTuple):
@@ -67,12 +66,10 @@ def engine_parts(engine: str) -> EngineName:
 
 def _allowance(engine: str, text: str) -> int | None:
     """The bytes of an engine's ``@`` suffix (``off``: None); ValueError naming the engine otherwise."""
-    from pool.units import parse_size
+    from app.workloads.inflight_bound import parse_allowance
 
-    if text.strip().lower() in OFF_WORDS:
-        return None
     try:
-        return parse_size(text)
+        return parse_allowance(text)
     except ValueError as exc:
         raise ValueError(f"engine {engine!r}: the in-flight allowance after @ must be a byte size (e.g. 8G) or off: "
                          f"{exc}") from None

@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from app.workloads.inflight_bound import DEFAULT_ALLOWANCE  # import-light: mlx is imported inside its functions
+from app.workloads.inflight_bound import (DEFAULT_ALLOWANCE,  # import-light: mlx is imported inside its functions
+                                          OFF_WORDS, parse_allowance)
 
 BACKENDS = ("slab", "dense", "monolithic")  # app.workloads.spec.BACKENDS, kept import-light for the parsers
 
@@ -102,9 +103,6 @@ def positive_byte_size(text: str) -> int:
     return value
 
 
-OFF_WORDS = ("off", "none", "no")  # what turns an optional run parameter off (None)
-
-
 def trim_fraction(text: str) -> float | str | None:
     """A fraction >= 0, ``off`` (None) or ``auto`` (RunSpec.trim_fraction)."""
     if text.strip().lower() in OFF_WORDS:
@@ -122,9 +120,10 @@ def trim_fraction(text: str) -> float | str | None:
 
 def inflight_allowance(text: str) -> int | None:
     """A byte size as ``byte_size`` (0 allowed: nothing in flight beyond one operation), or ``off`` (None)."""
-    if text.strip().lower() in OFF_WORDS:
-        return None
-    return byte_size(text)
+    try:
+        return parse_allowance(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_mlx_cache_arguments(parser, *, who: str = "every backend alike") -> None:

@@ -25,6 +25,17 @@ from contextlib import contextmanager
 # footprint fell from 0.33x to 0.27x dense's while the burst's and decode-heavy's prefill kept their speed; at 1 GiB
 # the burst's prefill lost a quarter. Measured on qwen3-0.6b only: a model with wider layers may want more.
 DEFAULT_ALLOWANCE = 2 * 2**30
+OFF_WORDS = ("off", "none", "no")  # what turns the bound off (an allowance of None)
+
+
+def parse_allowance(text: str) -> int | None:
+    """An allowance as a user writes it: a byte size (``0``, ``512M``, ``8G``: ``pool.units.parse_size``) or one of
+    ``OFF_WORDS`` (None: unbounded). ValueError (one line) otherwise."""
+    from pool.units import parse_size
+
+    if text.strip().lower() in OFF_WORDS:
+        return None
+    return parse_size(text)
 
 
 class InflightBound:

@@ -23,9 +23,11 @@ from contextlib import contextmanager
 
 # The default allowance, measured on the H200 (docs/prefill.md "In-flight bound"): at 2 GiB the ragged record's
 # footprint fell from 0.33x to 0.27x dense's while the burst's and decode-heavy's prefill kept their speed; at 1 GiB
-# the burst's prefill lost a quarter. Measured on qwen3-0.6b only: a model with wider layers may want more.
+# the burst's prefill lost a quarter. Measured on qwen3-0.6b only: a model with wider layers may want more. The slab
+# backends' chunks hold their gathered histories under it too: at 8 GiB slab's burst prefill was level with dense's,
+# at 1.2-1.3x dense's 2 GiB footprint (docs/prefill.md "Slab sizes and the in-flight bound, interleaved").
 DEFAULT_ALLOWANCE = 2 * 2**30
-OFF_WORDS = ("off", "none", "no")  # what turns the bound off (an allowance of None)
+OFF_WORDS = ("off", "none", "no")  # what turns an optional run parameter off (None): this bound, the cache trim
 
 
 def parse_allowance(text: str) -> int | None:

@@ -30,7 +30,7 @@ from app.bench.engine_memory import is_out_of_memory, out_of_memory_result, rele
 from app.bench.progress import RunClock, as_clock
 from app.bench.stats import spread_by_field
 from app.bench.workload import BenchWorkload, check_engines
-from app.workloads.inflight_bound import DEFAULT_ALLOWANCE as DEFAULT_INFLIGHT
+from app.workloads.inflight_bound import DEFAULT_ALLOWANCE as DEFAULT_INFLIGHT, parse_allowance
 
 ENGINES = ("dense", "slab", "monolithic", "mlx_lm")
 DEFAULT_ENGINES = ("dense", "slab", "mlx_lm")
@@ -56,18 +56,17 @@ def engine_parts(engine: str) -> EngineName:
     if colon and (backend not in POOL_ENGINES or not rows.isdigit() or int(rows) < 1 or rows != str(int(rows))):
         raise ValueError(f"engine {engine!r}: only {' and '.join(POOL_ENGINES)} take rows per slab, as NAME:ROWS "
                          "with ROWS a positive int (e.g. slab:128)")
+    size = int(rows) if colon else None
     if not at:
-        return EngineName(backend, int(rows) if colon else None, None)
+        return EngineName(backend, size, None)
     if backend not in INFLIGHT_ENGINES:
         raise ValueError(f"engine {engine!r}: only {', '.join(INFLIGHT_ENGINES)} take a prefill in-flight "
                          "allowance, as NAME@BYTES or NAME@off (e.g. slab@8G)")
-    return EngineName(backend, int(rows) if colon else None, _allowance(engine, allowance), True)
+    return EngineName(backend, size, _allowance(engine, allowance), True)
 
 
 def _allowance(engine: str, text: str) -> int | None:
     """The bytes of an engine's ``@`` suffix (``off``: None); ValueError naming the engine otherwise."""
-    from app.workloads.inflight_bound import parse_allowance
-
     try:
         return parse_allowance(text)
     except ValueError as exc:
@@ -371,7 +370,8 @@ def _inflight_note(config: dict) -> str:
     but = ", but an engine named NAME@BYTES: its own" if own else ""
     if config.get("prefill_inflight") is None:
         return f"; prefill in flight unbounded (slabscope engines{but})" if own else ""
-    return f"; prefill in flight <= {config['prefill_inflight'] / 2**20:,.0f} MiB above weights + K/V (slabscope engines{but})"
+    return (f"; prefill in flight <= {config['prefill_inflight'] / 2**20:,.0f} MiB above weights + K/V "
+            f"(slabscope engines{but})")
 
 
 def format_report(result: dict) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
+from app.workloads.layer_starts import PrefillKVCache
 from app.workloads.conversations import DenseConversations, PagedConversations
 from app.workloads.paged_cache import PagedStep
 from app.workloads.scheduler import Sequence
@@ -223,7 +224,7 @@ class DenseBackend:
             self._prefill[seq.seq_id] = _Rows((seq.seq_id,), kept.state)
             seq.num_cached = seq.num_shared = len(kept.tokens)
         else:
-            self._prefill[seq.seq_id] = _Rows((seq.seq_id,), [KVCache() for _ in range(self.num_layers)])
+            self._prefill[seq.seq_id] = _Rows((seq.seq_id,), [PrefillKVCache() for _ in range(self.num_layers)])
         return True
 
     def finish_decode(self) -> list:
@@ -253,7 +254,7 @@ class DenseBackend:
         if seq_id in self._prefill:
             return self._prefill[seq_id].alone(seq_id)
         index = self._batch_ids.index(seq_id)
-        return [cache.extract(index) for cache in self._batch]
+        return [PrefillKVCache.adopt(cache.extract(index)) for cache in self._batch]
 
     def prefill_caches(self, seqs: tuple[Sequence, ...], start: int, num_tokens: int) -> list:
         """Per-layer caches of one prefill chunk, one row per sequence of ``seqs`` (all at ``start``). Sequences
@@ -272,7 +273,7 @@ class DenseBackend:
         """Caches holding ``ids``'s K/V (each at ``start``) in that row order; the sequences they leave behind in
         an earlier grouping get caches of their own (row views: copied when next written)."""
         if start == 0:
-            caches = [KVCache() for _ in range(self.num_layers)]
+            caches = [PrefillKVCache() for _ in range(self.num_layers)]
         else:
             parts = [self._prefill[sid].alone(sid) for sid in ids]
             caches = [_joined([p[layer] for p in parts]) for layer in range(self.num_layers)]
@@ -352,7 +353,7 @@ class _Rows:
         row = self.ids.index(seq_id)
         out = []
         for cache in self.caches:
-            own = KVCache()
+            own = PrefillKVCache()
             if cache.keys is not None:
                 own.keys = cache.keys[row:row + 1, :, :cache.offset]
                 own.values = cache.values[row:row + 1, :, :cache.offset]
@@ -365,7 +366,7 @@ def _joined(caches: list[KVCache]) -> KVCache:
     """One cache whose rows are ``caches``' K/V (all at the same offset), concatenated along the batch axis."""
     import mlx.core as mx
 
-    joined = KVCache()
+    joined = PrefillKVCache()
     joined.keys = mx.concatenate([c.keys[..., :c.offset, :] for c in caches])
     joined.values = mx.concatenate([c.values[..., :c.offset, :] for c in caches])
     joined.offset = caches[0].offset

@@ -35,6 +35,7 @@ import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import create_attention_mask
 
+from app.workloads.layer_starts import start_layer
 from pool.gather_runs import table_runs, visible_rows
 
 
@@ -240,7 +241,10 @@ class PagedLayerCache:
         return self.step.prefill is not None and self.step.prefill.paged
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        return self.step.write_and_gather(self.layer, keys, values)
+        visible_keys, visible_values = self.step.write_and_gather(self.layer, keys, values)
+        if self.step.num_tokens > 1:  # a prefill chunk: this layer goes to the device now (layer_starts.py)
+            start_layer(visible_keys, visible_values)
+        return visible_keys, visible_values
 
     def make_mask(self, n: int, return_array: bool = False, window_size=None, **_):
         return self.step.make_mask(n, return_array=return_array, window_size=window_size)

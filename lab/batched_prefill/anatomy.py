@@ -3,8 +3,8 @@ warm rounds of variants in one process, each round's prefill time (the engine's 
 run) and cache trims, then per chunk start the host build and the device time measured with each chunk evaluated
 alone (``--sync``). Variants take parts out of the slab step to price them (their logits are wrong; only the clocks
 mean something): ``slab-nogather`` (the history read replaced by zeros), ``slab-nowrite`` (no slab writes),
-``slab-notrim`` (no cache trims, as ``dense-notrim``); ``*-layereval`` starts evaluating each layer's K/V as soon
-as it is built (``patch_layer_eval``: the device begins a chunk while the host still builds it; logits unchanged).
+``slab-notrim`` (no cache trims, as ``dense-notrim``); ``*-chunkstart`` sends a chunk to the device at its end only,
+not layer by layer as the engine does (app/workloads/layer_starts.py; logits unchanged).
 ``slab-bound`` / ``dense-bound`` run under the prefill
 in-flight bound (``--inflight``, app/workloads/inflight_bound.py), ``*-bound-notrim`` with no trims besides; the
 other variants run unbounded. Every round prints MLX's peak active memory and the footprint.
@@ -23,8 +23,8 @@ from app.commands.arg_types import byte_size
 from lab.engine_rounds import add_round_arguments, load_for_rounds, spread
 
 VARIANTS = ("dense", "slab", "monolithic", "slab-notrim", "dense-notrim", "slab-nogather", "slab-nowrite",
-            "slab-bound", "dense-bound", "slab-bound-notrim", "dense-bound-notrim", "slab-layereval",
-            "dense-layereval", "slab-bound-layereval", "dense-bound-layereval")
+            "slab-bound", "dense-bound", "slab-bound-notrim", "dense-bound-notrim", "slab-chunkstart",
+            "dense-chunkstart", "slab-bound-chunkstart", "dense-bound-chunkstart")
 
 
 def patch_parts(variant: str):
@@ -50,42 +50,30 @@ def patch_parts(variant: str):
                 write(pool, layer, slots, keys, values, through_table=through_table)
         PagedKVPool.write = first_write_only
 
-    undo_layer_eval = patch_layer_eval(mx) if "layereval" in variant.split("-") else (lambda: None)
+    undo_starts = chunk_starts_only() if "chunkstart" in variant.split("-") else (lambda: None)
 
     def undo():
         for name, value in saved.items():
             setattr(PagedKVPool, name, value)
-        undo_layer_eval()
+        undo_starts()
     return undo
 
 
-def patch_layer_eval(mx):
-    """``*-layereval``: start evaluating each layer's attention inputs of a prefill chunk (its K/V, written and read
-    back) as soon as the model has built them (``mx.async_eval``), so the device runs the chunk's early layers
-    while the host still builds its later ones, instead of the whole chunk's graph being encoded at its end. Both
-    backends' cache reads are wrapped (the pool step's ``write_and_gather``, mlx-lm's ``KVCache.update_and_fetch``);
-    a decode step's (one token) is left alone. Returns the undo."""
-    from mlx_lm.models.cache import KVCache
+def chunk_starts_only():
+    """``*-chunkstart``: the chunk goes to the device at its end only (``SLABSCOPE_PREFILL_LAYER_STARTS=0``), as
+    before layer starts (app/workloads/layer_starts.py). Returns the undo."""
+    import os
 
-    from app.workloads.paged_cache import PagedStep
+    from app.workloads.layer_starts import ENV_VAR
 
-    saved = [(PagedStep, "write_and_gather"), (KVCache, "update_and_fetch")]
-    originals = [getattr(owner, name) for owner, name in saved]
-
-    def started(real):
-        def read(cache, *args):
-            keys, values = real(cache, *args)
-            if args[-2].shape[2] > 1:  # the new keys [B, H, L, D]: a prefill chunk
-                mx.async_eval(keys, values)
-            return keys, values
-        return read
-
-    for (owner, name), real in zip(saved, originals):
-        setattr(owner, name, started(real))
+    saved = os.environ.get(ENV_VAR)
+    os.environ[ENV_VAR] = "0"
 
     def undo():
-        for (owner, name), real in zip(saved, originals):
-            setattr(owner, name, real)
+        if saved is None:
+            os.environ.pop(ENV_VAR, None)
+        else:
+            os.environ[ENV_VAR] = saved
     return undo
 
 

@@ -4,7 +4,7 @@ to mlx-lm's own generation.
 Several concurrent prompts of different lengths (so decode batches mix lengths, sequences join and leave),
 tiny block/slab sizes so every prompt crosses several slab boundaries, greedy decoding: the logits of every
 decode step must be equal bytes (mx.array_equal) and the tokens identical on all three backends. The dense
-baseline is pinned to be mlx-lm's own ``KVCache``/``BatchKVCache`` objects (what the model is handed is recorded),
+baseline is pinned to mlx-lm's own ``KVCache`` (its prefill's only adds layer starts) and ``BatchKVCache`` (recorded),
 and every backend is checked against mlx-lm's ``generate_step`` (one prompt) and ``BatchGenerator`` (several).
 
 Byte-identity is asserted only where it holds by construction: the same ops on the same shapes (the same prefill
@@ -15,8 +15,9 @@ held to identical tokens and the float32 reorder tolerance (``helpers.reorder_to
 """
 
 import pytest
-from mlx_lm.models.cache import BatchKVCache, KVCache
+from mlx_lm.models.cache import BatchKVCache
 
+from app.workloads.layer_starts import PrefillKVCache
 from app.workloads.paged_cache import PagedLayerCache
 
 from .helpers import (BACKENDS, assert_same_logits, assert_within_reorder_tolerance, run_backend, spied,
@@ -24,8 +25,9 @@ from .helpers import (BACKENDS, assert_same_logits, assert_within_reorder_tolera
 
 pytestmark = pytest.mark.numerics
 
-# what each backend must hand the model: mlx-lm's own caches for the dense baseline, the pool's adapter otherwise
-CACHE_TYPES = {"dense": {KVCache, BatchKVCache}, "slab": {PagedLayerCache}, "monolithic": {PagedLayerCache}}
+# what each backend must hand the model: mlx-lm's own caches for the dense baseline (its prefill's KVCache with the
+# layer starts every backend has: app/workloads/layer_starts.py), the pool's adapter otherwise
+CACHE_TYPES = {"dense": {PrefillKVCache, BatchKVCache}, "slab": {PagedLayerCache}, "monolithic": {PagedLayerCache}}
 
 MIXED = """
 [params]

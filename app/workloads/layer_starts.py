@@ -1,0 +1,60 @@
+"""Layer starts: each layer's K/V of a prefill chunk goes to the device as soon as the model has built it.
+
+Why: MLX evaluates lazily, so without a start the host builds a chunk's whole graph (every layer) and the device
+gets it in one ``mx.async_eval`` at the chunk's end: a chunk's device time could begin only after its host build,
+and the two overlapped only across chunks. Starting a layer's K/V (``mx.async_eval`` of what the layer's cache hands
+to attention, which depends on everything before it in the layer and on the cache writes) lets the device run a
+chunk's early layers while the host still builds its later ones. The engine still starts the whole chunk at its
+end, under the prefill in-flight bound (app/workloads/inflight_bound.py), and waits for the chunk before the next
+but one, as before. Every backend starts its layers the same way: the paged step after its writes and reads
+(``PagedStep.write_and_gather``), the dense baseline through :class:`PrefillKVCache` (mlx-lm's ``KVCache``, whose
+update is unchanged). Nothing here changes what is computed, only when it is sent, so every byte is what it was
+(the parity tests run with starts on).
+
+Measured on one H200 (docs/prefill.md "Layer starts"): the burst's prefill under the 2 GiB bound rose from 171.5k to
+220.7k tok/s for slab at 128 rows a slab and from 182.0k to 225.5k for dense. ``SLABSCOPE_PREFILL_LAYER_STARTS=0``
+turns the starts off (the A/B the lab's anatomy runs). Decode steps (one token) are never started per layer: their
+graph is small and the engine pipelines whole steps.
+"""
+
+from __future__ import annotations
+
+import os
+
+import mlx.core as mx
+from mlx_lm.models.cache import KVCache
+
+ENV_VAR = "SLABSCOPE_PREFILL_LAYER_STARTS"
+
+
+def layer_starts_on(environ: dict | None = None) -> bool:
+    """Whether prefill chunks start their layers one by one (default) or the whole chunk at its end (``=0``)."""
+    env = os.environ if environ is None else environ
+    return env.get(ENV_VAR, "1").strip() != "0"
+
+
+def start_layer(keys: mx.array, values: mx.array) -> None:
+    """Send a prefill chunk layer's ``keys``/``values`` (what attention reads, [B, H, T, D]) and everything they
+    depend on to the device now; a decode step's (one new token: the caller passes the new tokens' count) is
+    left to the engine. Mutates nothing the caller holds."""
+    if layer_starts_on():
+        mx.async_eval(keys, values)
+
+
+class PrefillKVCache(KVCache):
+    """mlx-lm's ``KVCache`` for the dense baseline's prefill: the same update, then the layer start of a chunk of
+    more than one token (:func:`start_layer`)."""
+
+    @classmethod
+    def adopt(cls, cache: KVCache) -> "PrefillKVCache":
+        """A prefill cache holding ``cache``'s arrays and offset (no copy): a kept conversation turn's K/V, so
+        the next turn's prefill starts its layers as a first turn's does."""
+        own = cls()
+        own.keys, own.values, own.offset = cache.keys, cache.values, cache.offset
+        return own
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        visible_keys, visible_values = super().update_and_fetch(keys, values)
+        if keys.shape[2] > 1:
+            start_layer(visible_keys, visible_values)
+        return visible_keys, visible_values

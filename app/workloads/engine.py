@@ -14,6 +14,7 @@ from typing import Callable
 
 import mlx.core as mx
 
+from app.workloads.layer_starts import encoded_under
 from app.workloads.sampling import sample_batch
 from app.workloads.scheduler import DecodeBatch, PrefillPlan, Scheduler
 from app.workloads.shrink_points import ShrinkTally, timed_point
@@ -134,8 +135,9 @@ class Engine:
         t0 = time.perf_counter()
         caches = self.backend.prefill_caches(plan.seqs, plan.start, plan.num_tokens)
         inputs = _prefill_inputs(plan)
-        # the trunk alone: its hidden states feed nothing but the cache writes
-        out = self._trunk(inputs, cache=caches) if self._trunk is not None else self.model(inputs, cache=caches)
+        # the trunk alone: its hidden states feed nothing but the cache writes; layers start as built, bounded
+        with encoded_under(self._layer_encoding()):
+            out = self._trunk(inputs, cache=caches) if self._trunk is not None else self.model(inputs, cache=caches)
         # route events; checks that a paged chunk's layers all attended through the paged SDPA
         events = self.backend.finish_prefill() if hasattr(self.backend, "finish_prefill") else []
         trim = self.cache_trim
@@ -160,6 +162,14 @@ class Engine:
             mx.eval(out)
             self._prefill_inflight = None
         return StepResult("prefill", len(plan.seqs), plan.total_tokens, time.perf_counter() - t0, [], events)
+
+    def _layer_encoding(self):
+        """What a prefill chunk's layer starts run inside (app/workloads/layer_starts.py): the in-flight bound with
+        the backend's held bytes at each start; None when the run has no bound."""
+        bound = self.inflight_bound
+        if bound is None or not bound.active:
+            return None
+        return lambda: bound.encoding(self.backend.held_bytes(), chunk=False)
 
     def _start_chunk(self, out: mx.array, caches: list) -> None:
         """Encode and start a prefill chunk (``mx.async_eval``), under the in-flight bound when the run has one:

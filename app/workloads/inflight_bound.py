@@ -61,9 +61,10 @@ class InflightBound:
         return self.weight_bytes + int(held_bytes) + int(self.allowance or 0)
 
     @contextmanager
-    def encoding(self, held_bytes: int):
+    def encoding(self, held_bytes: int, *, chunk: bool = True):
         """MLX's memory limit lowered to ``limit(held_bytes)`` (never raised above the limit in force) while the
-        body encodes a chunk, then restored; a no-op when the bound is off."""
+        body encodes a chunk (``chunk``: counted in ``bounded_chunks``) or one of its layer starts
+        (app/workloads/layer_starts.py), then restored; a no-op when the bound is off."""
         if self.allowance is None:
             yield
             return
@@ -72,7 +73,7 @@ class InflightBound:
         previous = mx.get_memory_limit()
         limit = min(previous, self.limit(held_bytes))
         mx.set_memory_limit(limit)
-        self.bounded_chunks += 1
+        self.bounded_chunks += int(chunk)
         self.max_limit = max(self.max_limit, limit)
         try:
             yield

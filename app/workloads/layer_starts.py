@@ -4,9 +4,10 @@ Why: MLX evaluates lazily, so without a start the host builds a chunk's whole gr
 gets it in one ``mx.async_eval`` at the chunk's end: a chunk's device time could begin only after its host build,
 and the two overlapped only across chunks. Starting a layer's K/V (``mx.async_eval`` of what the layer's cache hands
 to attention, which depends on everything before it in the layer and on the cache writes) lets the device run a
-chunk's early layers while the host still builds its later ones. The engine still starts the whole chunk at its
-end, under the prefill in-flight bound (app/workloads/inflight_bound.py), and waits for the chunk before the next
-but one, as before. Every backend starts its layers the same way: the paged step after its writes and reads
+chunk's early layers while the host still builds its later ones. Each start runs under the prefill in-flight bound
+(app/workloads/inflight_bound.py) with what the backend holds at that moment, as the chunk's final start at its end
+does, so a chunk's temporaries stay within the allowance whichever start encodes them; the engine still waits for
+a chunk before the next but one. Every backend starts its layers the same way: the paged step after its writes and reads
 (``PagedStep.write_and_gather``), the dense baseline through :class:`PrefillKVCache` (mlx-lm's ``KVCache``, whose
 update is unchanged). Nothing here changes what is computed, only when it is sent, so every byte is what it was
 (the parity tests run with starts on).
@@ -20,11 +21,17 @@ graph is small and the engine pipelines whole steps.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
+from typing import Callable, ContextManager, Iterator
 
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
 ENV_VAR = "SLABSCOPE_PREFILL_LAYER_STARTS"
+
+# While the engine builds a prefill chunk: what each layer start runs inside (the in-flight bound, made with the
+# backend's held bytes at that start), or None (unbounded). One engine builds at a time in a process.
+_layer_encoding: Callable[[], ContextManager] | None = None
 
 
 def layer_starts_on(environ: dict | None = None) -> bool:
@@ -33,11 +40,28 @@ def layer_starts_on(environ: dict | None = None) -> bool:
     return env.get(ENV_VAR, "1").strip() != "0"
 
 
+@contextmanager
+def encoded_under(encoding: Callable[[], ContextManager] | None) -> Iterator[None]:
+    """Every layer start inside the body runs inside a fresh ``encoding()`` (the engine's in-flight bound for the
+    chunk it builds); None: unbounded. Restores the previous setting after."""
+    global _layer_encoding
+    saved, _layer_encoding = _layer_encoding, encoding
+    try:
+        yield
+    finally:
+        _layer_encoding = saved
+
+
 def start_layer(keys: mx.array, values: mx.array) -> None:
     """Send a prefill chunk layer's ``keys``/``values`` (what attention reads, [B, H, T, D]) and everything they
-    depend on to the device now; a decode step's (one new token: the caller passes the new tokens' count) is
-    left to the engine. Mutates nothing the caller holds."""
-    if layer_starts_on():
+    depend on to the device now, under the chunk's in-flight bound when the engine set one (:func:`encoded_under`).
+    Callers pass prefill chunks only (more than one new token). Mutates nothing the caller holds."""
+    if not layer_starts_on():
+        return
+    if _layer_encoding is None:
+        mx.async_eval(keys, values)
+        return
+    with _layer_encoding():
         mx.async_eval(keys, values)
 
 

@@ -4,7 +4,8 @@ run) and cache trims, then per chunk start the host build and the device time me
 alone (``--sync``). Variants take parts out of the slab step to price them (their logits are wrong; only the clocks
 mean something): ``slab-nogather`` (the history read replaced by zeros), ``slab-nowrite`` (no slab writes),
 ``slab-notrim`` (no cache trims, as ``dense-notrim``); ``*-chunkstart`` sends a chunk to the device at its end only,
-not layer by layer as the engine does (app/workloads/layer_starts.py; logits unchanged).
+not layer by layer as the engine does (app/workloads/layer_starts.py; logits unchanged); ``*-bound-freestart`` starts
+the layers outside the in-flight bound (only the chunk's final start under it).
 ``slab-bound`` / ``dense-bound`` run under the prefill
 in-flight bound (``--inflight``, app/workloads/inflight_bound.py), ``*-bound-notrim`` with no trims besides; the
 other variants run unbounded. Every round prints MLX's peak active memory and the footprint.
@@ -24,7 +25,8 @@ from lab.engine_rounds import add_round_arguments, load_for_rounds, spread
 
 VARIANTS = ("dense", "slab", "monolithic", "slab-notrim", "dense-notrim", "slab-nogather", "slab-nowrite",
             "slab-bound", "dense-bound", "slab-bound-notrim", "dense-bound-notrim", "slab-chunkstart",
-            "dense-chunkstart", "slab-bound-chunkstart", "dense-bound-chunkstart")
+            "dense-chunkstart", "slab-bound-chunkstart", "dense-bound-chunkstart", "slab-bound-freestart",
+            "dense-bound-freestart")
 
 
 def patch_parts(variant: str):
@@ -50,7 +52,9 @@ def patch_parts(variant: str):
                 write(pool, layer, slots, keys, values, through_table=through_table)
         PagedKVPool.write = first_write_only
 
-    undo_starts = chunk_starts_only() if "chunkstart" in variant.split("-") else (lambda: None)
+    parts = variant.split("-")
+    undo_starts = chunk_starts_only() if "chunkstart" in parts else free_starts() if "freestart" in parts else (
+        lambda: None)
 
     def undo():
         for name, value in saved.items():
@@ -74,6 +78,19 @@ def chunk_starts_only():
             os.environ.pop(ENV_VAR, None)
         else:
             os.environ[ENV_VAR] = saved
+    return undo
+
+
+def free_starts():
+    """``*-freestart``: layer starts outside the in-flight bound (the engine's ``_layer_encoding`` says none).
+    Returns the undo."""
+    from app.workloads.engine import Engine
+
+    saved = Engine._layer_encoding
+    Engine._layer_encoding = lambda engine: None
+
+    def undo():
+        Engine._layer_encoding = saved
     return undo
 
 

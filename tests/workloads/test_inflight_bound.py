@@ -55,8 +55,8 @@ def test_a_bad_allowance_is_refused(allowance):
 @pytest.mark.parametrize("backend", ["slab", "dense"])
 def test_each_prefill_chunk_is_encoded_under_the_bound_and_no_logit_changes(tiny_llama, tmp_path, backend,
                                                                              monkeypatch):
-    """Every prefill chunk's ``async_eval`` sees the limit weights + held + allowance, with ``held`` the backend's
-    K/V storage at that moment (slab: the pool's reserved bytes; dense: its caches' arrays); decode steps see the
+    """Every prefill chunk's ``async_eval`` and each of its layer starts sees the limit weights + held + allowance,
+    with ``held`` the backend's K/V storage at that moment (slab: the pool's reserved bytes; dense: its caches' arrays); decode steps see the
     limit in force. Allowance 0 makes MLX wait for older work at nearly every operation: the logits must still be
     byte-identical to the unbounded run's."""
     import mlx.core as mx
@@ -73,9 +73,9 @@ def test_each_prefill_chunk_is_encoded_under_the_bound_and_no_logit_changes(tiny
 
     real_encoding = InflightBound.encoding
 
-    def encoding(self, held_bytes):
-        held_at["last"] = (held_bytes, self.weight_bytes)
-        return real_encoding(self, held_bytes)
+    def encoding(self, held_bytes, *, chunk=True):
+        held_at["last"] = (held_bytes, self.weight_bytes, chunk)
+        return real_encoding(self, held_bytes, chunk=chunk)
 
     def async_eval(*arrays):
         seen.append((mx.get_memory_limit(), held_at.pop("last", None)))
@@ -90,10 +90,14 @@ def test_each_prefill_chunk_is_encoded_under_the_bound_and_no_logit_changes(tiny
     assert mx.get_memory_limit() == default
     assert_same_logits(logits, plain_logits, f"{backend}: bound at 0 bytes vs off")
 
-    chunks = [(limit, held) for limit, held in seen if held is not None]
+    chunks = [(limit, held) for limit, held in seen if held is not None and held[2]]
+    layer_starts = [(limit, held) for limit, held in seen if held is not None and not held[2]]
     prefill_steps = sum(p["prefill_steps"] for p in bounded["phases"].values())
-    assert len(chunks) == prefill_steps and prefill_steps >= 3
-    for limit, (held, weights) in chunks:
+    chunk_tokens = [e.num_tokens for e in events if type(e).__name__ == "Step" and e.type == "prefill"]
+    assert len(chunks) == prefill_steps == len(chunk_tokens) and prefill_steps >= 3
+    # each layer of a chunk of more than one token starts under the bound too (app/workloads/layer_starts.py)
+    assert len(layer_starts) == len(tiny_llama.model.layers) * sum(n > 1 for n in chunk_tokens) > 0
+    for limit, (held, weights, _) in chunks + layer_starts:
         assert held > 0 and limit == weights + held  # allowance 0: exactly what the run holds
     assert all(limit == default for limit, held in seen if held is None)  # decode steps: untouched
     assert bounded["prefill_inflight"]["bounded_chunks"] == prefill_steps

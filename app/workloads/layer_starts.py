@@ -40,6 +40,13 @@ def layer_starts_on(environ: dict | None = None) -> bool:
     return env.get(ENV_VAR, "1").strip() != "0"
 
 
+def one_chunk_in_flight(environ: dict | None = None) -> bool:
+    """``=serial``: the engine waits for the chunk in flight before it builds the next (lab: what two chunks in
+    flight cost in memory with layer starts)."""
+    env = os.environ if environ is None else environ
+    return env.get(ENV_VAR, "1").strip() == "serial"
+
+
 @contextmanager
 def encoded_under(encoding: Callable[[], ContextManager] | None) -> Iterator[None]:
     """Every layer start inside the body runs inside a fresh ``encoding()`` (the engine's in-flight bound for the

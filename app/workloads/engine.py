@@ -14,7 +14,7 @@ from typing import Callable
 
 import mlx.core as mx
 
-from app.workloads.layer_starts import encoded_under, one_chunk_in_flight
+from app.workloads.layer_starts import LayerGate, one_chunk_in_flight, starting_under
 from app.workloads.sampling import sample_batch
 from app.workloads.scheduler import DecodeBatch, PrefillPlan, Scheduler
 from app.workloads.shrink_points import ShrinkTally, timed_point
@@ -139,7 +139,8 @@ class Engine:
             mx.eval(self._prefill_inflight)
             self._prefill_inflight = None
         # the trunk alone: its hidden states feed nothing but the cache writes; layers start as built, bounded
-        with encoded_under(self._layer_encoding()):
+        gate = self._layer_gate()
+        with starting_under(gate):
             out = self._trunk(inputs, cache=caches) if self._trunk is not None else self.model(inputs, cache=caches)
         # route events; checks that a paged chunk's layers all attended through the paged SDPA
         events = self.backend.finish_prefill() if hasattr(self.backend, "finish_prefill") else []
@@ -166,13 +167,14 @@ class Engine:
             self._prefill_inflight = None
         return StepResult("prefill", len(plan.seqs), plan.total_tokens, time.perf_counter() - t0, [], events)
 
-    def _layer_encoding(self):
-        """What a prefill chunk's layer starts run inside (app/workloads/layer_starts.py): the in-flight bound with
-        the backend's held bytes at each start; None when the run has no bound."""
+    def _layer_gate(self) -> LayerGate | None:
+        """The gate a prefill chunk's layer starts go through (app/workloads/layer_starts.py): the in-flight bound
+        with the backend's held bytes at each start, waiting first on the chunk still in flight; None when the run
+        has no bound."""
         bound = self.inflight_bound
         if bound is None or not bound.active:
             return None
-        return lambda: bound.encoding(self.backend.held_bytes(), chunk=False)
+        return LayerGate(bound, self.backend.held_bytes, self._prefill_inflight)
 
     def _start_chunk(self, out: mx.array, caches: list) -> None:
         """Encode and start a prefill chunk (``mx.async_eval``), under the in-flight bound when the run has one:

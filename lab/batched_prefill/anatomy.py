@@ -83,15 +83,15 @@ def chunk_starts_only(value: str):
 
 
 def free_starts():
-    """``*-freestart``: layer starts outside the in-flight bound (the engine's ``_layer_encoding`` says none).
+    """``*-freestart``: layer starts outside the in-flight bound (the engine's ``_layer_gate`` says none).
     Returns the undo."""
     from app.workloads.engine import Engine
 
-    saved = Engine._layer_encoding
-    Engine._layer_encoding = lambda engine: None
+    saved = Engine._layer_gate
+    Engine._layer_gate = lambda engine: None
 
     def undo():
-        Engine._layer_encoding = saved
+        Engine._layer_gate = saved
     return undo
 
 

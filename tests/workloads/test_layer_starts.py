@@ -4,14 +4,22 @@ layer, and no logit changes either way."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from .helpers import assert_same_logits, burst_toml, run_backend, write_scenario
 
 BURST = burst_toml(n=3, concurrency=3, prompt_tokens="[40, 70]", gen_tokens="[3, 5]")
 POOL = dict(block_size=4, slab_blocks=2, prefill_chunk=16, prefix_cache=False)
+
+
+class _Spied:
+    """mlx.core with ``async_eval`` replaced."""
+
+    def __init__(self, mx, async_eval):
+        self._mx, self.async_eval = mx, async_eval
+
+    def __getattr__(self, name):
+        return getattr(self._mx, name)
 
 
 def test_the_starts_are_on_unless_the_environment_says_0():
@@ -37,7 +45,15 @@ def test_each_prefill_layer_starts_once_as_built_and_no_logit_changes(tiny_llama
         started.append([tuple(a.shape) for a in arrays])
         return real(*arrays)
 
-    monkeypatch.setattr(layer_starts, "mx", SimpleNamespace(async_eval=spy))
+    monkeypatch.setattr(layer_starts, "mx", _Spied(layer_starts.mx, spy))
+    gates = []
+    real_gate = layer_starts.LayerGate.__init__
+
+    def gate_init(gate, bound, held_bytes, in_flight=None):
+        gates.append(in_flight)
+        real_gate(gate, bound, held_bytes, in_flight)
+
+    monkeypatch.setattr(layer_starts.LayerGate, "__init__", gate_init)
     scenario = write_scenario(tmp_path, BURST)
     pool = dict(POOL if backend != "dense" else {"prefill_chunk": 16}, prefill_batch_tokens=0)
     summary, events, logits = run_backend(tiny_llama, scenario, backend, **pool)
@@ -46,11 +62,76 @@ def test_each_prefill_layer_starts_once_as_built_and_no_logit_changes(tiny_llama
     started_chunks = [n for n in chunk_tokens if n > 1]  # one sequence a step on a CPU: a chunk's tokens
     layers = len(tiny_llama.model.layers)
     assert len(started_chunks) >= 6 and len(started) == layers * len(started_chunks)
-    for shapes in started:
-        assert len(shapes) == 2 and shapes[0] == shapes[1] and len(shapes[0]) == 4 and shapes[0][2] > 1
+    # one gate a chunk (the bound is on by default); a chunk following one still in flight waits on it first
+    assert len(gates) == len(chunk_tokens) and any(g is not None for g in gates)
+    for shapes in started:  # the layer's K and V, then the gate's marker
+        assert shapes[0] == shapes[1] and len(shapes[0]) == 4 and shapes[0][2] > 1 and shapes[2:] == [(1, 1, 1, 1)]
 
     monkeypatch.setenv(layer_starts.ENV_VAR, "0")
     count = len(started)
     _, _, off_logits = run_backend(tiny_llama, scenario, backend, **pool)
     assert len(started) == count, "a layer started with the starts off"
     assert_same_logits(logits, off_logits, f"{backend}: layer starts on vs off")
+
+
+class _Bound:
+    """An in-flight bound whose limit is the next of ``limits`` at each start; records each encoding's held bytes and
+    kind."""
+
+    def __init__(self, limits: list[int]):
+        self._limits, self.encodings = iter(limits), []
+
+    def limit(self, held_bytes: int) -> int:
+        return next(self._limits)
+
+    def encoding(self, held_bytes: int, *, chunk: bool = True):
+        from contextlib import nullcontext
+
+        self.encodings.append((held_bytes, chunk))
+        return nullcontext()
+
+
+def test_the_gate_waits_for_the_oldest_started_layer_while_over_the_limit(monkeypatch):
+    """Before a start, while active memory is above the limit, the gate waits for what is in flight oldest first
+    (the previous chunk, then the chunk's earlier layers) and stops once under it; under the limit it never waits.
+    Each start is encoded as a layer start (not a chunk) with the held bytes of that moment, and sends the layer's
+    K, V and a marker computed from both."""
+    import mlx.core as mx
+
+    from app.workloads import layer_starts
+
+    waited, sent = [], []
+    real_eval, real_async = mx.eval, mx.async_eval
+    active = [5]  # MiB the fake allocator reports: each wait frees one
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(mx, name)
+
+        def get_active_memory(self):
+            return active[0]
+
+        def eval(self, *arrays):
+            waited.append(arrays[0])
+            active[0] -= 1
+            return real_eval(*arrays)
+
+        def async_eval(self, *arrays):
+            sent.append(arrays)
+            return real_async(*arrays)
+
+    monkeypatch.setattr(layer_starts, "mx", Spy())
+    bound = _Bound(limits=[10, 10, 10, 3])  # the fourth start finds 5 > 3: waits twice (5 -> 4 -> 3)
+    held = iter(range(100, 104))
+    previous_chunk = mx.ones((2, 3)) * 2
+    gate = layer_starts.LayerGate(bound, lambda: next(held), previous_chunk)
+    layers = [(mx.full((1, 2, 5, 4), float(i)), mx.full((1, 2, 5, 4), float(10 * i))) for i in range(1, 5)]
+    with layer_starts.starting_under(gate):
+        for keys, values in layers:
+            layer_starts.start_layer(keys, values)
+    assert bound.encodings == [(100, False), (101, False), (102, False), (103, False)]
+    assert [(id(s[0]), id(s[1])) for s in sent] == [(id(k), id(v)) for k, v in layers]
+    assert all(s[2].shape == (1, 1, 1, 1) for s in sent)
+    assert [s[2].item() for s in sent] == [11.0, 22.0, 33.0, 44.0]  # K[0,0,0,0] + V[0,0,0,0]: after both
+    assert gate.waits == 2 and [id(a) for a in waited] == [id(previous_chunk), id(sent[0][2])]
+    assert layer_starts._gate is None  # the engine's gate is set only while it builds a chunk

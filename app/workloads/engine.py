@@ -14,7 +14,7 @@ from typing import Callable
 
 import mlx.core as mx
 
-from app.workloads.layer_starts import LayerGate, one_chunk_in_flight, starting_under
+from app.workloads.layer_starts import LayerGate, starting_under
 from app.workloads.sampling import sample_batch
 from app.workloads.scheduler import DecodeBatch, PrefillPlan, Scheduler
 from app.workloads.shrink_points import ShrinkTally, timed_point
@@ -135,9 +135,6 @@ class Engine:
         t0 = time.perf_counter()
         caches = self.backend.prefill_caches(plan.seqs, plan.start, plan.num_tokens)
         inputs = _prefill_inputs(plan)
-        if self._prefill_inflight is not None and one_chunk_in_flight():
-            mx.eval(self._prefill_inflight)
-            self._prefill_inflight = None
         # the trunk alone: its hidden states feed nothing but the cache writes; layers start as built, bounded
         gate = self._layer_gate()
         with starting_under(gate):

@@ -42,13 +42,6 @@ def layer_starts_on(environ: dict | None = None) -> bool:
     return env.get(ENV_VAR, "1").strip() != "0"
 
 
-def one_chunk_in_flight(environ: dict | None = None) -> bool:
-    """``=serial``: the engine waits for the chunk in flight before it builds the next (lab: what two chunks in
-    flight cost in memory with layer starts)."""
-    env = os.environ if environ is None else environ
-    return env.get(ENV_VAR, "1").strip() == "serial"
-
-
 class LayerGate:
     """One prefill chunk's layer starts under the in-flight bound. Owns a marker per started layer (a one-element
     array computed after the layer's K and V, so it is done once they are) and the count of waits; mutates MLX's

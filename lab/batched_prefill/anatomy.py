@@ -26,7 +26,7 @@ from lab.engine_rounds import add_round_arguments, load_for_rounds, spread
 VARIANTS = ("dense", "slab", "monolithic", "slab-notrim", "dense-notrim", "slab-nogather", "slab-nowrite",
             "slab-bound", "dense-bound", "slab-bound-notrim", "dense-bound-notrim", "slab-chunkstart",
             "dense-chunkstart", "slab-bound-chunkstart", "dense-bound-chunkstart", "slab-bound-freestart",
-            "dense-bound-freestart", "slab-bound-serial", "dense-bound-serial")
+            "dense-bound-freestart")
 
 
 def patch_parts(variant: str):
@@ -53,8 +53,8 @@ def patch_parts(variant: str):
         PagedKVPool.write = first_write_only
 
     parts = variant.split("-")
-    undo_starts = (chunk_starts_only("0") if "chunkstart" in parts else chunk_starts_only("serial") if "serial" in parts
-                   else free_starts() if "freestart" in parts else (lambda: None))
+    undo_starts = chunk_starts_only() if "chunkstart" in parts else free_starts() if "freestart" in parts else (
+        lambda: None)
 
     def undo():
         for name, value in saved.items():
@@ -63,16 +63,15 @@ def patch_parts(variant: str):
     return undo
 
 
-def chunk_starts_only(value: str):
-    """``*-chunkstart`` (``value`` "0"): the chunk goes to the device at its end only
-    (``SLABSCOPE_PREFILL_LAYER_STARTS=0``), as before layer starts (app/workloads/layer_starts.py); ``*-serial``
-    ("serial"): layer starts, one chunk in flight. Returns the undo."""
+def chunk_starts_only():
+    """``*-chunkstart``: the chunk goes to the device at its end only (``SLABSCOPE_PREFILL_LAYER_STARTS=0``), as
+    before layer starts (app/workloads/layer_starts.py). Returns the undo."""
     import os
 
     from app.workloads.layer_starts import ENV_VAR
 
     saved = os.environ.get(ENV_VAR)
-    os.environ[ENV_VAR] = value
+    os.environ[ENV_VAR] = "0"
 
     def undo():
         if saved is None:

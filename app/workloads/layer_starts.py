@@ -9,14 +9,15 @@ chunk's early layers while the host still builds its later ones. Each start goes
 moment, enforced by waiting for the oldest started layer while MLX's active memory is above it, so a chunk's
 temporaries stay within the allowance whichever start encodes them; the engine still waits for a chunk before the
 next but one. Every backend starts its layers the same way: the paged step after its writes and reads
-(``PagedStep.write_and_gather``), the dense baseline through :class:`PrefillKVCache` (mlx-lm's ``KVCache``, whose
+(``PagedLayerCache.update_and_fetch``), the dense baseline through :class:`PrefillKVCache` (mlx-lm's ``KVCache``, whose
 update is unchanged). Nothing here changes what is computed, only when it is sent, so every byte is what it was
 (the parity tests run with starts on).
 
-Measured on one H200 (docs/prefill.md "Layer starts"): the burst's prefill under the 2 GiB bound rose from 171.5k to
-220.7k tok/s for slab at 128 rows a slab and from 182.0k to 225.5k for dense. ``SLABSCOPE_PREFILL_LAYER_STARTS=0``
-turns the starts off (the A/B the lab's anatomy runs). Decode steps (one token) are never started per layer: their
-graph is small and the engine pipelines whole steps.
+Measured on one H200 (docs/prefill.md "Layer starts"): llama-0.8b's batched prefill under the 2 GiB bound rose from
+243k to 316k tok/s for slab at 128 rows a slab (5,040 -> 5,418 MiB) and from 268k to 336k for dense; the burst's
+slab:128 from 161.5k to 225.6k across two builds. ``SLABSCOPE_PREFILL_LAYER_STARTS=0`` turns the starts off (the
+A/B the lab's anatomy runs). Decode steps and one-token chunks are never started per layer: their graph is small
+and the engine pipelines whole steps.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class LayerGate:
     Why a gate of our own: MLX's evaluation waits for older work while active memory is above its limit, but it
     counts work in flight at its command-buffer commits, and one layer's evaluation is too small to commit before
     it returns, so layer starts never waited: measured on the H200, the llama-0.8b workload's footprint doubled
-    (4.9 -> 10.6 GiB) under a 2 GiB allowance. Before each start the gate waits for the oldest started layer (the
+    (4,938 -> 10,586 MiB) under a 2 GiB allowance. Before each start the gate waits for the oldest started layer (the
     previous chunk first), then the next, while active memory is above the limit: MLX's own rule, one layer at a
     time."""
 

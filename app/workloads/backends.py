@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
-from app.workloads.layer_starts import PrefillKVCache
 from app.workloads.conversations import DenseConversations, PagedConversations
+from app.workloads.layer_starts import PrefillKVCache
 from app.workloads.paged_cache import PagedStep
 from app.workloads.scheduler import Sequence
 from app.workloads.shrink_points import run_shrink_point

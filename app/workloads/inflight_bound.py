@@ -1,18 +1,18 @@
 """How much memory a prefill chunk may hold in flight: the run's storage and weights plus an allowance.
 
 Why: the host encodes a chunk's operations (at its end, or layer by layer: app/workloads/layer_starts.py) and MLX
-allocates their outputs as it encodes them, and a kernel's inputs stay allocated until the device has run it. The host encodes a
-large chunk much faster than the device runs it, so at a batched step of 4,096 tokens on qwen3-0.6b about 28 layers'
-temporaries (~1.1 MiB a token: projections, MLP, attention scores) are allocated together: the ragged record's
-footprint peaked there, not at its largest K/V. MLX's own throttle is its memory limit: while active memory is above
-``mx.set_memory_limit``, evaluation waits for the oldest work in flight to finish before encoding more (and its
-allocator gives cached buffers back first). This bound sets that limit around a prefill chunk's encoding only, to what
-the run holds (weights + the backend's K/V storage, ``held_bytes()``) plus ``allowance`` bytes, and restores the
-previous limit right after: decode steps and everything else run under the limit in force (MLX's default unless
-something else set one). A layer start is too small an evaluation for MLX's wait to fire, so the layer starts'
-gate enforces the same limit itself (``LayerGate``). The device stays busy while the allowance holds more work than the host needs to encode
-the next piece; a smaller allowance trades speed for footprint (docs/prefill.md has the measured trade). The
-load-time rehearsal runs under the same bound.
+allocates their outputs as it encodes them, and a kernel's inputs stay allocated until the device has run it. The
+host encodes a large chunk much faster than the device runs it, so at a batched step of 4,096 tokens on qwen3-0.6b
+about 28 layers' temporaries (~1.1 MiB a token: projections, MLP, attention scores) are allocated together: the
+ragged record's footprint peaked there, not at its largest K/V. MLX's own throttle is its memory limit: while active
+memory is above ``mx.set_memory_limit``, evaluation waits for the oldest work in flight to finish before encoding
+more (and its allocator gives cached buffers back first). This bound sets that limit around a prefill chunk's
+encoding only, to what the run holds (weights + the backend's K/V storage, ``held_bytes()``) plus ``allowance``
+bytes, and restores the previous limit right after: decode steps and everything else run under the limit in force
+(MLX's default unless something else set one). A layer start is too small an evaluation for MLX's wait to fire, so
+the layer starts' gate enforces the same limit itself (``LayerGate``). The device stays busy while the allowance
+holds more work than the host needs to encode the next piece; a smaller allowance trades speed for footprint
+(docs/prefill.md has the measured trade). The load-time rehearsal runs under the same bound.
 
 The same bound runs on every backend of the engine (each says what it holds), so the backends stay comparable;
 ``allowance=None`` turns it off. mlx is imported lazily.

@@ -139,6 +139,8 @@ class Engine:
         gate = self._layer_gate()
         with starting_under(gate):
             out = self._trunk(inputs, cache=caches) if self._trunk is not None else self.model(inputs, cache=caches)
+        if gate is not None:
+            self.inflight_bound.layer_start_waits += gate.waits
         # route events; checks that a paged chunk's layers all attended through the paged SDPA
         events = self.backend.finish_prefill() if hasattr(self.backend, "finish_prefill") else []
         trim = self.cache_trim

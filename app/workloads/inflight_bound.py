@@ -42,7 +42,8 @@ def parse_allowance(text: str) -> int | None:
 
 
 class InflightBound:
-    """Owns the allowance and the largest limit it set; mutates MLX's memory limit only inside ``encoding``."""
+    """Owns the allowance, the largest limit it set and the run's counts (chunks encoded under it, the layer starts'
+    waits); mutates MLX's memory limit only inside ``encoding``."""
 
     def __init__(self, *, weight_bytes: int, allowance: int | None = DEFAULT_ALLOWANCE):
         if allowance is not None and (not isinstance(allowance, int) or isinstance(allowance, bool) or allowance < 0):
@@ -51,6 +52,7 @@ class InflightBound:
         self.allowance = allowance
         self.bounded_chunks = 0
         self.max_limit = 0
+        self.layer_start_waits = 0  # the layer starts' gate waited for older work (app/workloads/layer_starts.py)
 
     @property
     def active(self) -> bool:
@@ -83,4 +85,4 @@ class InflightBound:
 
     def summary(self) -> dict:
         return {"allowance_bytes": self.allowance, "bounded_chunks": self.bounded_chunks,
-                "max_limit_bytes": self.max_limit}
+                "max_limit_bytes": self.max_limit, "layer_start_waits": self.layer_start_waits}

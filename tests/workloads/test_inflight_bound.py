@@ -36,7 +36,8 @@ def test_the_limit_is_lowered_while_encoding_and_restored_after():
     off = InflightBound(weight_bytes=1000, allowance=None)
     with off.encoding(held_bytes=500):
         assert mx.get_memory_limit() == before
-    assert bound.summary() == {"allowance_bytes": 24, "bounded_chunks": 2, "max_limit_bytes": 1524}
+    assert bound.summary() == {"allowance_bytes": 24, "bounded_chunks": 2, "max_limit_bytes": 1524,
+                               "layer_start_waits": 0}
     assert off.summary()["bounded_chunks"] == 0
 
 
@@ -101,7 +102,8 @@ def test_each_prefill_chunk_is_encoded_under_the_bound_and_no_logit_changes(tiny
         assert held > 0 and limit == weights + held  # allowance 0: exactly what the run holds
     assert all(limit == default for limit, held in seen if held is None)  # decode steps: untouched
     assert bounded["prefill_inflight"]["bounded_chunks"] == prefill_steps
-    assert plain["prefill_inflight"] == {"allowance_bytes": None, "bounded_chunks": 0, "max_limit_bytes": 0}
+    assert plain["prefill_inflight"] == {"allowance_bytes": None, "bounded_chunks": 0, "max_limit_bytes": 0,
+                                         "layer_start_waits": 0}
     meta = next(e.meta for e in events if isinstance(e, MetaUpdate))
     assert meta["mlx_cache"]["prefill_inflight_bytes"] == 0 and meta["spec"]["prefill_inflight"] == 0
 

@@ -49,11 +49,20 @@ def test_each_prefill_layer_starts_once_as_built_and_no_logit_changes(tiny_llama
     gates = []
     real_gate = layer_starts.LayerGate.__init__
 
+    made = []
+    real_start = layer_starts.LayerGate.start
+
     def gate_init(gate, bound, held_bytes, in_flight=None):
         gates.append(in_flight)
+        made.append(gate)
         real_gate(gate, bound, held_bytes, in_flight)
 
+    def gate_start(gate, keys, values):
+        real_start(gate, keys, values)
+        gate.waits += 1  # whatever the timing made it, the run's count must be the gates' sum
+
     monkeypatch.setattr(layer_starts.LayerGate, "__init__", gate_init)
+    monkeypatch.setattr(layer_starts.LayerGate, "start", gate_start)
     scenario = write_scenario(tmp_path, BURST)
     pool = dict(POOL if backend != "dense" else {"prefill_chunk": 16}, prefill_batch_tokens=0)
     summary, events, logits = run_backend(tiny_llama, scenario, backend, **pool)
@@ -64,6 +73,8 @@ def test_each_prefill_layer_starts_once_as_built_and_no_logit_changes(tiny_llama
     assert len(started_chunks) >= 6 and len(started) == layers * len(started_chunks)
     # one gate a chunk (the bound is on by default); a chunk following one still in flight waits on it first
     assert len(gates) == len(chunk_tokens) and any(g is not None for g in gates)
+    waits = summary["prefill_inflight"]["layer_start_waits"]
+    assert waits == sum(gate.waits for gate in made) >= len(started)  # the run's summary counts the gates' waits
     for shapes in started:  # the layer's K and V, then the gate's marker
         assert shapes[0] == shapes[1] and len(shapes[0]) == 4 and shapes[0][2] > 1 and shapes[2:] == [(1, 1, 1, 1)]
 

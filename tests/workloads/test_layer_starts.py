@@ -13,10 +13,11 @@ POOL = dict(block_size=4, slab_blocks=2, prefill_chunk=16, prefix_cache=False)
 
 
 class _Spied:
-    """mlx.core with ``async_eval`` replaced."""
+    """mlx.core with the functions named in ``overrides`` replaced."""
 
-    def __init__(self, mx, async_eval):
-        self._mx, self.async_eval = mx, async_eval
+    def __init__(self, mx, **overrides):
+        self._mx = mx
+        self.__dict__.update(overrides)
 
     def __getattr__(self, name):
         return getattr(self._mx, name)
@@ -33,9 +34,8 @@ def test_the_starts_are_on_unless_the_environment_says_0():
 @pytest.mark.parametrize("backend", ["slab", "monolithic", "dense"])
 def test_each_prefill_layer_starts_once_as_built_and_no_logit_changes(tiny_llama, tmp_path, backend, monkeypatch):
     """Starts counted where they are sent (the module's ``mx.async_eval``): layers x prefill chunks of more than one
-    token (a chunk of one is a decode-sized graph) with them on, each
-    the layer's visible K/V ([B, H, T, D], T > 1); none with ``SLABSCOPE_PREFILL_LAYER_STARTS=0``; the two runs'
-    logits byte-identical."""
+    token (a chunk of one is a decode-sized graph) with them on, each the layer's visible K/V ([B, H, T, D], T > 1);
+    none with ``SLABSCOPE_PREFILL_LAYER_STARTS=0``; the two runs' logits byte-identical."""
     from app.workloads import layer_starts
 
     real = layer_starts.mx.async_eval
@@ -45,12 +45,9 @@ def test_each_prefill_layer_starts_once_as_built_and_no_logit_changes(tiny_llama
         started.append([tuple(a.shape) for a in arrays])
         return real(*arrays)
 
-    monkeypatch.setattr(layer_starts, "mx", _Spied(layer_starts.mx, spy))
-    gates = []
-    real_gate = layer_starts.LayerGate.__init__
-
-    made = []
-    real_start = layer_starts.LayerGate.start
+    monkeypatch.setattr(layer_starts, "mx", _Spied(layer_starts.mx, async_eval=spy))
+    gates, made = [], []  # each gate's chunk in flight; the gates themselves
+    real_gate, real_start = layer_starts.LayerGate.__init__, layer_starts.LayerGate.start
 
     def gate_init(gate, bound, held_bytes, in_flight=None):
         gates.append(in_flight)
@@ -115,23 +112,20 @@ def test_the_gate_waits_for_the_oldest_started_layer_while_over_the_limit(monkey
     real_eval, real_async = mx.eval, mx.async_eval
     active = [5]  # MiB the fake allocator reports: each wait frees one
 
-    class Spy:
-        def __getattr__(self, name):
-            return getattr(mx, name)
+    def get_active_memory():
+        return active[0]
 
-        def get_active_memory(self):
-            return active[0]
+    def evaluate(*arrays):
+        waited.append(arrays[0])
+        active[0] -= 1
+        return real_eval(*arrays)
 
-        def eval(self, *arrays):
-            waited.append(arrays[0])
-            active[0] -= 1
-            return real_eval(*arrays)
+    def send(*arrays):
+        sent.append(arrays)
+        return real_async(*arrays)
 
-        def async_eval(self, *arrays):
-            sent.append(arrays)
-            return real_async(*arrays)
-
-    monkeypatch.setattr(layer_starts, "mx", Spy())
+    monkeypatch.setattr(layer_starts, "mx", _Spied(mx, get_active_memory=get_active_memory, eval=evaluate,
+                                                   async_eval=send))
     bound = _Bound(limits=[10, 10, 10, 3])  # the fourth start finds 5 > 3: waits twice (5 -> 4 -> 3)
     held = iter(range(100, 104))
     previous_chunk = mx.ones((2, 3)) * 2
